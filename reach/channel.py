@@ -1,0 +1,316 @@
+"""The websocket edge: one server, two kinds of session (agent, caller), frames in and out.
+
+The first frame decides the role: ``register`` makes an agent session, ``hello`` a caller session.
+A bad frame gets an ``error`` frame (code ``protocol_error``) and the connection carries on; an
+oversize frame closes that one connection (websocket code 1009). Nothing here decides policy:
+sessions hand frames to the registry and the gateway and post what they answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from . import protocol as p
+from .errors import InvalidParams, ProtocolError, ReachError, Unauthorized
+from .gateway import Delivery
+from .outbox import Outbox
+from .schemas import SchemaError
+from .tasks import TaskState
+
+if TYPE_CHECKING:
+    from .reach import Reach
+
+log = logging.getLogger("reach.channel")
+POLICY_VIOLATION = 1008
+HELLO_TIMEOUT = 10.0
+
+
+def error_frame(err: ReachError, *, id: int | None = None, task_id: str | None = None) -> str:
+    return p.dump(p.Error(id=id, task_id=task_id, error=p.WireError(**err.to_wire())))
+
+
+class Channel:
+    """Accepts connections for one coordinator and runs a session for each."""
+
+    def __init__(self, reach: Reach) -> None:
+        self.reach = reach
+        self.sessions: set[AgentSession | CallerSession] = set()
+
+    async def handle(self, ws: ServerConnection) -> None:
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT):
+                raw = await ws.recv()
+        except (TimeoutError, ConnectionClosed):
+            return
+        try:
+            first = p.parse(raw)
+        except ProtocolError as exc:
+            await _refuse(ws, exc)
+            return
+        session: AgentSession | CallerSession
+        if isinstance(first, p.Register):
+            session = AgentSession(self.reach, ws)
+        elif isinstance(first, p.Hello):
+            session = CallerSession(self.reach, ws)
+        else:
+            await _refuse(ws, ProtocolError(
+                f"the first frame must be 'register' (agents) or 'hello' (callers), "
+                f"not {first.type!r}"))
+            return
+        self.sessions.add(session)
+        try:
+            await session.run(first)
+        finally:
+            self.sessions.discard(session)
+
+
+async def _refuse(ws: ServerConnection, err: ReachError) -> None:
+    try:
+        await ws.send(error_frame(err))
+        await ws.close(POLICY_VIOLATION, err.message[:120])
+    except ConnectionClosed:
+        pass
+
+
+def _authorize(reach: Reach, token: str | None, name: str) -> None:
+    tokens = reach.settings.tokens
+    if tokens is None:
+        return
+    principal = tokens.get(token or "")
+    if principal is None or principal not in ("*", name):
+        raise Unauthorized(f"token not accepted for {name!r}; pass the token issued for it")
+
+
+class _Session:
+    def __init__(self, reach: Reach, ws: ServerConnection) -> None:
+        self.reach = reach
+        self.ws = ws
+        self.out = Outbox(ws, name="reach-session-out")
+
+    async def _frames(self, on_frame: Callable[[Any], None]) -> None:
+        """Read frames until the socket closes; a bad one is answered, not fatal."""
+        try:
+            async for raw in self.ws:
+                try:
+                    frame = p.parse(raw)
+                except ProtocolError as exc:
+                    self.out.post(error_frame(exc))
+                    continue
+                try:
+                    on_frame(frame)
+                except ReachError as exc:
+                    self.out.post(error_frame(exc, id=getattr(frame, "id", None)))
+        except ConnectionClosed:
+            pass
+
+
+class AgentSession(_Session):
+    """One connected agent: registration, heartbeats, and the deliveries in flight to it."""
+
+    def __init__(self, reach: Reach, ws: ServerConnection) -> None:
+        super().__init__(reach, ws)
+        self.record: Any = None
+        self.pending: dict[tuple[str, int], Delivery] = {}
+
+    async def run(self, reg: p.Register) -> None:
+        reach = self.reach
+        try:
+            _authorize(reach, reg.token, reg.name)
+            agent_id = reach.identity(reg.name)
+            old = reach.registry.by_id.get(agent_id)
+            registration = reach.registry.register(
+                agent_id=agent_id, name=reg.name, version=reg.version,
+                max_concurrency=reg.max_concurrency, specs=reg.capabilities, session=self,
+                now=reach.clock())
+        except (SchemaError, ValueError) as exc:
+            await _refuse(self.ws, InvalidParams(f"registration refused: {exc}"))
+            await self.out.aclose()
+            return
+        except ReachError as exc:
+            await _refuse(self.ws, exc)
+            await self.out.aclose()
+            return
+        if old is not None and isinstance(old.session, AgentSession) and old.session is not self:
+            old.session.replaced()
+        self.record = registration.record
+        for warning in registration.warnings:
+            log.warning("agent %s: %s", reg.name, warning)
+        self.out.post(p.dump(p.Welcome(
+            agent_id=agent_id, heartbeat_interval=reach.settings.heartbeat_interval,
+            capabilities=registration.normalized, warnings=registration.warnings)))
+        await reach.remember_agent(registration.record, reg)
+        reach.gateway.agents_changed()
+        try:
+            await self._frames(self._on_frame)
+        finally:
+            for delivery in list(self.pending.values()):
+                delivery.resolve("lost")
+            self.pending.clear()
+            record = self.record
+            if record.session is self:
+                reach.registry.disconnected(record, reach.clock())
+                reach.gateway.agents_changed()
+            await self.out.aclose()
+
+    def replaced(self) -> None:
+        """A newer connection registered under our name: this one is stale."""
+        for delivery in list(self.pending.values()):
+            delivery.resolve("lost")
+        self.pending.clear()
+        asyncio.get_running_loop().create_task(
+            self.ws.close(4000, "replaced by a newer connection of the same agent"))
+
+    # called by the gateway
+    def deliver(self, task_id: str, attempt: int, delivery: Delivery, text: str) -> bool:
+        """Send an invoke frame; False if this connection can no longer carry it."""
+        if not self.out.post(text):
+            return False
+        self.pending[(task_id, attempt)] = delivery
+        return True
+
+    def forget(self, task_id: str, attempt: int) -> None:
+        self.pending.pop((task_id, attempt), None)
+
+    def _on_frame(self, frame: Any) -> None:
+        kind = frame.type
+        if kind == "heartbeat":
+            changed = self.reach.registry.heartbeat(
+                self.record, self.reach.clock(), inflight=frame.inflight,
+                queue_depth=frame.queue_depth, load=frame.load)
+            if changed is not None:
+                self.reach.gateway.agents_changed()
+        elif kind == "result":
+            delivery = self.pending.pop((frame.task_id, frame.attempt), None)
+            if delivery is not None:
+                delivery.resolve("ok", frame.result)
+        elif kind == "ack":
+            delivery = self.pending.get((frame.task_id, frame.attempt))
+            if delivery is not None:
+                delivery.ack()
+        elif kind == "error":
+            if frame.task_id is None:
+                log.warning("agent %s reports: %s", self.record.name, frame.error.message)
+                return
+            delivery = self.pending.pop((frame.task_id, frame.attempt), None)
+            if delivery is not None:
+                delivery.resolve("error", frame.error.model_dump())
+        elif kind == "chunk":
+            delivery = self.pending.get((frame.task_id, frame.attempt))
+            if delivery is not None:
+                delivery.ack()
+                if delivery.on_chunk is not None:
+                    delivery.on_chunk(frame.seq, frame.data)
+        elif kind == "deregister":
+            if self.reach.registry.deregister(self.record, self.reach.clock()) is not None:
+                self.reach.gateway.agents_changed()
+        else:
+            raise ProtocolError(f"frame type {kind!r} is not accepted from an agent")
+
+
+class CallerSession(_Session):
+    """One connected caller: submits, status queries and pushed outcomes."""
+
+    def __init__(self, reach: Reach, ws: ServerConnection) -> None:
+        super().__init__(reach, ws)
+        self.caller = "anonymous"
+        self._work: set[asyncio.Task[None]] = set()
+
+    async def run(self, hello: p.Hello) -> None:
+        try:
+            _authorize(self.reach, hello.token, hello.caller)
+        except ReachError as exc:
+            await _refuse(self.ws, exc)
+            await self.out.aclose()
+            return
+        self.caller = hello.caller
+        self.out.post(p.dump(p.Welcome(role="caller",
+                                       heartbeat_interval=self.reach.settings.heartbeat_interval)))
+        try:
+            await self._frames(self._on_frame)
+        finally:
+            for work in list(self._work):
+                work.cancel()
+            await asyncio.gather(*self._work, return_exceptions=True)
+            await self.out.aclose()
+
+    def _on_frame(self, frame: Any) -> None:
+        if frame.type == "submit":
+            self._spawn(self._submit(frame))
+        elif frame.type == "status":
+            self._spawn(self._status(frame))
+        elif frame.type == "result":
+            self._spawn(self._await(frame))
+        else:
+            raise ProtocolError(f"frame type {frame.type!r} is not accepted from a caller")
+
+    def _spawn(self, coro: Any) -> None:
+        work = asyncio.get_running_loop().create_task(coro)
+        self._work.add(work)
+        work.add_done_callback(self._work.discard)
+
+    async def _submit(self, f: p.Submit) -> None:
+        sink = self._chunk_sink(f.id) if f.wait else None
+        try:
+            task, duplicate = await self.reach.gateway.submit(
+                capability=f.capability, params=f.params, caller=self.caller,
+                idempotency_key=f.idempotency_key, priority=f.priority, timeout=f.timeout,
+                max_retries=f.max_retries, trace_id=f.trace_id,
+                parent_task_id=f.parent_task_id, traceparent=f.traceparent, sink=sink)
+        except ReachError as exc:
+            self.out.post(error_frame(exc, id=f.id))
+            return
+        except Exception as exc:  # the store failed: the task was not accepted
+            log.exception("submit failed")
+            self.out.post(error_frame(ReachError(f"task not accepted: {exc}"), id=f.id))
+            return
+        self.out.post(p.dump(p.Accepted(id=f.id, task_id=task.task_id,
+                                        trace_id=task.envelope.trace_id, duplicate=duplicate)))
+        if f.wait:
+            self._watch(task.task_id, f.id, task)
+
+    def _chunk_sink(self, req_id: int) -> Callable[[str, int, Any], None]:
+        def sink(task_id: str, seq: int, data: Any) -> None:
+            self.out.post(p.dump(p.Chunk(task_id=task_id, seq=seq, data=data, id=req_id)))
+        return sink
+
+    def _watch(self, task_id: str, req_id: int, task: Any) -> None:
+        fut = self.reach.gateway.outcome(task_id)
+        if fut is None:
+            if task is not None and task.terminal:
+                self._post_outcome(task, req_id)
+            return
+        fut.add_done_callback(
+            lambda f: None if f.cancelled() else self._post_outcome(f.result(), req_id))
+
+    def _post_outcome(self, task: Any, req_id: int) -> None:
+        if task.state is TaskState.SUCCEEDED:
+            self.out.post(p.dump(p.Result(task_id=task.task_id, id=req_id, result=task.result)))
+        else:
+            error = task.error or {"code": "task_failed", "message": "task failed"}
+            self.out.post(p.dump(p.Error(task_id=task.task_id, id=req_id,
+                                         error=p.WireError(**error))))
+
+    async def _status(self, f: p.Status) -> None:
+        task = await self.reach.gateway.task(f.task_id)
+        if task is None:
+            self.out.post(error_frame(InvalidParams(f"no task with id {f.task_id!r}"), id=f.id))
+            return
+        self.out.post(p.dump(p.TaskInfo(id=f.id, task=task.view())))
+
+    async def _await(self, f: p.Result) -> None:
+        task = await self.reach.gateway.task(f.task_id)
+        if task is None:
+            self.out.post(error_frame(InvalidParams(f"no task with id {f.task_id!r}"), id=f.id))
+            return
+        self._watch(task.task_id, f.id or 0, task)
+
+
+def new_agent_id() -> str:
+    return "ag-" + uuid.uuid4().hex[:16]

@@ -1,0 +1,352 @@
+"""Caller SDK: ``Client`` submits work to a coordinator and gets typed results or typed errors.
+
+    client = await Client.connect(reach.url, caller="planner")
+    result = await client.call("sales.query", {"region": "east", "quarter": "Q3"}, timeout=5)
+    handle = await client.submit("report.generate", {...}, idempotency_key="k1")
+    result = await handle.result(timeout=15)
+
+If the coordinator goes away, the client reconnects by itself and asks again for the outcome of
+every task it is still waiting on: an acknowledged task survives a coordinator restart, and so
+does the caller's wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from . import protocol as p
+from .errors import ProtocolError, ReachError, ReachTimeout, Unavailable, from_wire
+from .outbox import Outbox
+
+log = logging.getLogger("reach.client")
+_END = object()
+
+
+class Handle:
+    """An accepted task: its ids, and its outcome when it comes."""
+
+    def __init__(self, client: Client, task_id: str, trace_id: str, duplicate: bool,
+                 outcome: asyncio.Future[Any] | None) -> None:
+        self.client = client
+        self.task_id = task_id
+        self.trace_id = trace_id
+        self.duplicate = duplicate
+        self._outcome = outcome
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The task's result; raises its ``ReachError`` if it failed, ``ReachTimeout`` if late."""
+        if self._outcome is None:
+            self._outcome = await self.client._subscribe(self.task_id)
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(self._outcome)
+        except TimeoutError:
+            raise ReachTimeout(f"task {self.task_id} has no outcome after {timeout}s; it is "
+                               f"still tracked: call handle.result() or client.status() again",
+                               task_id=self.task_id) from None
+
+    async def status(self) -> dict[str, Any]:
+        return await self.client.status(self.task_id)
+
+    def __repr__(self) -> str:
+        return f"Handle(task_id={self.task_id!r}, trace_id={self.trace_id!r})"
+
+
+class _Connecting:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def __await__(self) -> Generator[Any, None, Client]:
+        return self._open().__await__()
+
+    async def _open(self) -> Client:
+        await self._client._open()
+        return self._client
+
+    async def __aenter__(self) -> Client:
+        return await self._open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.close()
+
+
+class Client:
+    """A caller's connection to a coordinator. Create with ``await Client.connect(url, ...)``."""
+
+    def __init__(self, url: str, caller: str = "anonymous", token: str | None = None, *,
+                 reconnect_for: float = 60.0, max_frame_bytes: int = 1 << 20) -> None:
+        self.url = url
+        self.caller = caller
+        self.token = token
+        self.reconnect_for = reconnect_for
+        self.max_frame_bytes = max_frame_bytes
+        self._ws: ClientConnection | None = None
+        self._out: Outbox | None = None
+        self._ids = itertools.count(1)
+        self._requests: dict[int, asyncio.Future[Any]] = {}
+        self._outcomes: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        self._streams: dict[int, asyncio.Queue[Any]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._closing = False
+
+    @classmethod
+    def connect(cls, url: str, caller: str = "anonymous", token: str | None = None,
+                **options: Any) -> _Connecting:
+        return _Connecting(cls(url, caller, token, **options))
+
+    # ------------------------------------------------------------ connection
+
+    async def _open(self) -> None:
+        await self._dial()
+        self._reader = asyncio.get_running_loop().create_task(self._read_loop(),
+                                                              name=f"reach-client-{self.caller}")
+
+    async def _dial(self) -> None:
+        try:
+            ws = await websockets.connect(self.url, max_size=self.max_frame_bytes,
+                                          compression=None, ping_interval=None,
+                                          open_timeout=10)
+        except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+            raise Unavailable(f"cannot reach a coordinator at {self.url}: {exc}; is it running?"
+                              ) from exc
+        try:
+            await ws.send(p.dump(p.Hello(caller=self.caller, token=self.token)))
+            frame = p.parse(await ws.recv())
+        except ConnectionClosed as exc:
+            raise Unavailable(f"coordinator at {self.url} closed the connection") from exc
+        if isinstance(frame, p.Error):
+            await ws.close()
+            raise from_wire(frame.error.model_dump())
+        if not isinstance(frame, p.Welcome):
+            await ws.close()
+            raise ProtocolError(f"expected 'welcome', got {frame.type!r}")
+        if self._out is not None:
+            await self._out.aclose()
+        self._ws = ws
+        self._out = Outbox(ws, name=f"reach-client-out-{self.caller}")
+        self._connected.set()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        if self._out is not None:
+            await self._out.aclose()
+        self._fail_all(Unavailable("client closed"))
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _read_loop(self) -> None:
+        while not self._closing:
+            ws = self._ws
+            assert ws is not None
+            try:
+                async for raw in ws:
+                    self._on_frame(raw)
+            except ConnectionClosed:
+                pass
+            if self._closing:
+                return
+            self._connected.clear()
+            for fut in self._requests.values():
+                if not fut.done():
+                    fut.set_exception(Unavailable("connection to the coordinator was lost"))
+            self._requests.clear()
+            if not await self._reconnect():
+                self._fail_all(Unavailable(
+                    f"coordinator at {self.url} unreachable for {self.reconnect_for}s"))
+                return
+
+    async def _reconnect(self) -> bool:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.reconnect_for
+        delay = 0.05
+        while not self._closing and loop.time() < give_up:
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, 2.0)
+            try:
+                await self._dial()
+            except ReachError:
+                continue
+            # Ask again for every outcome still awaited: the tasks were durable.
+            for req_id, (task_id, _fut) in self._outcomes.items():
+                if task_id:
+                    self._send(p.Result(task_id=task_id, id=req_id))
+            return True
+        return False
+
+    def _fail_all(self, exc: ReachError) -> None:
+        for fut in self._requests.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        for _tid, fut in self._outcomes.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        for queue in self._streams.values():
+            queue.put_nowait(exc)
+        self._requests.clear()
+        self._outcomes.clear()
+
+    def _send(self, frame: p.Frame) -> None:
+        if self._out is None or not self._connected.is_set() or not self._out.post(p.dump(frame)):
+            raise Unavailable("not connected to a coordinator")
+
+    def _on_frame(self, raw: str | bytes) -> None:
+        try:
+            frame = p.parse(raw)
+        except ProtocolError:
+            log.warning("ignoring a malformed frame from the coordinator")
+            return
+        kind = frame.type
+        if kind == "accepted":
+            entry = self._outcomes.get(frame.id)
+            if entry is not None:
+                self._outcomes[frame.id] = (frame.task_id, entry[1])
+        if kind in ("accepted", "task"):
+            fut = self._requests.pop(frame.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(frame)
+        elif kind == "result":
+            self._settle(frame.id, frame.result, None)
+        elif kind == "error":
+            err = from_wire(frame.error.model_dump())
+            fut = self._requests.pop(frame.id, None) if frame.id is not None else None
+            if fut is not None:
+                if not fut.done():
+                    fut.set_exception(err)
+            elif frame.id is not None:
+                self._settle(frame.id, None, err)
+            else:
+                log.warning("coordinator reports: %s", err)
+        elif kind == "chunk":
+            queue = self._streams.get(frame.id or -1)
+            if queue is not None:
+                queue.put_nowait(frame.data)
+
+    def _settle(self, req_id: int | None, result: Any, err: ReachError | None) -> None:
+        entry = self._outcomes.pop(req_id or -1, None)
+        queue = self._streams.get(req_id or -1)
+        if queue is not None:
+            queue.put_nowait(err if err is not None else _END)
+        if entry is None or entry[1].done():
+            return
+        if err is not None:
+            entry[1].set_exception(err)
+        else:
+            entry[1].set_result(result)
+
+    async def _request(self, frame: p.Frame, req_id: int) -> Any:
+        if not self._connected.is_set():
+            try:
+                async with asyncio.timeout(self.reconnect_for):
+                    await self._connected.wait()
+            except TimeoutError:
+                raise Unavailable(f"not connected to {self.url}") from None
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._requests[req_id] = fut
+        self._send(frame)
+        return await fut
+
+    # ------------------------------------------------------------ calls
+
+    async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
+                     idempotency_key: str | None = None, priority: int = 5,
+                     timeout: float | None = None, max_retries: int | None = None,
+                     trace_id: str | None = None, parent_task_id: str | None = None,
+                     traceparent: str | None = None) -> Handle:
+        """Hand a task over; returns once the coordinator has durably accepted it."""
+        handle, _ = await self._submit(capability, params or {}, idempotency_key, priority,
+                                       timeout, max_retries, trace_id, parent_task_id,
+                                       traceparent, False)
+        return handle
+
+    async def _submit(self, capability: str, params: dict[str, Any], key: str | None,
+                      priority: int, timeout: float | None, max_retries: int | None,
+                      trace_id: str | None, parent_task_id: str | None,
+                      traceparent: str | None, stream: bool) -> tuple[Handle, int]:
+        req_id = next(self._ids)
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[Any] = loop.create_future()
+        outcome.add_done_callback(_consume)
+        if stream:
+            self._streams[req_id] = asyncio.Queue()
+        # Registered before sending: the outcome may arrive right behind the acceptance.
+        self._outcomes[req_id] = ("", outcome)
+        try:
+            accepted = await self._request(p.Submit(
+                id=req_id, capability=capability, params=params, idempotency_key=key,
+                priority=priority, timeout=timeout, max_retries=max_retries, trace_id=trace_id,
+                parent_task_id=parent_task_id, traceparent=traceparent, wait=True), req_id)
+        except BaseException:
+            self._streams.pop(req_id, None)
+            self._outcomes.pop(req_id, None)
+            raise
+        return Handle(self, accepted.task_id, accepted.trace_id, accepted.duplicate,
+                      outcome), req_id
+
+    async def call(self, capability: str, params: dict[str, Any] | None = None, *,
+                   timeout: float | None = None, **options: Any) -> Any:
+        """Submit and wait for the result (``timeout`` bounds the whole call, retries included)."""
+        handle = await self.submit(capability, params, timeout=timeout, **options)
+        return await handle.result(None if timeout is None else timeout + 1.0)
+
+    async def stream(self, capability: str, params: dict[str, Any] | None = None, *,
+                     timeout: float | None = None, **options: Any) -> AsyncIterator[Any]:
+        """Yield the chunks a streaming capability produces, as they arrive."""
+        _, req_id = await self._submit(
+            capability, params or {}, options.get("idempotency_key"), options.get("priority", 5),
+            timeout, options.get("max_retries"), options.get("trace_id"),
+            options.get("parent_task_id"), options.get("traceparent"), True)
+        queue = self._streams[req_id]
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, ReachError):
+                    raise item
+                yield item
+        finally:
+            self._streams.pop(req_id, None)
+
+    async def status(self, task_id: str) -> dict[str, Any]:
+        """Any task's state, attempts and history, also after a coordinator restart."""
+        req_id = next(self._ids)
+        frame = await self._request(p.Status(id=req_id, task_id=task_id), req_id)
+        return dict(frame.task)
+
+    async def _subscribe(self, task_id: str) -> asyncio.Future[Any]:
+        req_id = next(self._ids)
+        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        outcome.add_done_callback(_consume)
+        self._outcomes[req_id] = (task_id, outcome)
+        self._send(p.Result(task_id=task_id, id=req_id))
+        return outcome
+
+    async def result(self, task_id: str, timeout: float | None = None) -> Any:
+        """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
+        handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
+        return await handle.result(timeout)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    # An outcome nobody awaited must not log "exception was never retrieved".
+    if not fut.cancelled():
+        fut.exception()

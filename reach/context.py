@@ -1,0 +1,49 @@
+"""``Context``: what a handler knows about the task it runs, and a way to call on from inside it.
+
+A handler that declares a ``Context`` parameter gets the task id, trace id, idempotency key and
+deadline; calls made through ``ctx.call`` join the same trace (as children of this task) and
+inherit what is left of the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Context:
+    task_id: str
+    trace_id: str
+    idempotency_key: str
+    capability: str
+    caller: str = ""
+    attempt: int = 0
+    parent_task_id: str | None = None
+    traceparent: str | None = None
+    deadline: float | None = None  # time.monotonic() value, None when the caller set none
+    _client: Callable[[], Awaitable[Any]] | None = field(default=None, repr=False)
+
+    def time_left(self) -> float | None:
+        """Seconds left before the caller's deadline (None: no deadline)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    async def call(self, capability: str, params: dict[str, Any] | None = None, *,
+                   timeout: float | None = None, **options: Any) -> Any:
+        """Call another capability as part of this trace, within the remaining deadline."""
+        handle = await self.submit(capability, params, timeout=timeout, **options)
+        return await handle.result()
+
+    async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
+                     timeout: float | None = None, **options: Any) -> Any:
+        if self._client is None:
+            raise RuntimeError("this context has no connection to call through")
+        left = self.time_left()
+        if left is not None:
+            timeout = left if timeout is None else min(timeout, left)
+        client = await self._client()
+        return await client.submit(capability, params, timeout=timeout, trace_id=self.trace_id,
+                                   parent_task_id=self.task_id, traceparent=self.traceparent,
+                                   **options)

@@ -1,0 +1,472 @@
+"""The gateway: accepts tasks durably, routes them, delivers them, and sees each one to an end.
+
+Every accepted task is driven by one coroutine the gateway owns (``_drive``): pick an agent,
+deliver, wait for ack and completion under timers, then finish, fail over, back off and retry,
+or dead-letter. Decisions come from the pure core (routing, resilience, tasks); this module
+only applies them.
+
+Retry rules (DESIGN.md, "Agent faults vs answers"): a delivery that was never acknowledged fails
+over to another candidate at once; a fault, lost connection or completion timeout after the ack
+is retried only for idempotent capabilities; a ``TaskError`` answer is final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from . import names
+from .config import Settings
+from .errors import (InvalidParams, ReachError, ReachTimeout, Rejected, TaskFailed, Unavailable)
+from .protocol import Invoke, dump
+from .registry import AgentRecord, Registry
+from .resilience import LatencyWindow, completion_timeout
+from .routing import Router, Saturated
+from .store import Store
+from .tasks import Attempt, Envelope, Task, TaskState, new_task
+
+S = TaskState
+
+
+class Delivery:
+    """One attempt in flight at one agent: a future plus the ack and completion timers."""
+
+    __slots__ = ("fut", "acked", "_timer", "_loop", "_completion", "on_chunk")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
+                 completion: float, on_chunk: Callable[[int, Any], None] | None) -> None:
+        self._loop = loop
+        self.fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
+        self.acked = False
+        self._completion = completion
+        self._timer = loop.call_later(ack_timeout, self._expire)
+        self.on_chunk = on_chunk
+
+    def ack(self) -> None:
+        if self.acked or self.fut.done():
+            return
+        self.acked = True
+        self._timer.cancel()
+        self._timer = self._loop.call_later(self._completion, self._expire)
+
+    def resolve(self, kind: str, payload: Any = None) -> None:
+        """kind: ok | error (payload = wire error) | lost (connection went away)."""
+        if not self.fut.done():
+            self._timer.cancel()
+            self.fut.set_result((kind, payload))
+
+    def _expire(self) -> None:
+        if not self.fut.done():
+            self.fut.set_result(("timeout" if self.acked else "undelivered", None))
+
+
+class Gateway:
+    def __init__(self, settings: Settings, registry: Registry, router: Router, store: Store,
+                 clock: Callable[[], float], rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.router = router
+        self.store = store
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.live: dict[str, Task] = {}
+        self.recent: OrderedDict[str, Task] = OrderedDict()
+        self.traces: dict[str, list[str]] = {}
+        self.dead: dict[str, Task] = {}
+        self.keys: dict[str, str] = {}
+        self.latency: dict[str, LatencyWindow] = {}
+        self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
+        self._outcomes: dict[str, asyncio.Future[Task]] = {}
+        self._commits: dict[str, asyncio.Future[None]] = {}
+        self._chunk_sinks: dict[str, list[Callable[[str, int, Any], None]]] = {}
+        self._drivers: set[asyncio.Task[None]] = set()
+        self._waiters: dict[str, list[tuple[int, int, asyncio.Future[None]]]] = {}
+        self._seq = itertools.count()
+        self._agents_changed = asyncio.Event()
+        self.accepting = True
+
+    # ------------------------------------------------------------ submit
+
+    async def submit(self, *, capability: str, params: dict[str, Any], caller: str,
+                     idempotency_key: str | None = None, priority: int = 5,
+                     timeout: float | None = None, max_retries: int | None = None,
+                     trace_id: str | None = None, parent_task_id: str | None = None,
+                     traceparent: str | None = None,
+                     sink: Callable[[str, int, Any], None] | None = None) -> tuple[Task, bool]:
+        """Accept a task once it is committed; returns (task, duplicate)."""
+        if not self.accepting:
+            raise Unavailable("the coordinator is shutting down; retry on another one")
+        try:
+            cap = names.normalize(capability)
+        except ValueError as exc:
+            raise InvalidParams(str(exc)) from None
+        if idempotency_key is not None and idempotency_key in self.keys:
+            first = await self.task(self.keys[idempotency_key])
+            if first is not None:
+                commit = self._commits.get(first.task_id)
+                if commit is not None:
+                    await asyncio.shield(commit)
+                return first, True
+        declaring = self.registry.declaring(cap)
+        self.router.admit(cap, params, caller, declaring, self.registry.capability_names())
+        # Declared but nobody healthy right now: say so at once rather than accept and wait.
+        if not any(r.state.value == "online" and r.connected for r in declaring.values()):
+            raise Unavailable(
+                f"{len(declaring)} agent(s) declare {cap!r} but none is online; "
+                f"see `reach.agents()`", capability=cap)
+        now = self.clock()
+        task_id = uuid.uuid4().hex
+        env = Envelope(
+            task_id=task_id, trace_id=trace_id or uuid.uuid4().hex, capability=cap,
+            params=params, caller=caller, idempotency_key=idempotency_key or task_id,
+            priority=priority, timeout=timeout,
+            max_retries=self.settings.max_retries if max_retries is None else max_retries,
+            created_at=now, parent_task_id=parent_task_id, traceparent=traceparent,
+        )
+        task = new_task(env, now)
+        self._track(task)
+        self.keys[env.idempotency_key] = task_id
+        if sink is not None:
+            self.add_chunk_sink(task_id, sink)
+        commit = self.store.insert(task)
+        self._commits[task_id] = commit
+        # Delivery starts while the row is being committed; the outcome is released only after
+        # the commit (see _finish), so nothing is answered that was not stored.
+        self._spawn(task)
+        try:
+            await asyncio.shield(commit)
+        finally:
+            if commit.done():
+                self._commits.pop(task_id, None)
+        return task, False
+
+    def _track(self, task: Task) -> None:
+        self.live[task.task_id] = task
+        self.traces.setdefault(task.envelope.trace_id, []).append(task.task_id)
+        self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
+
+    def _spawn(self, task: Task) -> None:
+        driver = asyncio.get_running_loop().create_task(self._drive(task),
+                                                        name=f"task-{task.task_id}")
+        self._drivers.add(driver)
+        driver.add_done_callback(self._drivers.discard)
+
+    # ------------------------------------------------------------ lookups
+
+    async def task(self, task_id: str) -> Task | None:
+        found = self.live.get(task_id) or self.recent.get(task_id) or self.dead.get(task_id)
+        if found is None:
+            found = await self.store.get(task_id)
+        return found
+
+    def outcome(self, task_id: str) -> asyncio.Future[Task] | None:
+        """A future that completes with the task once it is terminal (None if not live)."""
+        return self._outcomes.get(task_id)
+
+    def add_chunk_sink(self, task_id: str, sink: Callable[[str, int, Any], None]) -> None:
+        self._chunk_sinks.setdefault(task_id, []).append(sink)
+
+    def _emit_chunk(self, task_id: str, seq: int, data: Any) -> None:
+        for sink in self._chunk_sinks.get(task_id, ()):
+            sink(task_id, seq, data)
+
+    def agents_changed(self) -> None:
+        """The registry gained or lost healthy agents: wake tasks waiting for one."""
+        self._agents_changed.set()
+        self._agents_changed = asyncio.Event()
+        for record in self.registry.by_id.values():
+            self.slot_freed(record)
+
+    # ------------------------------------------------------------ driving one task
+
+    async def _drive(self, task: Task) -> None:
+        env = task.envelope
+        loop = asyncio.get_running_loop()
+        deadline = None if env.timeout is None else loop.time() + env.timeout
+        recovering_until = (loop.time() + self.settings.recovery_grace
+                            if task.history and task.history[-1][2] == "resumed" else 0.0)
+        retries = 0
+        exclude: set[str] = set()
+        hops = 0
+        max_hops = env.max_retries + 1 + 16
+        try:
+            while True:
+                hops += 1
+                if deadline is not None and loop.time() >= deadline:
+                    self._finish(task, S.DEAD, error=ReachTimeout(
+                        f"{env.capability!r} did not complete within {env.timeout}s"))
+                    return
+                try:
+                    record = await self._acquire(task, frozenset(exclude), deadline)
+                except Unavailable as exc:
+                    if loop.time() < recovering_until:
+                        await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
+                        continue
+                    if retries < env.max_retries and hops < max_hops:
+                        retries += 1
+                        await self._back_off(task, retries, deadline, str(exc))
+                        exclude.clear()
+                        continue
+                    self._finish(task, S.DEAD, error=exc)
+                    return
+                except Rejected as exc:
+                    self._finish(task, S.FAILED, error=exc)
+                    return
+                kind, payload, attempt = await self._attempt(task, record, deadline)
+                if kind == "ok":
+                    self._finish(task, S.SUCCEEDED, result=payload)
+                    return
+                if kind == "error" and (payload or {}).get("details", {}).get("answer"):
+                    self._finish(task, S.FAILED, wire_error=payload)
+                    return
+                exclude.add(record.agent_id)
+                if kind == "undelivered" and hops < max_hops:
+                    continue  # never reached the agent: fail over at once
+                idempotent = record.capabilities.get(env.capability)
+                retryable = idempotent is not None and idempotent.spec.idempotent
+                if retryable and retries < env.max_retries and hops < max_hops:
+                    retries += 1
+                    await self._back_off(task, retries, deadline, attempt.error or kind)
+                    continue
+                self._finish(task, S.DEAD, error=self._attempt_error(env, kind, payload,
+                                                                     record, retryable))
+                return
+        except asyncio.CancelledError:
+            # Coordinator stopping: the task stays unfinished in the store and resumes later.
+            raise
+        except Exception as exc:  # a bug here must not leave a caller waiting forever
+            if not task.terminal:
+                self._finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
+
+    def _attempt_error(self, env: Envelope, kind: str, payload: Any, record: AgentRecord,
+                       retryable: bool) -> ReachError:
+        if kind == "timeout":
+            return ReachTimeout(
+                f"{env.capability!r} at agent {record.name!r} did not complete in time"
+                + ("" if retryable else "; not retried: the capability is not idempotent"),
+                agent=record.name)
+        if kind == "error":
+            return TaskFailed(str((payload or {}).get("message", "agent fault")),
+                              remote={**(payload or {}), "agent": record.name})
+        return TaskFailed(f"agent {record.name!r} went away while running the task"
+                          + ("" if retryable else "; not retried: not idempotent"),
+                          remote={"code": kind, "agent": record.name})
+
+    async def _back_off(self, task: Task, retry: int, deadline: float | None,
+                        why: str) -> None:
+        delay = self.settings.backoff.delay(retry - 1, self.rng)
+        if deadline is not None:
+            delay = min(delay, max(0.0, deadline - asyncio.get_running_loop().time()))
+        task.move(S.RETRYING, self.clock(), f"retry {retry} in {delay * 1000:.0f} ms: {why}")
+        self.store.update(task)
+        await asyncio.sleep(delay)
+
+    async def _wait_for_agents(self, limit: float) -> None:
+        try:
+            async with asyncio.timeout(limit):
+                await self._agents_changed.wait()
+        except TimeoutError:
+            pass
+
+    async def _acquire(self, task: Task, exclude: frozenset[str],
+                       deadline: float | None) -> AgentRecord:
+        """An agent with a free slot; waits up to ``queue_wait`` when all are saturated."""
+        env = task.envelope
+        loop = asyncio.get_running_loop()
+        wait_until = loop.time() + self.settings.queue_wait
+        queued = False
+        while True:
+            declaring = self.registry.declaring(env.capability)
+            now = self.clock()
+            try:
+                try:
+                    return self.router.pick(env.capability, env.params, env.caller, declaring,
+                                            now, exclude, self.observed)
+                except Unavailable:
+                    if not exclude:
+                        raise
+                    exclude = frozenset()  # the only healthy agents were tried: try them again
+                    return self.router.pick(env.capability, env.params, env.caller, declaring,
+                                            now, exclude, self.observed)
+            except Saturated as sat:
+                left = wait_until - loop.time()
+                if deadline is not None:
+                    left = min(left, deadline - loop.time())
+                if left <= 0:
+                    raise Rejected(
+                        f"every agent for {env.capability!r} is at its max_concurrency; "
+                        f"slow down and retry", level=sat.level,
+                        capability=env.capability) from None
+                if not queued:
+                    task.move(S.QUEUED, now, "waiting for a free slot")
+                    queued = True
+                await self._wait_slot(env.capability, env.priority, left)
+
+    async def _wait_slot(self, capability: str, priority: int, limit: float) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters.setdefault(capability, []),
+                       (-priority, next(self._seq), fut))
+        try:
+            async with asyncio.timeout(limit):
+                await fut
+        except TimeoutError:
+            pass
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+    def slot_freed(self, record: AgentRecord) -> None:
+        """Wake the highest-priority waiter for each capability this agent serves."""
+        for cap in record.capabilities:
+            heap = self._waiters.get(cap)
+            while heap:
+                _, _, fut = heapq.heappop(heap)
+                if not fut.done():
+                    fut.set_result(None)
+                    break
+
+
+    async def _attempt(self, task: Task, record: AgentRecord,
+                       deadline: float | None) -> tuple[str, Any, Attempt]:
+        env = task.envelope
+        loop = asyncio.get_running_loop()
+        now = self.clock()
+        cap = record.capabilities[env.capability]
+        window = self.latency.setdefault(env.capability, LatencyWindow())
+        # The caller's deadline, when given, overrides the adaptive completion timeout.
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        completion = completion_timeout(cap.spec.latency_ms, window, left)
+        attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
+                          agent=record.name, started_at=now)
+        task.attempts.append(attempt)
+        task.move(S.DISPATCHED, now, f"attempt {attempt.number} to {record.name}")
+        session = record.session
+        tid = env.task_id
+        delivery = Delivery(loop, min(self.settings.ack_timeout, completion), completion,
+                            lambda seq, data: self._emit_chunk(tid, seq, data))
+        record.inflight += 1
+        record.calls += 1
+        record.breaker.on_dispatch(now)
+        started = loop.time()
+        try:
+            if session is None or not session.deliver(tid, attempt.number, delivery, dump(Invoke(
+                    task_id=env.task_id, attempt=attempt.number, capability=env.capability,
+                    params=env.params, idempotency_key=env.idempotency_key,
+                    trace_id=env.trace_id, parent_task_id=env.parent_task_id,
+                    traceparent=env.traceparent, caller=env.caller,
+                    deadline_ms=None if left is None else left * 1000))):
+                delivery.resolve("lost")
+            kind, payload = await delivery.fut
+            if kind == "lost" and not delivery.acked:
+                kind = "undelivered"
+            if delivery.acked and task.state is S.DISPATCHED:
+                task.history.append((S.RUNNING.value, self.clock(), "acknowledged"))
+        finally:
+            record.inflight -= 1
+            if session is not None:
+                session.forget(env.task_id, attempt.number)
+            self.slot_freed(record)
+        ended = self.clock()
+        attempt.ended_at = ended
+        answer = kind == "error" and bool((payload or {}).get("details", {}).get("answer"))
+        attempt.outcome = "ok" if kind == "ok" else "answer" if answer else kind
+        if kind == "ok":
+            took = loop.time() - started
+            window.add(took)
+            prev = self.observed.get(record.agent_id)
+            self.observed[record.agent_id] = took if prev is None else 0.8 * prev + 0.2 * took
+        elif not answer:
+            record.faults += 1
+            attempt.error = (str((payload or {}).get("message")) if kind == "error"
+                             else {"timeout": "completion timeout",
+                                   "undelivered": "not acknowledged",
+                                   "lost": "connection lost"}.get(kind, kind))
+        record.breaker.record(kind == "ok" or answer, ended)
+        return kind, payload, attempt
+
+    # ------------------------------------------------------------ finishing
+
+    def _finish(self, task: Task, state: TaskState, *, result: Any = None,
+                error: ReachError | None = None, wire_error: dict[str, Any] | None = None
+                ) -> None:
+        now = self.clock()
+        if error is not None:
+            wire_error = error.to_wire()
+        task.result = result
+        task.error = wire_error
+        note = "" if wire_error is None else str(wire_error.get("message", ""))[:200]
+        task.move(state, now, note)
+        self.store.update(task)
+        tid = task.task_id
+        self.live.pop(tid, None)
+        if state is S.DEAD:
+            self.dead[tid] = task
+        else:
+            self.dead.pop(tid, None)
+        self.recent[tid] = task
+        self.recent.move_to_end(tid)
+        while len(self.recent) > self.settings.recent_tasks:
+            old_id, old = self.recent.popitem(last=False)
+            ids = self.traces.get(old.envelope.trace_id)
+            if ids is not None and old_id in ids and old_id not in self.live:
+                ids.remove(old_id)
+                if not ids:
+                    del self.traces[old.envelope.trace_id]
+        self._chunk_sinks.pop(tid, None)
+        fut = self._outcomes.pop(tid, None)
+        if fut is None or fut.done():
+            return
+        commit = self._commits.get(tid)
+        if commit is None or commit.done():
+            fut.set_result(task)
+        else:  # answer only what was stored
+            commit.add_done_callback(lambda _c: fut.done() or fut.set_result(task))
+
+    # ------------------------------------------------------------ recovery and replay
+
+    def resume(self, task: Task) -> None:
+        """Drive a task found unfinished in the store after a restart (same key, same id)."""
+        task.state = S.PENDING
+        task.history.append((S.PENDING.value, self.clock(), "resumed"))
+        self._track(task)
+        self.keys[task.envelope.idempotency_key] = task.task_id
+        self.store.update(task)
+        self._spawn(task)
+
+    def replay(self, task: Task) -> None:
+        """Run a dead letter again with a fresh retry budget; it leaves the list on success."""
+        task.move(S.PENDING, self.clock(), "replayed")
+        self.recent.pop(task.task_id, None)
+        self._track(task)
+        self.store.update(task)
+        self._spawn(task)
+
+    def prune_keys(self, before: float) -> None:
+        stale = [k for k, tid in self.keys.items()
+                 if (t := self.recent.get(tid)) is not None and t.envelope.created_at < before]
+        for k in stale:
+            del self.keys[k]
+
+    async def stop(self, drain: float) -> None:
+        """Stop accepting; give running tasks ``drain`` seconds, then cancel the rest."""
+        self.accepting = False
+        if self._drivers:
+            _, pending = await asyncio.wait(set(self._drivers), timeout=drain)
+            for driver in pending:
+                driver.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        for fut in self._outcomes.values():
+            if not fut.done():
+                fut.cancel()
+        for heap in self._waiters.values():
+            for _, _, fut in heap:
+                if not fut.done():
+                    fut.cancel()
+

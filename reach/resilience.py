@@ -1,0 +1,124 @@
+"""Resilience decisions (pure): backoff with jitter, per-agent breaker, adaptive timeouts.
+
+Nothing here sleeps or reads a clock: callers pass ``now`` and a ``random.Random``.
+Field lessons behind the defaults: un-jittered retries after three agents failed together made
+three synchronized spikes; a fixed 2 s timeout broke when inference went from 1 s to 3 s at peak;
+a global breaker would have cut healthy agents along with a failing one.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: ``base × factor^n``, capped, with ± ``jitter`` share of randomness."""
+
+    base: float = 0.5
+    factor: float = 2.0
+    cap: float = 30.0
+    jitter: float = 0.2
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
+        raw = min(self.cap, self.base * self.factor ** max(0, retry))
+        spread = raw * self.jitter
+        return max(0.0, min(self.cap, raw + rng.uniform(-spread, spread)))
+
+
+class BreakerState(str, enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(slots=True)
+class Breaker:
+    """Per-agent circuit breaker over the last ``window`` calls.
+
+    closed → open when at least ``min_calls`` of the window and ≥ ``threshold`` of them failed;
+    open for ``open_for`` seconds; then half-open admits one probe; its success closes.
+    """
+
+    window: int = 10
+    min_calls: int = 5
+    threshold: float = 0.5
+    open_for: float = 5.0
+    state: BreakerState = BreakerState.CLOSED
+    opened_at: float = 0.0
+    probing: bool = False
+    outcomes: deque[bool] = field(default_factory=deque)
+
+    def allows(self, now: float) -> bool:
+        """May a call be routed to this agent now? (Does not reserve the half-open probe.)"""
+        if self.state is BreakerState.CLOSED:
+            return True
+        if self.state is BreakerState.OPEN:
+            return now - self.opened_at >= self.open_for
+        return not self.probing
+
+    def on_dispatch(self, now: float) -> None:
+        """A call is being sent: an open breaker past its wait becomes half-open with a probe."""
+        if self.state is BreakerState.OPEN and now - self.opened_at >= self.open_for:
+            self.state = BreakerState.HALF_OPEN
+        if self.state is BreakerState.HALF_OPEN:
+            self.probing = True
+
+    def record(self, ok: bool, now: float) -> BreakerState:
+        """Feed one outcome; returns the state after it."""
+        if self.state is BreakerState.HALF_OPEN:
+            self.probing = False
+            self.outcomes.clear()
+            if ok:
+                self.state = BreakerState.CLOSED
+            else:
+                self.state, self.opened_at = BreakerState.OPEN, now
+            return self.state
+        self.outcomes.append(ok)
+        while len(self.outcomes) > self.window:
+            self.outcomes.popleft()
+        if self.state is BreakerState.CLOSED and len(self.outcomes) >= self.min_calls:
+            if self.fault_rate() >= self.threshold:
+                self.state, self.opened_at = BreakerState.OPEN, now
+        return self.state
+
+    def fault_rate(self) -> float:
+        if not self.outcomes:
+            return 0.0
+        return sum(1 for ok in self.outcomes if not ok) / len(self.outcomes)
+
+
+@dataclass(slots=True)
+class LatencyWindow:
+    """The last ``size`` successful latencies (seconds) of one capability."""
+
+    size: int = 50
+    samples: deque[float] = field(default_factory=deque)
+    _p95: float | None = None
+
+    def add(self, seconds: float) -> None:
+        self.samples.append(seconds)
+        if len(self.samples) > self.size:
+            self.samples.popleft()
+        self._p95 = None
+
+    def p95(self) -> float | None:
+        if not self.samples:
+            return None
+        if self._p95 is None:
+            ordered = sorted(self.samples)
+            self._p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+        return self._p95
+
+
+def completion_timeout(latency_ms: float, window: LatencyWindow, override: float | None) -> float:
+    """max(declared latency × 1.2, P95 of recent successes × 1.5); a caller's override wins."""
+    if override is not None:
+        return override
+    declared = latency_ms / 1000.0 * 1.2
+    p95 = window.p95()
+    return declared if p95 is None else max(declared, p95 * 1.5)

@@ -1,0 +1,349 @@
+"""The store: agents' identities and every task, in SQLModel tables (SQLite default, PostgreSQL).
+
+All database work runs on one worker thread, so the event loop never blocks on I/O. Writes are
+group-committed: while one transaction is being written, new submissions gather, and the next
+transaction takes all of them. A submit waits for its own commit (``insert``) — that is the
+durability promise — but costs a fraction of a commit. Later state changes are written behind
+(``update``); a crash can lose them, never the task itself, which is then resumed with its key.
+
+SQLite files run in WAL mode with ``synchronous=NORMAL``: a commit survives the process being
+killed (kill -9); ``synchronous="full"`` also survives power loss, at the cost of an fsync per
+transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic_core import to_json
+from sqlalchemy import bindparam, event, insert, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import StaticPool
+from sqlmodel import Field, SQLModel, create_engine
+
+from .tasks import TERMINAL, Attempt, Envelope, Task, TaskState
+
+
+class AgentRow(SQLModel, table=True):
+    """Static identity and declaration; heartbeats live in memory, never here."""
+
+    __tablename__ = "reach_agents"
+    agent_id: str = Field(primary_key=True)
+    name: str = Field(index=True, unique=True)
+    version: str = "0"
+    capabilities: str = "[]"
+    max_concurrency: int = 20
+    first_seen: float = 0.0
+    last_registered: float = 0.0
+
+
+class TaskRow(SQLModel, table=True):
+    __tablename__ = "reach_tasks"
+    task_id: str = Field(primary_key=True)
+    trace_id: str = Field(index=True)
+    capability: str = Field(index=True)
+    caller: str = ""
+    idempotency_key: str = Field(index=True)
+    priority: int = 5
+    timeout: float | None = None
+    max_retries: int = 2
+    parent_task_id: str | None = None
+    traceparent: str | None = None
+    params: str = "{}"
+    state: str = Field(default="pending", index=True)
+    result: str | None = None
+    error: str | None = None
+    attempts: str = "[]"
+    history: str = "[]"
+    created_at: float = 0.0
+    updated_at: float = Field(default=0.0, index=True)
+
+
+_TASKS = TaskRow.__table__  # type: ignore[attr-defined]
+_AGENTS = AgentRow.__table__  # type: ignore[attr-defined]
+_UPDATE = (
+    update(_TASKS)
+    .where(_TASKS.c.task_id == bindparam("k_task_id"))
+    .values(state=bindparam("state"), result=bindparam("result"), error=bindparam("error"),
+            attempts=bindparam("attempts"), history=bindparam("history"),
+            updated_at=bindparam("updated_at"))
+)
+
+
+def _json(value: Any) -> str:
+    return to_json(value).decode()
+
+
+def _row(task: Task) -> dict[str, Any]:
+    env = task.envelope
+    return {
+        "task_id": env.task_id, "trace_id": env.trace_id, "capability": env.capability,
+        "caller": env.caller, "idempotency_key": env.idempotency_key,
+        "priority": env.priority, "timeout": env.timeout, "max_retries": env.max_retries,
+        "parent_task_id": env.parent_task_id, "traceparent": env.traceparent,
+        "params": _json(env.params), "created_at": env.created_at,
+        **_changes(task),
+    }
+
+
+def _changes(task: Task) -> dict[str, Any]:
+    return {
+        "state": task.state.value,
+        "result": None if task.result is None else _json(task.result),
+        "error": None if task.error is None else _json(task.error),
+        "attempts": _json([a.to_dict() for a in task.attempts]),
+        "history": _json(task.history),
+        "updated_at": task.updated_at,
+    }
+
+
+def task_from_row(row: Any) -> Task:
+    """Rebuild a live ``Task`` from a stored row."""
+    env = Envelope(
+        task_id=row.task_id, trace_id=row.trace_id, capability=row.capability,
+        params=json.loads(row.params), caller=row.caller,
+        idempotency_key=row.idempotency_key, priority=row.priority, timeout=row.timeout,
+        max_retries=row.max_retries, created_at=row.created_at,
+        parent_task_id=row.parent_task_id, traceparent=row.traceparent,
+    )
+    task = Task(envelope=env, state=TaskState(row.state), updated_at=row.updated_at)
+    task.result = None if row.result is None else json.loads(row.result)
+    task.error = None if row.error is None else json.loads(row.error)
+    for a in json.loads(row.attempts):
+        task.attempts.append(Attempt(
+            number=a["number"], agent_id=a["agent_id"], agent=a["agent"],
+            started_at=a["started_at"], ended_at=a.get("ended_at"),
+            outcome=a.get("outcome", "lost"), error=a.get("error")))
+    task.history = [tuple(h) for h in json.loads(row.history)]  # type: ignore[misc]
+    return task
+
+
+def make_engine(url: str, synchronous: str = "normal") -> Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and a shared in-memory pool."""
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    if in_memory:
+        kwargs["poolclass"] = StaticPool
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        if not in_memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        cur.execute("PRAGMA busy_timeout=5000")
+        cur.close()
+
+    return engine
+
+
+class Store:
+    """Async facade over the tables.
+
+    SQLite (file or memory) is driven from the event loop thread itself: a WAL commit without
+    fsync costs tens of microseconds, less than handing work to a thread and back (~90 µs plus
+    GIL contention). Other databases (PostgreSQL) and ``synchronous="full"`` — where a commit
+    waits on the network or the disk — run on one worker thread so the loop never waits on I/O.
+    """
+
+    def __init__(self, url: str = "sqlite://", synchronous: str = "normal",
+                 threaded: bool | None = None) -> None:
+        self.url = url
+        self.engine = make_engine(url, synchronous)
+        if threaded is None:
+            threaded = not url.startswith("sqlite") or synchronous.lower() in ("full", "extra")
+        self.threaded = threaded
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reach-store") \
+            if threaded else None
+        self._raw: Any = None
+        self._sql: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+        self._inserts: list[tuple[Task | None, asyncio.Future[None]]] = []
+        self._updates: dict[str, Task] = {}
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self.commits = 0
+        self.rows_written = 0
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        if self._pool is None:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        await self._run(self._setup)
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop(),
+                                                              name="reach-store-writer")
+
+    def _setup(self) -> None:
+        SQLModel.metadata.create_all(self.engine, [_TASKS, _AGENTS])
+        dialect = self.engine.dialect
+        for name, stmt, keys in (("insert", insert(_TASKS), [c.name for c in _TASKS.columns]),
+                                 ("update", _UPDATE, None)):
+            compiled = stmt.compile(dialect=dialect, column_keys=keys)
+            order = compiled.positiontup
+            self._sql[name] = (str(compiled), tuple(order) if order else None)
+        self._raw = self.engine.raw_connection()
+
+    async def close(self) -> None:
+        """Flush what is queued, then release the database."""
+        self._closing = True
+        self._wake.set()
+        if self._writer is not None:
+            await self._writer
+        await self._run(self._teardown)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def _teardown(self) -> None:
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+        self.engine.dispose()
+
+    # ------------------------------------------------------------ group-committed writes
+
+    def insert(self, task: Task) -> asyncio.Future[None]:
+        """Queue a new task; the future completes once its row is committed."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inserts.append((task, fut))
+        self._wake.set()
+        return fut
+
+    def update(self, task: Task) -> None:
+        """Queue the task's current state to be written behind (latest state wins)."""
+        self._updates[task.task_id] = task
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed."""
+        if self._inserts or self._updates:
+            marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._inserts.append((None, marker))
+            self._wake.set()
+            await marker
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            # One more turn of the loop lets every submit of this turn join the transaction.
+            await asyncio.sleep(0)
+            self._wake.clear()
+            if not self._inserts and not self._updates:
+                if self._closing:
+                    return
+                continue
+            inserts, self._inserts = self._inserts, []
+            updates, self._updates = self._updates, {}
+            # Rows are built here, on the loop, so the worker never reads a task mid-change.
+            new_rows = [_row(t) for t, _ in inserts if t is not None]
+            fresh = {r["task_id"] for r in new_rows}
+            changed = [{"k_task_id": tid, **_changes(t)} for tid, t in updates.items()
+                       if tid not in fresh]
+            try:
+                await self._run(self._commit, new_rows, changed)
+            except Exception as exc:  # the submitters learn their task was not stored
+                for _, fut in inserts:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            self.commits += 1
+            self.rows_written += len(new_rows) + len(changed)
+            for _, fut in inserts:
+                if not fut.done():
+                    fut.set_result(None)
+            if self._closing and not self._inserts and not self._updates:
+                return
+
+    def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
+        # The DBAPI directly, with statements SQLAlchemy compiled once for this dialect: the
+        # ORM path costs ~250 µs per commit, this one ~25 µs plus a few per row.
+        raw = self._raw
+        cur = raw.cursor()
+        try:
+            if new_rows:
+                self._many(cur, "insert", new_rows)
+            if changed:
+                self._many(cur, "update", changed)
+            raw.commit()
+        except Exception:
+            raw.rollback()
+            raise
+        finally:
+            cur.close()
+
+    def _many(self, cur: Any, name: str, rows: list[dict[str, Any]]) -> None:
+        sql, order = self._sql[name]
+        if order is None:
+            cur.executemany(sql, rows)
+        else:
+            cur.executemany(sql, [tuple(r[k] for k in order) for r in rows])
+
+    # ------------------------------------------------------------ reads
+
+    async def get(self, task_id: str) -> Task | None:
+        rows = await self._run(self._select, _TASKS.c.task_id == task_id, None)
+        return task_from_row(rows[0]) if rows else None
+
+    async def unfinished(self) -> list[Task]:
+        done = [s.value for s in TERMINAL]
+        rows = await self._run(self._select, _TASKS.c.state.not_in(done), None)
+        return [task_from_row(r) for r in rows]
+
+    async def dead(self, limit: int = 10_000) -> list[Task]:
+        rows = await self._run(self._select, _TASKS.c.state == TaskState.DEAD.value, limit)
+        return [task_from_row(r) for r in rows]
+
+    async def by_trace(self, trace_id: str) -> list[Task]:
+        rows = await self._run(self._select, _TASKS.c.trace_id == trace_id, None)
+        return [task_from_row(r) for r in rows]
+
+    async def keys_since(self, since: float) -> dict[str, str]:
+        """idempotency key → task id for tasks created after ``since``."""
+        def q() -> dict[str, str]:
+            with self.engine.connect() as conn:
+                stmt = (select(_TASKS.c.idempotency_key, _TASKS.c.task_id)
+                        .where(_TASKS.c.created_at >= since).order_by(_TASKS.c.created_at))
+                return {k: t for k, t in conn.execute(stmt)}
+        result: dict[str, str] = await self._run(q)
+        return result
+
+    def _select(self, where: Any, limit: int | None) -> list[Any]:
+        with self.engine.connect() as conn:
+            stmt = select(_TASKS).where(where).order_by(_TASKS.c.created_at)
+            if limit is not None:
+                stmt = stmt.limit(limit)
+            return list(conn.execute(stmt))
+
+    # ------------------------------------------------------------ agents' identities
+
+    async def agent_ids(self) -> dict[str, str]:
+        def q() -> dict[str, str]:
+            with self.engine.connect() as conn:
+                return {n: i for i, n in conn.execute(select(_AGENTS.c.agent_id,
+                                                            _AGENTS.c.name))}
+        result: dict[str, str] = await self._run(q)
+        return result
+
+    async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
+                         max_concurrency: int, now: float) -> None:
+        caps = _json(capabilities)
+
+        def upsert() -> None:
+            with self.engine.begin() as conn:
+                hit = conn.execute(update(_AGENTS).where(_AGENTS.c.agent_id == agent_id).values(
+                    name=name, version=version, capabilities=caps,
+                    max_concurrency=max_concurrency, last_registered=now))
+                if hit.rowcount == 0:
+                    conn.execute(insert(_AGENTS).values(
+                        agent_id=agent_id, name=name, version=version, capabilities=caps,
+                        max_concurrency=max_concurrency, first_seen=now, last_registered=now))
+        await self._run(upsert)

@@ -1,0 +1,150 @@
+"""Tasks: the envelope a caller submits and the state machine it moves through (pure).
+
+    pending ──► queued ──► dispatched ──► running ──► succeeded
+       │          │            │             │    ╲
+       │          │            │             │     ► failed     (a TaskError answer, rejected)
+       │          ▼            ▼             ▼
+       └──────► retrying ◄─────┴─────────────┘ ──► dead        (attempts exhausted: dead letter)
+                                                    │
+                         replay: dead ──► pending ◄─┘
+
+``pending`` means committed to the store and acknowledged. Every transition is recorded with
+the time it happened (the time is passed in; nothing here reads a clock).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TaskState(str, enum.Enum):
+    PENDING = "pending"
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+
+
+S = TaskState
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.DEAD})
+_ACTIVE = (S.QUEUED, S.DISPATCHED, S.RUNNING, S.RETRYING)
+
+TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    S.PENDING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD}),
+    S.QUEUED: frozenset({S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD}),
+    S.DISPATCHED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED,
+                             S.DISPATCHED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED}),
+    S.RETRYING: frozenset({S.QUEUED, S.DISPATCHED, S.FAILED, S.DEAD}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.DEAD: frozenset({S.PENDING}),
+}
+
+
+class InvalidTransition(ValueError):
+    """A state change the table does not allow: a bug in the caller, never a user error."""
+
+
+def can_move(src: TaskState, dst: TaskState) -> bool:
+    return dst in TRANSITIONS[src]
+
+
+@dataclass(slots=True)
+class Envelope:
+    """What a caller asked for; never changes after submit."""
+
+    task_id: str
+    trace_id: str
+    capability: str
+    params: dict[str, Any]
+    caller: str
+    idempotency_key: str
+    priority: int = 5
+    timeout: float | None = None
+    max_retries: int = 2
+    created_at: float = 0.0
+    parent_task_id: str | None = None
+    traceparent: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id, "trace_id": self.trace_id, "capability": self.capability,
+            "params": self.params, "caller": self.caller,
+            "idempotency_key": self.idempotency_key, "priority": self.priority,
+            "timeout": self.timeout, "max_retries": self.max_retries,
+            "created_at": self.created_at, "parent_task_id": self.parent_task_id,
+            "traceparent": self.traceparent,
+        }
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One delivery of a task to one agent."""
+
+    number: int
+    agent_id: str
+    agent: str
+    started_at: float
+    ended_at: float | None = None
+    outcome: str = "running"  # ok | answer | fault | timeout | lost | undelivered
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        duration = None if self.ended_at is None else round(
+            (self.ended_at - self.started_at) * 1000, 3)
+        return {"number": self.number, "agent_id": self.agent_id, "agent": self.agent,
+                "started_at": self.started_at, "ended_at": self.ended_at,
+                "duration_ms": duration, "outcome": self.outcome, "error": self.error}
+
+
+@dataclass(slots=True)
+class Task:
+    """A task's live record: its envelope, state, attempts and every timed transition."""
+
+    envelope: Envelope
+    state: TaskState = S.PENDING
+    result: Any = None
+    error: dict[str, Any] | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    history: list[tuple[str, float, str]] = field(default_factory=list)
+    updated_at: float = 0.0
+
+    @property
+    def task_id(self) -> str:
+        return self.envelope.task_id
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def move(self, dst: TaskState, now: float, note: str = "") -> None:
+        """Apply one transition, or raise ``InvalidTransition``."""
+        if dst not in TRANSITIONS[self.state]:
+            raise InvalidTransition(f"{self.task_id}: {self.state.value} -> {dst.value}")
+        self.state = dst
+        self.updated_at = now
+        self.history.append((dst.value, now, note))
+
+    def view(self) -> dict[str, Any]:
+        """The JSON-able status a caller or operator sees."""
+        return {
+            **self.envelope.to_dict(),
+            "state": self.state.value,
+            "result": self.result,
+            "error": self.error,
+            "attempts": [a.to_dict() for a in self.attempts],
+            "history": [{"state": s, "at": t, "note": n} for s, t, n in self.history],
+            "updated_at": self.updated_at,
+        }
+
+
+def new_task(envelope: Envelope, now: float) -> Task:
+    task = Task(envelope=envelope, updated_at=now)
+    task.history.append((S.PENDING.value, now, "accepted"))
+    return task
