@@ -37,16 +37,18 @@ S = TaskState
 class Delivery:
     """One attempt in flight at one agent: a future plus the ack and completion timers."""
 
-    __slots__ = ("fut", "acked", "_timer", "_loop", "_completion", "on_chunk")
+    __slots__ = ("fut", "acked", "_timer", "_loop", "_completion", "on_chunk", "on_ack")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
-                 completion: float, on_chunk: Callable[[int, Any], None] | None) -> None:
+                 completion: float, on_chunk: Callable[[int, Any], None] | None,
+                 on_ack: Callable[[], None] | None = None) -> None:
         self._loop = loop
         self.fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
         self.acked = False
         self._completion = completion
         self._timer = loop.call_later(ack_timeout, self._expire)
         self.on_chunk = on_chunk
+        self.on_ack = on_ack
 
     def ack(self) -> None:
         if self.acked or self.fut.done():
@@ -54,6 +56,8 @@ class Delivery:
         self.acked = True
         self._timer.cancel()
         self._timer = self._loop.call_later(self._completion, self._expire)
+        if self.on_ack is not None:
+            self.on_ack()
 
     def resolve(self, kind: str, payload: Any = None) -> None:
         """kind: ok | error (payload = wire error) | lost (connection went away)."""
@@ -349,7 +353,8 @@ class Gateway:
         session = record.session
         tid = env.task_id
         delivery = Delivery(loop, min(self.settings.ack_timeout, completion), completion,
-                            lambda seq, data: self._emit_chunk(tid, seq, data))
+                            lambda seq, data: self._emit_chunk(tid, seq, data),
+                            lambda: task.move(S.RUNNING, self.clock(), "acknowledged"))
         record.inflight += 1
         record.calls += 1
         record.breaker.on_dispatch(now)
@@ -365,8 +370,6 @@ class Gateway:
             kind, payload = await delivery.fut
             if kind == "lost" and not delivery.acked:
                 kind = "undelivered"
-            if delivery.acked and task.state is S.DISPATCHED:
-                task.history.append((S.RUNNING.value, self.clock(), "acknowledged"))
         finally:
             record.inflight -= 1
             if session is not None:

@@ -1,0 +1,98 @@
+"""The ``reach`` command: ``reach serve`` runs a coordinator, ``reach demo`` shows one at work."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from .config import Settings
+from .routing import STRATEGIES
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reach",
+        description="Agent-Reach: agents find each other, call each other's capabilities, "
+                    "and keep working through timeouts, crashes and overload.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run a standalone coordinator until Ctrl-C",
+                           description="Run a coordinator. Agents connect with "
+                                       "Agent(...).connect(URL), callers with Client.connect(URL).")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free)")
+    serve.add_argument("--store", default="sqlite:///reach.db",
+                       help="database URL: sqlite:///file.db (default reach.db), sqlite:// "
+                            "(in memory), postgresql+psycopg://...")
+    serve.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="S",
+                       help="seconds between agent heartbeats (default 10)")
+    serve.add_argument("--suspect-after", type=float, default=2.0, metavar="N",
+                       help="missed beats before an agent is suspected (default 2)")
+    serve.add_argument("--offline-after", type=float, default=3.0, metavar="N",
+                       help="missed beats before an agent is offline (default 3)")
+    serve.add_argument("--ack-timeout", type=float, default=5.0, metavar="S",
+                       help="seconds an agent has to acknowledge a delivery (default 5)")
+    serve.add_argument("--queue-wait", type=float, default=0.2, metavar="S",
+                       help="how long work waits for a free slot before 'rejected' (default 0.2)")
+    serve.add_argument("--max-retries", type=int, default=2, metavar="N",
+                       help="default retries per task (default 2)")
+    serve.add_argument("--strategy", choices=STRATEGIES, default="weighted",
+                       help="how to pick among healthy agents (default weighted)")
+    serve.add_argument("--recovery-grace", type=float, default=10.0, metavar="S",
+                       help="after a restart, how long resumed tasks wait for their agents")
+    serve.add_argument("--admin-token", default=None, help="token required by the admin feed")
+    serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+    demo = sub.add_parser("demo", help="a coordinator, three agents and a mix of calls, live",
+                          description="Starts a coordinator on an embedded SQLite file, three "
+                                      "agents from the field and a caller; shows agents and task "
+                                      "outcomes live, then exits by itself.")
+    demo.add_argument("--seconds", type=float, default=10.0,
+                      help="how long to send work (default 10; the demo exits soon after)")
+    demo.add_argument("--plain", action="store_true",
+                      help="print a final summary only (no live table)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(level=args.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        settings = Settings(
+            host=args.host, port=args.port, store=args.store,
+            heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
+            offline_after=args.offline_after, ack_timeout=args.ack_timeout,
+            queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
+            recovery_grace=args.recovery_grace, admin_token=args.admin_token)
+        try:
+            asyncio.run(_serve(settings))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    from .demo import run_demo
+    return asyncio.run(run_demo(seconds=args.seconds, live=not args.plain))
+
+
+async def _serve(settings: Settings) -> None:
+    from .reach import Reach
+
+    reach = await Reach.start(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"reach: coordinator listening on {reach.url} (store {settings.store})", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        print("reach: stopping (draining in-flight tasks)", flush=True)
+        await reach.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

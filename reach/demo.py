@@ -1,0 +1,192 @@
+"""``reach demo``: a coordinator on an embedded SQLite file, three agents from the field, a caller
+sending a mix of calls (one of which always fails), and a live table — then a clean exit."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+
+from .agent import Agent
+from .client import Client
+from .context import Context
+from .errors import ReachError, TaskError
+from .reach import Reach
+
+STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
+OUTCOME_STYLE = {"ok": "green", "task_failed": "red", "invalid_params": "magenta",
+                 "no_route": "magenta", "timeout": "yellow", "rejected": "yellow"}
+
+
+class SalesQuery(BaseModel):
+    region: str
+    quarter: str
+
+
+class StockQuery(BaseModel):
+    sku: str
+
+
+def build_agents(rng: random.Random) -> list[Agent]:
+    """The three agents of the demo: sales analysis, a slow report writer, inventory."""
+    sales = Agent("order-analysis", max_concurrency=20)
+
+    @sales.capability("sales.query", params=SalesQuery, latency_ms=200, weight=80,
+                      idempotent=True, intents=["查一下销售额", "sales figures"])
+    async def query_sales(region: str, quarter: str) -> dict[str, Any]:
+        """Sales figures for a region and quarter."""
+        await asyncio.sleep(rng.uniform(0.01, 0.06))
+        return {"region": region, "quarter": quarter, "revenue": rng.randint(100, 999) * 1000}
+
+    writer = Agent("report-writer", max_concurrency=4)
+
+    @writer.capability("report.generate", params={"type": "object", "properties": {
+        "region": {"type": "string"}}, "required": ["region"]}, latency_ms=1500,
+        idempotent=True, intents=["write a report"])
+    async def generate(region: str, ctx: Context) -> str:
+        """A quarterly report; asks sales.query for its numbers (same trace)."""
+        figures = await ctx.call("sales.query", {"region": region, "quarter": "Q3"})
+        await asyncio.sleep(rng.uniform(0.4, 1.0))
+        return f"Q3 report for {region}: revenue {figures['revenue']:,}"
+
+    stock = Agent("inventory", max_concurrency=10)
+
+    @stock.capability("stock.query", params=StockQuery, latency_ms=100, idempotent=True,
+                      intents=["库存", "how many in stock"])
+    async def query_stock(sku: str) -> dict[str, Any]:
+        """Units in stock for a SKU."""
+        await asyncio.sleep(rng.uniform(0.005, 0.03))
+        if sku == "SKU-404":
+            raise TaskError(f"unknown SKU {sku}")
+        if rng.random() < 0.1:  # a transient fault: the gateway retries idempotent reads
+            raise ConnectionError("inventory DB connection reset")
+        return {"sku": sku, "units": rng.randint(0, 500)}
+
+    return [sales, writer, stock]
+
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("sales.query", {"region": "east", "quarter": "Q3"}),
+    ("sales.query", {"region": "west", "quarter": "Q2"}),
+    ("stock.query", {"sku": "SKU-1"}),
+    ("stock.query", {"sku": "SKU-2"}),
+    ("report.generate", {"region": "east"}),
+    ("stock.query", {"sku": "SKU-404"}),          # fails on purpose: a TaskError answer
+    ("sales.query", {"region": "east"}),          # invalid params: no quarter
+    ("sales.querry", {"region": "east"}),         # no such capability: suggestions
+]
+
+
+class Board:
+    """What the live view shows: recent outcomes and totals."""
+
+    def __init__(self) -> None:
+        self.recent: deque[tuple[str, str, float, str]] = deque(maxlen=10)
+        self.totals: Counter[str] = Counter()
+        self.report_trace: str | None = None
+
+    def add(self, capability: str, outcome: str, ms: float, detail: str) -> None:
+        self.recent.appendleft((capability, outcome, ms, detail))
+        self.totals[outcome] += 1
+
+
+def render(reach: Reach, board: Board, left: float, db: Path) -> Group:
+    agents = Table(title="agents", expand=True)
+    for col in ("name", "state", "in-flight", "calls", "faults", "breaker", "capabilities"):
+        agents.add_column(col)
+    for a in reach.agents():
+        agents.add_row(a["name"], f"[{STATE_STYLE[a['state']]}]{a['state']}[/]",
+                       f"{a['inflight']}/{a['max_concurrency']}", str(a["calls"]),
+                       str(a["faults"]), a["breaker"], ", ".join(a["capabilities"]))
+    tasks = Table(title="recent calls", expand=True)
+    for col in ("capability", "outcome", "ms", "detail"):
+        tasks.add_column(col)
+    for cap, outcome, ms, detail in board.recent:
+        tasks.add_row(cap, f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
+                      f"{ms:.0f}", detail[:60])
+    totals = "  ".join(f"{k}: {v}" for k, v in sorted(board.totals.items()))
+    header = Panel(f"Agent-Reach demo — coordinator {reach.url}, store {db}\n"
+                   f"totals  {totals or '—'}   ({max(0.0, left):.0f}s of traffic left)")
+    return Group(header, agents, tasks)
+
+
+async def run_demo(seconds: float = 10.0, live: bool = True, console: Console | None = None
+                   ) -> int:
+    console = console or Console()
+    rng = random.Random(7)
+    with tempfile.TemporaryDirectory(prefix="reach-demo-") as tmp:
+        db = Path(tmp) / "reach.db"
+        async with Reach.start(store=f"sqlite:///{db}", heartbeat_interval=0.5) as reach:
+            agents = build_agents(rng)
+            for agent in agents:
+                await agent.connect(reach.url)
+            board = Board()
+            async with Client.connect(reach.url, caller="demo-planner") as client:
+                end = time.monotonic() + seconds
+                if live:
+                    with Live(render(reach, board, seconds, db), console=console,
+                              refresh_per_second=4) as view:
+                        await _traffic(client, board, end, rng,
+                                       lambda: view.update(render(
+                                           reach, board, end - time.monotonic(), db)))
+                        view.update(render(reach, board, 0, db))
+                else:
+                    await _traffic(client, board, end, rng, lambda: None)
+            for agent in agents:
+                await agent.close()
+            _summary(console, reach, board)
+    return 0
+
+
+async def _traffic(client: Client, board: Board, end: float, rng: random.Random,
+                   refresh: Any) -> None:
+    pending: set[asyncio.Task[None]] = set()
+    i = 0
+    while time.monotonic() < end:
+        capability, params = CALLS[i % len(CALLS)]
+        i += 1
+        work = asyncio.get_running_loop().create_task(_one(client, board, capability, params))
+        pending.add(work)
+        work.add_done_callback(pending.discard)
+        refresh()
+        await asyncio.sleep(rng.uniform(0.05, 0.15))
+    if pending:
+        await asyncio.wait(pending, timeout=5)
+    refresh()
+
+
+async def _one(client: Client, board: Board, capability: str, params: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    try:
+        handle = await client.submit(capability, params)
+        result = await handle.result(timeout=5)
+        if capability == "report.generate" and board.report_trace is None:
+            board.report_trace = handle.trace_id
+        board.add(capability, "ok", (time.perf_counter() - started) * 1000, str(result))
+    except ReachError as exc:
+        board.add(capability, exc.code, (time.perf_counter() - started) * 1000, exc.message)
+
+
+def _summary(console: Console, reach: Reach, board: Board) -> None:
+    console.print()
+    console.print("[bold]outcomes[/]: " + ", ".join(f"{k} {v}" for k, v in
+                                                    sorted(board.totals.items())))
+    if board.report_trace:
+        console.print(f"[bold]one trace[/] ({board.report_trace}): report.generate → sales.query")
+        events = reach.trace(board.report_trace)
+        t0 = events[0]["at"] if events else 0.0
+        for e in events:
+            console.print(f"  +{(e['at'] - t0) * 1000:7.1f} ms  {e['capability']:<16} "
+                          f"{e['state']:<11} {e['note']}")
+    console.print(f"[bold]dead letters[/]: {len(reach.dead_letters())}")
+    console.print("Next: `reach serve` for a standalone coordinator; see README.md.")
