@@ -27,7 +27,7 @@ from typing import Any
 
 import websockets
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
@@ -312,7 +312,7 @@ class Agent:
 
     def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
         if not running.done():
-            self._post(p.Ack(task_id=f.task_id, attempt=f.attempt))
+            self._post(p.Ack.model_construct(task_id=f.task_id, attempt=f.attempt))
 
     async def _execute(self, f: p.Invoke, outcome: asyncio.Future[Outcome]) -> None:
         key = f.idempotency_key
@@ -352,7 +352,7 @@ class Agent:
                 chunks = []
                 async for item in handler.fn(**kwargs):
                     item = _jsonable(item)
-                    self._post(p.Chunk(task_id=f.task_id, attempt=f.attempt, seq=len(chunks),
+                    self._post(p.Chunk.model_construct(task_id=f.task_id, attempt=f.attempt, seq=len(chunks),
                                        data=item))
                     chunks.append(item)
                 value: Any = chunks
@@ -361,7 +361,7 @@ class Agent:
             else:
                 value = await asyncio.to_thread(handler.fn, **kwargs)
             value = _jsonable(value)
-            p.Result(task_id=f.task_id, result=value).model_dump_json()
+            to_json(value)  # not JSON-able: a fault, reported now rather than lost
             return ("ok", value)
         except TaskError as exc:
             return _error("task_failed", exc.message, answer=True, agent=self.name,
@@ -414,10 +414,10 @@ class Agent:
     def _reply(self, f: p.Invoke, outcome: Outcome) -> None:
         kind, payload = outcome
         if kind == "ok":
-            self._post(p.Result(task_id=f.task_id, attempt=f.attempt, result=payload))
+            self._post(p.Result.model_construct(task_id=f.task_id, attempt=f.attempt, result=payload))
         else:
-            self._post(p.Error(task_id=f.task_id, attempt=f.attempt,
-                               error=p.WireError(**payload)))
+            self._post(p.Error.model_construct(task_id=f.task_id, attempt=f.attempt,
+                               error=p.WireError.model_construct(**payload)))
 
 
 def _error(code: str, message: str, **details: Any) -> Outcome:

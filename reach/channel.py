@@ -262,7 +262,8 @@ class CallerSession(_Session):
                 capability=f.capability, params=f.params, caller=self.caller,
                 idempotency_key=f.idempotency_key, priority=f.priority, timeout=f.timeout,
                 max_retries=f.max_retries, trace_id=f.trace_id,
-                parent_task_id=f.parent_task_id, traceparent=f.traceparent, sink=sink)
+                parent_task_id=f.parent_task_id, traceparent=f.traceparent, sink=sink,
+                intent=f.intent)
         except ReachError as exc:
             self.out.post(error_frame(exc, id=f.id))
             return
@@ -270,14 +271,14 @@ class CallerSession(_Session):
             log.exception("submit failed")
             self.out.post(error_frame(ReachError(f"task not accepted: {exc}"), id=f.id))
             return
-        self.out.post(p.dump(p.Accepted(id=f.id, task_id=task.task_id,
+        self.out.post(p.dump(p.Accepted.model_construct(id=f.id, task_id=task.task_id,
                                         trace_id=task.envelope.trace_id, duplicate=duplicate)))
         if f.wait:
             self._watch(task.task_id, f.id, task)
 
     def _chunk_sink(self, req_id: int) -> Callable[[str, int, Any], None]:
         def sink(task_id: str, seq: int, data: Any) -> None:
-            self.out.post(p.dump(p.Chunk(task_id=task_id, seq=seq, data=data, id=req_id)))
+            self.out.post(p.dump(p.Chunk.model_construct(task_id=task_id, seq=seq, data=data, id=req_id)))
         return sink
 
     def _watch(self, task_id: str, req_id: int, task: Any) -> None:
@@ -291,11 +292,11 @@ class CallerSession(_Session):
 
     def _post_outcome(self, task: Any, req_id: int) -> None:
         if task.state is TaskState.SUCCEEDED:
-            self.out.post(p.dump(p.Result(task_id=task.task_id, id=req_id, result=task.result)))
+            self.out.post(p.dump(p.Result.model_construct(task_id=task.task_id, id=req_id, result=task.result)))
         else:
             error = task.error or {"code": "task_failed", "message": "task failed"}
-            self.out.post(p.dump(p.Error(task_id=task.task_id, id=req_id,
-                                         error=p.WireError(**error))))
+            self.out.post(p.dump(p.Error.model_construct(task_id=task.task_id, id=req_id,
+                                         error=p.WireError.model_construct(**error))))
 
     async def _status(self, f: p.Status) -> None:
         task = await self.reach.gateway.task(f.task_id)

@@ -280,7 +280,8 @@ class Client:
     async def _submit(self, capability: str, params: dict[str, Any], key: str | None,
                       priority: int, timeout: float | None, max_retries: int | None,
                       trace_id: str | None, parent_task_id: str | None,
-                      traceparent: str | None, stream: bool) -> tuple[Handle, int]:
+                      traceparent: str | None, stream: bool, intent: str | None = None
+                      ) -> tuple[Handle, int]:
         req_id = next(self._ids)
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[Any] = loop.create_future()
@@ -290,10 +291,11 @@ class Client:
         # Registered before sending: the outcome may arrive right behind the acceptance.
         self._outcomes[req_id] = ("", outcome)
         try:
-            accepted = await self._request(p.Submit(
+            accepted = await self._request(p.Submit.model_construct(
                 id=req_id, capability=capability, params=params, idempotency_key=key,
                 priority=priority, timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-                parent_task_id=parent_task_id, traceparent=traceparent, wait=True), req_id)
+                parent_task_id=parent_task_id, traceparent=traceparent, wait=True,
+                intent=intent), req_id)
         except BaseException:
             self._streams.pop(req_id, None)
             self._outcomes.pop(req_id, None)
@@ -305,6 +307,15 @@ class Client:
                    timeout: float | None = None, **options: Any) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included)."""
         handle = await self.submit(capability, params, timeout=timeout, **options)
+        return await handle.result(None if timeout is None else timeout + 1.0)
+
+    async def call_intent(self, text: str, params: dict[str, Any] | None = None, *,
+                          timeout: float | None = None, idempotency_key: str | None = None,
+                          priority: int = 5) -> Any:
+        """Say what you need in words (Chinese or English); Reach picks the capability.
+        No good match raises ``NoRoute`` listing the closest capabilities."""
+        handle, _ = await self._submit("", params or {}, idempotency_key, priority, timeout,
+                                       None, None, None, None, False, intent=text)
         return await handle.result(None if timeout is None else timeout + 1.0)
 
     async def stream(self, capability: str, params: dict[str, Any] | None = None, *,

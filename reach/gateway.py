@@ -21,9 +21,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from . import intent as intents
 from . import names
 from .config import Settings
-from .errors import (InvalidParams, ReachError, ReachTimeout, Rejected, TaskFailed, Unavailable)
+from .errors import (InvalidParams, NoRoute, ReachError, ReachTimeout, Rejected, TaskFailed, Unavailable)
 from .protocol import Invoke, dump
 from .registry import AgentRecord, Registry
 from .resilience import LatencyWindow, completion_timeout
@@ -102,10 +103,13 @@ class Gateway:
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
                      traceparent: str | None = None,
-                     sink: Callable[[str, int, Any], None] | None = None) -> tuple[Task, bool]:
+                     sink: Callable[[str, int, Any], None] | None = None,
+                     intent: str | None = None) -> tuple[Task, bool]:
         """Accept a task once it is committed; returns (task, duplicate)."""
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
+        if not capability:
+            capability = self._by_intent(intent or "")
         try:
             cap = names.normalize(capability)
         except ValueError as exc:
@@ -149,6 +153,15 @@ class Gateway:
             if commit.done():
                 self._commits.pop(task_id, None)
         return task, False
+
+    def _by_intent(self, text: str) -> str:
+        if not text.strip():
+            raise InvalidParams("name a capability or state an intent")
+        found, closest = intents.resolve(text, self.registry.intents())
+        if found is None:
+            raise NoRoute(f"no capability matches the intent {text!r}; name one explicitly",
+                          intent=text, suggestions=closest)
+        return found
 
     def _track(self, task: Task) -> None:
         self.live[task.task_id] = task
@@ -360,7 +373,7 @@ class Gateway:
         record.breaker.on_dispatch(now)
         started = loop.time()
         try:
-            if session is None or not session.deliver(tid, attempt.number, delivery, dump(Invoke(
+            if session is None or not session.deliver(tid, attempt.number, delivery, dump(Invoke.model_construct(
                     task_id=env.task_id, attempt=attempt.number, capability=env.capability,
                     params=env.params, idempotency_key=env.idempotency_key,
                     trace_id=env.trace_id, parent_task_id=env.parent_task_id,

@@ -152,7 +152,8 @@ class Hello(Frame):
 class Submit(Frame):
     type: Literal["submit"] = "submit"
     id: int
-    capability: str = Field(min_length=1, max_length=200)
+    capability: str = Field(default="", max_length=200)
+    intent: str | None = Field(default=None, max_length=2000)
     params: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, max_length=400)
     priority: int = Field(default=5, ge=0, le=9)

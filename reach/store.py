@@ -44,9 +44,9 @@ class TaskRow(SQLModel, table=True):
     __tablename__ = "reach_tasks"
     task_id: str = Field(primary_key=True)
     trace_id: str = Field(index=True)
-    capability: str = Field(index=True)
+    capability: str = ""
     caller: str = ""
-    idempotency_key: str = Field(index=True)
+    idempotency_key: str = ""
     priority: int = 5
     timeout: float | None = None
     max_retries: int = 2
@@ -58,8 +58,8 @@ class TaskRow(SQLModel, table=True):
     error: str | None = None
     attempts: str = "[]"
     history: str = "[]"
-    created_at: float = 0.0
-    updated_at: float = Field(default=0.0, index=True)
+    created_at: float = Field(default=0.0, index=True)  # idempotency keys reload by age
+    updated_at: float = 0.0
 
 
 _TASKS = TaskRow.__table__  # type: ignore[attr-defined]
@@ -121,11 +121,15 @@ def task_from_row(row: Any) -> Task:
     return task
 
 
+def _in_memory(url: str) -> bool:
+    return url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+
+
 def make_engine(url: str, synchronous: str = "normal") -> Engine:
     """An engine for ``url``; SQLite gets WAL, a busy timeout and a shared in-memory pool."""
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
-    in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+    in_memory = _in_memory(url)
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
     if in_memory:
         kwargs["poolclass"] = StaticPool
@@ -146,10 +150,10 @@ def make_engine(url: str, synchronous: str = "normal") -> Engine:
 class Store:
     """Async facade over the tables.
 
-    SQLite (file or memory) is driven from the event loop thread itself: a WAL commit without
-    fsync costs tens of microseconds, less than handing work to a thread and back (~90 µs plus
-    GIL contention). Other databases (PostgreSQL) and ``synchronous="full"`` — where a commit
-    waits on the network or the disk — run on one worker thread so the loop never waits on I/O.
+    Files and servers are written from one worker thread: the sqlite3 driver releases the GIL
+    while it writes, so a commit (and WAL checkpoint fsyncs) overlaps with routing on the loop,
+    and the submissions that arrive meanwhile form the next group. The in-memory store has no
+    I/O to wait on and is driven from the loop itself, which is cheaper than the thread hop.
     """
 
     def __init__(self, url: str = "sqlite://", synchronous: str = "normal",
@@ -157,7 +161,7 @@ class Store:
         self.url = url
         self.engine = make_engine(url, synchronous)
         if threaded is None:
-            threaded = not url.startswith("sqlite") or synchronous.lower() in ("full", "extra")
+            threaded = not _in_memory(url)
         self.threaded = threaded
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reach-store") \
             if threaded else None
