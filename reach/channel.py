@@ -271,6 +271,10 @@ class CallerSession(_Session):
             log.exception("submit failed")
             self.out.post(error_frame(ReachError(f"task not accepted: {exc}"), id=f.id))
             return
+        if f.wait and task.terminal and not duplicate:
+            # Done before its commit was: one frame both acknowledges and answers.
+            self._post_outcome(task, f.id, accepts=True)
+            return
         self.out.post(p.dump(p.Accepted.model_construct(id=f.id, task_id=task.task_id,
                                         trace_id=task.envelope.trace_id, duplicate=duplicate)))
         if f.wait:
@@ -290,13 +294,16 @@ class CallerSession(_Session):
         fut.add_done_callback(
             lambda f: None if f.cancelled() else self._post_outcome(f.result(), req_id))
 
-    def _post_outcome(self, task: Any, req_id: int) -> None:
+    def _post_outcome(self, task: Any, req_id: int, accepts: bool = False) -> None:
+        trace_id = task.envelope.trace_id if accepts else None
         if task.state is TaskState.SUCCEEDED:
-            self.out.post(p.dump(p.Result.model_construct(task_id=task.task_id, id=req_id, result=task.result)))
+            self.out.post(p.dump(p.Result.model_construct(
+                task_id=task.task_id, id=req_id, trace_id=trace_id, result=task.result)))
         else:
             error = task.error or {"code": "task_failed", "message": "task failed"}
-            self.out.post(p.dump(p.Error.model_construct(task_id=task.task_id, id=req_id,
-                                         error=p.WireError.model_construct(**error))))
+            self.out.post(p.dump(p.Error.model_construct(
+                task_id=task.task_id, id=req_id, trace_id=trace_id,
+                error=p.WireError.model_construct(**error))))
 
     async def _status(self, f: p.Status) -> None:
         task = await self.reach.gateway.task(f.task_id)

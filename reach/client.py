@@ -224,9 +224,14 @@ class Client:
             if fut is not None and not fut.done():
                 fut.set_result(frame)
         elif kind == "result":
+            self._accept_with_outcome(frame)
             self._settle(frame.id, frame.result, None)
         elif kind == "error":
             err = from_wire(frame.error.model_dump())
+            if frame.trace_id is not None:  # the task was accepted, and failed
+                self._accept_with_outcome(frame)
+                self._settle(frame.id, None, err)
+                return
             fut = self._requests.pop(frame.id, None) if frame.id is not None else None
             if fut is not None:
                 if not fut.done():
@@ -239,6 +244,18 @@ class Client:
             queue = self._streams.get(frame.id or -1)
             if queue is not None:
                 queue.put_nowait(frame.data)
+
+    def _accept_with_outcome(self, frame: Any) -> None:
+        """An outcome frame carrying ``trace_id`` also stands for the submit's acceptance."""
+        if frame.trace_id is None or frame.id is None:
+            return
+        entry = self._outcomes.get(frame.id)
+        if entry is not None:
+            self._outcomes[frame.id] = (frame.task_id, entry[1])
+        fut = self._requests.pop(frame.id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(p.Accepted.model_construct(id=frame.id, task_id=frame.task_id,
+                                                      trace_id=frame.trace_id))
 
     def _settle(self, req_id: int | None, result: Any, err: ReachError | None) -> None:
         entry = self._outcomes.pop(req_id or -1, None)

@@ -86,6 +86,7 @@ class Result(Frame):
     task_id: str
     attempt: int = 0
     id: int | None = None
+    trace_id: str | None = None  # set when this frame also acknowledges the submit
     result: Any = None
 
 
@@ -96,6 +97,7 @@ class Error(Frame):
     task_id: str | None = None
     attempt: int = 0
     id: int | None = None
+    trace_id: str | None = None  # set when this frame also acknowledges the submit
     error: WireError
 
 

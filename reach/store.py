@@ -141,6 +141,9 @@ def make_engine(url: str, synchronous: str = "normal") -> Engine:
         if not in_memory:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            # The store checkpoints from its own thread (Store._checkpoint): an automatic
+            # checkpoint would fsync inside a commit, on the event loop.
+            cur.execute("PRAGMA wal_autocheckpoint=0")
         cur.execute("PRAGMA busy_timeout=5000")
         cur.close()
 
@@ -150,19 +153,29 @@ def make_engine(url: str, synchronous: str = "normal") -> Engine:
 class Store:
     """Async facade over the tables.
 
-    Files and servers are written from one worker thread: the sqlite3 driver releases the GIL
-    while it writes, so a commit (and WAL checkpoint fsyncs) overlaps with routing on the loop,
-    and the submissions that arrive meanwhile form the next group. The in-memory store has no
-    I/O to wait on and is driven from the loop itself, which is cheaper than the thread hop.
+    SQLite is written from the event loop itself, one transaction per turn of the loop for all
+    the submissions of that turn. With WAL and ``synchronous=NORMAL`` a commit is an append to
+    the WAL file (no fsync): ~30 µs, cheaper than a hand-off to a thread and back (~90 µs and
+    GIL ping-pong, measured). The one slow step, the checkpoint that fsyncs, runs on a worker
+    thread with its own connection. Servers (PostgreSQL) and ``synchronous="full"`` — where each
+    commit waits on the network or the disk — run every call on one worker thread instead.
     """
+
+    CHECKPOINT_EVERY = 256  # commits between WAL checkpoints
 
     def __init__(self, url: str = "sqlite://", synchronous: str = "normal",
                  threaded: bool | None = None) -> None:
         self.url = url
         self.engine = make_engine(url, synchronous)
         if threaded is None:
-            threaded = not _in_memory(url)
+            threaded = not url.startswith("sqlite") or synchronous.lower() in ("full", "extra")
         self.threaded = threaded
+        wal = url.startswith("sqlite") and not _in_memory(url) and not threaded
+        self._checkpointer = ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="reach-checkpoint") \
+            if wal else None
+        self._checkpointing: asyncio.Future[None] | None = None
+        self._since_checkpoint = 0
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reach-store") \
             if threaded else None
         self._raw: Any = None
@@ -203,9 +216,13 @@ class Store:
         self._wake.set()
         if self._writer is not None:
             await self._writer
+        if self._checkpointing is not None:
+            await asyncio.gather(self._checkpointing, return_exceptions=True)
         await self._run(self._teardown)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        if self._checkpointer is not None:
+            self._checkpointer.shutdown(wait=True)
 
     def _teardown(self) -> None:
         if self._raw is not None:
@@ -261,11 +278,29 @@ class Store:
                 continue
             self.commits += 1
             self.rows_written += len(new_rows) + len(changed)
+            self._maybe_checkpoint()
             for _, fut in inserts:
                 if not fut.done():
                     fut.set_result(None)
             if self._closing and not self._inserts and not self._updates:
                 return
+
+    def _maybe_checkpoint(self) -> None:
+        self._since_checkpoint += 1
+        if (self._checkpointer is None or self._since_checkpoint < self.CHECKPOINT_EVERY
+                or (self._checkpointing is not None and not self._checkpointing.done())):
+            return
+        self._since_checkpoint = 0
+        self._checkpointing = asyncio.get_running_loop().run_in_executor(
+            self._checkpointer, self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        # PASSIVE never blocks the writer; it copies what it can and fsyncs the database file.
+        raw = self.engine.raw_connection()
+        try:
+            raw.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            raw.close()
 
     def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
         # The DBAPI directly, with statements SQLAlchemy compiled once for this dialect: the

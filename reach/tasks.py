@@ -5,6 +5,7 @@
        │          │            │             │     ► failed     (a TaskError answer, rejected)
        │          ▼            ▼             ▼
        └──────► retrying ◄─────┴─────────────┘ ──► dead        (attempts exhausted: dead letter)
+                 ↺ (another backoff round while no agent is available)
                                                     │
                          replay: dead ──► pending ◄─┘
 
@@ -40,7 +41,7 @@ TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     S.DISPATCHED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED,
                              S.DISPATCHED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED}),
-    S.RETRYING: frozenset({S.QUEUED, S.DISPATCHED, S.FAILED, S.DEAD}),
+    S.RETRYING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.DEAD: frozenset({S.PENDING}),
