@@ -124,7 +124,8 @@ class AgentSession(_Session):
         try:
             _authorize(reach, reg.token, reg.name)
             agent_id = reach.identity(reg.name)
-            old = reach.registry.by_id.get(agent_id)
+            known = reach.registry.by_id.get(agent_id)
+            previous = known.session if known is not None else None
             registration = reach.registry.register(
                 agent_id=agent_id, name=reg.name, version=reg.version,
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, session=self,
@@ -137,8 +138,8 @@ class AgentSession(_Session):
             await _refuse(self.ws, exc)
             await self.out.aclose()
             return
-        if old is not None and isinstance(old.session, AgentSession) and old.session is not self:
-            old.session.replaced()
+        if isinstance(previous, AgentSession) and previous is not self:
+            previous.replaced()
         self.record = registration.record
         for warning in registration.warnings:
             log.warning("agent %s: %s", reg.name, warning)

@@ -243,8 +243,17 @@ class Gateway:
                     self._finish(task, S.FAILED, wire_error=payload)
                     return
                 exclude.add(record.agent_id)
-                if kind == "undelivered" and hops < max_hops:
-                    continue  # never reached the agent: fail over at once
+                if kind == "undelivered":
+                    # Never acknowledged: fail over at once while another candidate is left;
+                    # once every one was tried, it costs a retry like any other failure.
+                    others = self.registry.declaring(env.capability).keys() - exclude
+                    if others and hops < max_hops:
+                        continue
+                    if retries < env.max_retries:
+                        retries += 1
+                        await self._back_off(task, retries, deadline, attempt.error or kind)
+                        exclude.clear()
+                        continue
                 idempotent = record.capabilities.get(env.capability)
                 retryable = idempotent is not None and idempotent.spec.idempotent
                 if retryable and retries < env.max_retries and hops < max_hops:
@@ -391,7 +400,8 @@ class Gateway:
         ended = self.clock()
         attempt.ended_at = ended
         answer = kind == "error" and bool((payload or {}).get("details", {}).get("answer"))
-        attempt.outcome = "ok" if kind == "ok" else "answer" if answer else kind
+        attempt.outcome = ("ok" if kind == "ok" else "answer" if answer
+                           else "fault" if kind == "error" else kind)
         if kind == "ok":
             took = loop.time() - started
             window.add(took)

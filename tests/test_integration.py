@@ -180,7 +180,7 @@ async def test_idempotent_fault_fails_over_to_another_agent() -> None:
         assert await handle.result(5) == 7
         view = await client.status(handle.task_id)
         assert [a["agent"] for a in view["attempts"]] == ["bad", "good"]
-        assert view["attempts"][0]["outcome"] == "error"
+        assert view["attempts"][0]["outcome"] == "fault"
         assert any(h["state"] == "retrying" for h in view["history"])
     finally:
         await cluster.close()
@@ -368,6 +368,25 @@ async def test_identity_survives_reconnect_and_restart(tmp_path: Any) -> None:
     finally:
         await agent.close()
         await reach.stop()
+
+
+async def test_a_newer_connection_replaces_the_old_one(reach_cluster: Cluster) -> None:
+    import json
+
+    import websockets
+
+    register = json.dumps({"v": 1, "type": "register", "name": "twin",
+                           "capabilities": [{"name": "twin.run"}]})
+    async with websockets.connect(reach_cluster.url) as old:
+        await old.send(register)
+        first = json.loads(await old.recv())
+        async with websockets.connect(reach_cluster.url) as new:
+            await new.send(register)
+            second = json.loads(await new.recv())
+            assert second["agent_id"] == first["agent_id"]
+            await old.wait_closed()
+            assert old.close_code == 4000
+            assert state_of(reach_cluster.reach, "twin") == "online"
 
 
 async def test_closed_socket_is_suspected_then_offline(reach_cluster: Cluster) -> None:
