@@ -17,7 +17,7 @@ import heapq
 import itertools
 import random
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -85,6 +85,7 @@ class Gateway:
         self.traces: dict[str, list[str]] = {}
         self.dead: dict[str, Task] = {}
         self.keys: dict[str, str] = {}
+        self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
         self.latency: dict[str, LatencyWindow] = {}
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
@@ -139,7 +140,7 @@ class Gateway:
         )
         task = new_task(env, now)
         self._track(task)
-        self.keys[env.idempotency_key] = task_id
+        self.remember_key(env.idempotency_key, task_id, now)
         if sink is not None:
             self.add_chunk_sink(task_id, sink)
         commit = self.store.insert(task)
@@ -461,7 +462,7 @@ class Gateway:
         task.state = S.PENDING
         task.history.append((S.PENDING.value, self.clock(), "resumed"))
         self._track(task)
-        self.keys[task.envelope.idempotency_key] = task.task_id
+        self.remember_key(task.envelope.idempotency_key, task.task_id, task.envelope.created_at)
         self.store.update(task)
         self._spawn(task)
 
@@ -473,11 +474,19 @@ class Gateway:
         self.store.update(task)
         self._spawn(task)
 
-    def prune_keys(self, before: float) -> None:
-        stale = [k for k, tid in self.keys.items()
-                 if (t := self.recent.get(tid)) is not None and t.envelope.created_at < before]
-        for k in stale:
-            del self.keys[k]
+    def remember_key(self, key: str, task_id: str, created_at: float) -> None:
+        self.keys[key] = task_id
+        self._key_ages.append((created_at, key, task_id))
+
+    def prune_keys(self, before: float) -> int:
+        """Forget idempotency keys of tasks created before ``before`` (the TTL); returns how many."""
+        ages, pruned = self._key_ages, 0
+        while ages and ages[0][0] < before:
+            _, key, task_id = ages.popleft()
+            if self.keys.get(key) == task_id and task_id not in self.live:
+                del self.keys[key]
+                pruned += 1
+        return pruned
 
     async def stop(self, drain: float) -> None:
         """Stop accepting; give running tasks ``drain`` seconds, then cancel the rest."""

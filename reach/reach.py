@@ -104,7 +104,8 @@ class Reach:
         self._identities = await self.store.agent_ids()
         for task in await self.store.dead():
             self.gateway.dead[task.task_id] = task
-        self.gateway.keys.update(await self.store.keys_since(self.clock() - s.idempotency_ttl))
+        for key, task_id, created in await self.store.keys_since(self.clock() - s.idempotency_ttl):
+            self.gateway.remember_key(key, task_id, created)
         self._server = await serve(self.channel.handle, s.host, s.port,
                                    max_size=s.max_frame_bytes, compression=None,
                                    ping_interval=None)

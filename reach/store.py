@@ -345,14 +345,14 @@ class Store:
         rows = await self._run(self._select, _TASKS.c.trace_id == trace_id, None)
         return [task_from_row(r) for r in rows]
 
-    async def keys_since(self, since: float) -> dict[str, str]:
-        """idempotency key → task id for tasks created after ``since``."""
-        def q() -> dict[str, str]:
+    async def keys_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(idempotency key, task id, created) of tasks created after ``since``, oldest first."""
+        def q() -> list[tuple[str, str, float]]:
             with self.engine.connect() as conn:
-                stmt = (select(_TASKS.c.idempotency_key, _TASKS.c.task_id)
+                stmt = (select(_TASKS.c.idempotency_key, _TASKS.c.task_id, _TASKS.c.created_at)
                         .where(_TASKS.c.created_at >= since).order_by(_TASKS.c.created_at))
-                return {k: t for k, t in conn.execute(stmt)}
-        result: dict[str, str] = await self._run(q)
+                return [(k, t, c) for k, t, c in conn.execute(stmt)]
+        result: list[tuple[str, str, float]] = await self._run(q)
         return result
 
     def _select(self, where: Any, limit: int | None) -> list[Any]:

@@ -443,3 +443,19 @@ async def test_tokens_and_permissions() -> None:
             await intern.call("sales.query")
     finally:
         await cluster.close()
+
+
+async def test_idempotency_keys_expire_after_their_ttl(reach_cluster: Cluster) -> None:
+    async def charge() -> str:
+        return "ok"
+
+    await reach_cluster.add_agent("billing", {"payment.charge": charge})
+    client = await reach_cluster.client()
+    first = await client.submit("payment.charge", idempotency_key="k-ttl")
+    await first.result(5)
+    gateway = reach_cluster.reach.gateway
+    assert gateway.prune_keys(before=time.time() - 3600) == 0  # still within the TTL
+    assert (await client.submit("payment.charge", idempotency_key="k-ttl")).duplicate
+    assert gateway.prune_keys(before=time.time() + 1) == 1
+    again = await client.submit("payment.charge", idempotency_key="k-ttl")
+    assert not again.duplicate and again.task_id != first.task_id
