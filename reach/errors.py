@@ -25,7 +25,7 @@ class ReachError(Exception):
 
     code: str = "reach_error"
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, /, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = details
@@ -93,7 +93,7 @@ class TaskError(TaskFailed):
     as a ``TaskError`` too (a subclass of ``TaskFailed``).
     """
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, /, **details: Any) -> None:
         details.setdefault("answer", True)
         super().__init__(message, **details)
 

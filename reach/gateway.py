@@ -207,8 +207,12 @@ class Gateway:
         env = task.envelope
         loop = asyncio.get_running_loop()
         deadline = None if env.timeout is None else loop.time() + env.timeout
-        recovering_until = (loop.time() + self.settings.recovery_grace
-                            if task.history and task.history[-1][2] == "resumed" else 0.0)
+        resumed = bool(task.history) and task.history[-1][2] == "resumed"
+        recovering_until = loop.time() + self.settings.recovery_grace if resumed else 0.0
+        # A task interrupted by a crash goes back to the agent that was running it: only that
+        # agent's cache knows the key, so another agent would run it a second time.
+        sticky = task.attempts[-1].agent_id if resumed and task.attempts and \
+            task.attempts[-1].outcome == "lost" else None
         retries = 0
         exclude: set[str] = set()
         hops = 0
@@ -220,6 +224,33 @@ class Gateway:
                     self._finish(task, S.DEAD, error=ReachTimeout(
                         f"{env.capability!r} did not complete within {env.timeout}s"))
                     return
+                if sticky is not None:
+                    record = self.registry.by_id.get(sticky)
+                    if record is not None and self._ready(record, env.capability):
+                        sticky = None
+                    elif loop.time() < recovering_until:
+                        await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
+                        continue
+                    elif self._idempotent(env.capability):
+                        sticky = None  # safe to run again elsewhere
+                        continue
+                    else:
+                        self._finish(task, S.DEAD, error=Unavailable(
+                            f"the agent that was running {env.capability!r} when the "
+                            f"coordinator stopped did not come back within "
+                            f"{self.settings.recovery_grace}s; not re-run elsewhere because "
+                            f"the capability is not idempotent (replay it if it did not run)",
+                            agent_id=task.attempts[-1].agent_id))
+                        return
+                    kind, payload, attempt = await self._attempt(task, record, deadline)
+                    exclude.add(record.agent_id)
+                    if kind == "ok":
+                        self._finish(task, S.SUCCEEDED, result=payload)
+                        return
+                    if kind == "error" and (payload or {}).get("details", {}).get("answer"):
+                        self._finish(task, S.FAILED, wire_error=payload)
+                        return
+                    continue
                 try:
                     record = await self._acquire(task, frozenset(exclude), deadline)
                 except Unavailable as exc:
@@ -270,6 +301,16 @@ class Gateway:
         except Exception as exc:  # a bug here must not leave a caller waiting forever
             if not task.terminal:
                 self._finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
+
+    @staticmethod
+    def _ready(record: AgentRecord, capability: str) -> bool:
+        return (record.state.value == "online" and record.connected
+                and capability in record.capabilities
+                and record.inflight < record.max_concurrency)
+
+    def _idempotent(self, capability: str) -> bool:
+        return any(r.capabilities[capability].spec.idempotent
+                   for r in self.registry.declaring(capability).values())
 
     def _attempt_error(self, env: Envelope, kind: str, payload: Any, record: AgentRecord,
                        retryable: bool) -> ReachError:
@@ -373,6 +414,7 @@ class Gateway:
                           agent=record.name, started_at=now)
         task.attempts.append(attempt)
         task.move(S.DISPATCHED, now, f"attempt {attempt.number} to {record.name}")
+        self.store.update(task)  # which agent holds the key, should the coordinator crash
         session = record.session
         tid = env.task_id
         delivery = Delivery(loop, min(self.settings.ack_timeout, completion), completion,
@@ -460,6 +502,9 @@ class Gateway:
     def resume(self, task: Task) -> None:
         """Drive a task found unfinished in the store after a restart (same key, same id)."""
         task.state = S.PENDING
+        for attempt in task.attempts:
+            if attempt.outcome == "running":  # interrupted by the crash
+                attempt.outcome, attempt.error = "lost", "coordinator restarted"
         task.history.append((S.PENDING.value, self.clock(), "resumed"))
         self._track(task)
         self.remember_key(task.envelope.idempotency_key, task.task_id, task.envelope.created_at)

@@ -43,8 +43,13 @@ def normalize(name: str) -> str:
         raise ValueError("capability name is empty")
     if "." in stripped:
         segments = ["_".join(words(seg)) for seg in stripped.split(".")]
-        return ".".join(s for s in segments if s)
+        joined = ".".join(s for s in segments if s)
+        if not joined:
+            raise ValueError(f"capability name {name!r} has no words")
+        return joined
     ws = words(stripped)
+    if not ws:
+        raise ValueError(f"capability name {name!r} has no words")
     if len(ws) == 1:
         return ws[0]
     if ws[0] in VERBS:

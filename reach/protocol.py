@@ -224,13 +224,15 @@ def _explain(raw: str | bytes, exc: ValidationError) -> ProtocolError:
     if not isinstance(obj, dict):
         return ProtocolError("frame must be a JSON object with 'v' and 'type'")
     version = obj.get("v", VERSION)
-    if version not in SUPPORTED_VERSIONS:
+    if not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         return ProtocolError(
             f"unsupported protocol version {version!r}; this coordinator speaks v{VERSION}",
             supported=sorted(SUPPORTED_VERSIONS),
         )
     kind = obj.get("type")
-    if kind not in FRAME_TYPES:
+    if kind is None:
+        return ProtocolError(f"frame has no 'type'; expected one of {sorted(FRAME_TYPES)}")
+    if not isinstance(kind, str) or kind not in FRAME_TYPES:
         return ProtocolError(
             f"unknown frame type {kind!r}; expected one of {sorted(FRAME_TYPES)}")
     first = exc.errors()[0]

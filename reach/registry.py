@@ -84,11 +84,15 @@ class Registry:
         """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration."""
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
+        # Look-alikes are judged against other agents' names, not this agent's previous ones.
+        others = [c for c, agents in self.index.items() if agents.keys() - {agent_id}]
         for spec in specs:
             canonical = names.normalize(spec.name)
+            if canonical in caps:
+                raise ValueError(f"capability {spec.name!r} is declared twice (as {canonical!r})")
             if canonical != spec.name:
                 warnings.append(f"capability {spec.name!r} registered as {canonical!r}")
-            for other in names.look_alikes(canonical, self.index):
+            for other in names.look_alikes(canonical, [*others, *caps]):
                 warnings.append(
                     f"capability {canonical!r} looks like existing {other!r}; callers asking "
                     f"for one will not reach the other")

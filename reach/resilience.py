@@ -25,9 +25,12 @@ class Backoff:
 
     def delay(self, retry: int, rng: random.Random) -> float:
         """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
-        raw = min(self.cap, self.base * self.factor ** max(0, retry))
+        raw = min(self.cap, self.base * self.factor ** min(max(0, retry), 64))
         spread = raw * self.jitter
-        return max(0.0, min(self.cap, raw + rng.uniform(-spread, spread)))
+        delay = raw + rng.uniform(-spread, spread)
+        if delay > self.cap:  # reflect below the cap: clamping would re-synchronize retries there
+            delay = 2 * self.cap - delay
+        return max(0.0, delay)
 
 
 class BreakerState(str, enum.Enum):
