@@ -88,6 +88,7 @@ class Gateway:
         self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
         self.latency: dict[str, LatencyWindow] = {}
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
+        self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
         self._commits: dict[str, asyncio.Future[None]] = {}
         self._chunk_sinks: dict[str, list[Callable[[str, int, Any], None]]] = {}
@@ -123,6 +124,11 @@ class Gateway:
                     await asyncio.shield(commit)
                 return first, True
         declaring = self.registry.declaring(cap)
+        if not declaring and cap in self.known:
+            raise Unavailable(
+                f"{cap!r} is declared by {sorted(self.known[cap])}, not connected now "
+                f"(after a restart agents reconnect by themselves); retry shortly",
+                capability=cap)
         self.router.admit(cap, params, caller, declaring, self.registry.capability_names())
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
         if not any(r.state.value == "online" and r.connected for r in declaring.values()):

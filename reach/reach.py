@@ -19,6 +19,7 @@ from typing import Any
 
 from websockets.asyncio.server import Server, serve
 
+from . import names
 from .channel import Channel, new_agent_id
 from .config import Settings
 from .errors import ReachError
@@ -102,13 +103,19 @@ class Reach:
         s = self.settings
         await self.store.open()
         self._identities = await self.store.agent_ids()
+        for name, caps in (await self.store.declared()).items():
+            for cap in caps:
+                try:
+                    self.gateway.known.setdefault(names.normalize(cap), set()).add(name)
+                except ValueError:
+                    continue
         for task in await self.store.dead():
             self.gateway.dead[task.task_id] = task
         for key, task_id, created in await self.store.keys_since(self.clock() - s.idempotency_ttl):
             self.gateway.remember_key(key, task_id, created)
         self._server = await serve(self.channel.handle, s.host, s.port,
                                    max_size=s.max_frame_bytes, compression=None,
-                                   ping_interval=None)
+                                   ping_interval=None, close_timeout=1.0)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
@@ -174,6 +181,8 @@ class Reach:
         return agent_id
 
     async def remember_agent(self, record: AgentRecord, reg: Register) -> None:
+        for cap in record.capabilities:
+            self.gateway.known.setdefault(cap, set()).add(record.name)
         await self.store.save_agent(
             record.agent_id, record.name, record.version,
             [c.model_dump() for c in reg.capabilities], record.max_concurrency, self.clock())

@@ -372,6 +372,16 @@ class Store:
         result: dict[str, str] = await self._run(q)
         return result
 
+    async def declared(self) -> dict[str, list[str]]:
+        """agent name → the capability names it declared when it last registered."""
+        def q() -> dict[str, list[str]]:
+            with self.engine.connect() as conn:
+                rows = conn.execute(select(_AGENTS.c.name, _AGENTS.c.capabilities))
+                return {n: [str(c.get("name", "")) for c in json.loads(caps)]
+                        for n, caps in rows}
+        result: dict[str, list[str]] = await self._run(q)
+        return result
+
     async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
                          max_concurrency: int, now: float) -> None:
         caps = _json(capabilities)

@@ -459,3 +459,24 @@ async def test_idempotency_keys_expire_after_their_ttl(reach_cluster: Cluster) -
     assert gateway.prune_keys(before=time.time() + 1) == 1
     again = await client.submit("payment.charge", idempotency_key="k-ttl")
     assert not again.duplicate and again.task_id != first.task_id
+
+
+async def test_a_capability_known_from_before_a_restart_is_unavailable_not_unknown(
+        tmp_path: Any) -> None:
+    store = f"sqlite:///{tmp_path / 'reach.db'}"
+    async with Reach.start(store=store) as reach:
+        agent = Agent("inventory")
+
+        @agent.capability("stock.query")
+        async def q() -> int:
+            return 1
+
+        await agent.connect(reach.url)
+        await agent.close()
+    async with Reach.start(store=store) as reach:
+        async with Client.connect(reach.url) as client:
+            with pytest.raises(Unavailable) as err:
+                await client.call("stock.query")
+            assert "inventory" in err.value.message
+            with pytest.raises(NoRoute):
+                await client.call("stock.querry")
