@@ -243,7 +243,7 @@ class CallerSession(_Session):
 
     def _on_frame(self, frame: Any) -> None:
         if frame.type == "submit":
-            self._spawn(self._submit(frame))
+            self._on_submit(frame)
         elif frame.type == "status":
             self._spawn(self._status(frame))
         elif frame.type == "result":
@@ -256,10 +256,12 @@ class CallerSession(_Session):
         self._work.add(work)
         work.add_done_callback(self._work.discard)
 
-    async def _submit(self, f: p.Submit) -> None:
+    def _on_submit(self, f: p.Submit) -> None:
+        # The common path creates no task of its own: acceptance is posted from the commit's
+        # completion callback. Only a duplicate known solely to the store needs a coroutine.
         sink = self._chunk_sink(f.id) if f.wait else None
         try:
-            task, duplicate = await self.reach.gateway.submit(
+            admission = self.reach.gateway.accept(
                 capability=f.capability, params=f.params, caller=self.caller,
                 idempotency_key=f.idempotency_key, priority=f.priority, timeout=f.timeout,
                 max_retries=f.max_retries, trace_id=f.trace_id,
@@ -268,9 +270,30 @@ class CallerSession(_Session):
         except ReachError as exc:
             self.out.post(error_frame(exc, id=f.id))
             return
-        except Exception as exc:  # the store failed: the task was not accepted
-            log.exception("submit failed")
-            self.out.post(error_frame(ReachError(f"task not accepted: {exc}"), id=f.id))
+        task, commit = admission.task, admission.commit
+        if task is None:
+            self._spawn(self._late_duplicate(f, admission.lookup or ""))
+        elif commit is None:
+            self._acknowledge(f, task, admission.duplicate)
+        else:
+            commit.add_done_callback(
+                lambda c: self._acknowledge(f, task, admission.duplicate, c))
+
+    async def _late_duplicate(self, f: p.Submit, task_id: str) -> None:
+        task = await self.reach.gateway.task(task_id)
+        if task is None:
+            self.out.post(error_frame(ReachError(
+                "the first task of this idempotency key was not found"), id=f.id))
+            return
+        self._acknowledge(f, task, True)
+
+    def _acknowledge(self, f: p.Submit, task: Any, duplicate: bool,
+                     commit: asyncio.Future[None] | None = None) -> None:
+        if commit is not None and (commit.cancelled() or commit.exception() is not None):
+            # The store failed: the task was not accepted, so it is not acknowledged.
+            why = "cancelled" if commit.cancelled() else repr(commit.exception())
+            log.error("submit not committed: %s", why)
+            self.out.post(error_frame(ReachError(f"task not accepted: {why}"), id=f.id))
             return
         if f.wait and task.terminal and not duplicate:
             # Done before its commit was: one frame both acknowledges and answers.

@@ -28,7 +28,7 @@ class Settings:
     # durability and memory
     idempotency_ttl: float = 24 * 3600.0
     recovery_grace: float = 10.0
-    recent_tasks: int = 20_000
+    recent_tasks: int = 10_000  # finished tasks kept in memory for status and trace
     drain_timeout: float = 5.0
     # wire and security
     max_frame_bytes: int = 1 << 20

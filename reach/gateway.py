@@ -16,9 +16,10 @@ import asyncio
 import heapq
 import itertools
 import random
-import uuid
+import os
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import intent as intents
@@ -36,9 +37,18 @@ S = TaskState
 
 
 class Delivery:
-    """One attempt in flight at one agent: a future plus the ack and completion timers."""
+    """One attempt in flight at one agent: a future plus its two timers.
 
-    __slots__ = ("fut", "acked", "_timer", "_loop", "_completion", "on_chunk", "on_ack")
+    The ack timer (``ack_timeout``) says whether the agent got the work at all; the completion
+    timer runs from dispatch. When a timer fires late because the loop itself stalled (a GC
+    pause, a busy neighbour), the answer may already sit unread in the socket: the timer then
+    waits once more as long as it was late before it gives up, so a coordinator stall is not
+    blamed on the agent.
+    """
+
+    __slots__ = ("fut", "acked", "_ack_timer", "_done_timer", "_loop", "_extended", "on_chunk",
+                 "on_ack")
+    LAG_SLACK = 0.005
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
                  completion: float, on_chunk: Callable[[int, Any], None] | None,
@@ -46,8 +56,12 @@ class Delivery:
         self._loop = loop
         self.fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
         self.acked = False
-        self._completion = completion
-        self._timer = loop.call_later(ack_timeout, self._expire)
+        self._extended = False
+        now = loop.time()
+        self._ack_timer: asyncio.TimerHandle | None = loop.call_at(
+            now + ack_timeout, self._expire, "undelivered", now + ack_timeout)
+        self._done_timer = loop.call_at(now + completion, self._expire, "timeout",
+                                        now + completion)
         self.on_chunk = on_chunk
         self.on_ack = on_ack
 
@@ -55,20 +69,48 @@ class Delivery:
         if self.acked or self.fut.done():
             return
         self.acked = True
-        self._timer.cancel()
-        self._timer = self._loop.call_later(self._completion, self._expire)
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         if self.on_ack is not None:
             self.on_ack()
 
     def resolve(self, kind: str, payload: Any = None) -> None:
         """kind: ok | error (payload = wire error) | lost (connection went away)."""
         if not self.fut.done():
-            self._timer.cancel()
+            self._cancel_timers()
             self.fut.set_result((kind, payload))
 
-    def _expire(self) -> None:
-        if not self.fut.done():
-            self.fut.set_result(("timeout" if self.acked else "undelivered", None))
+    def _cancel_timers(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+        self._done_timer.cancel()
+
+    def _expire(self, kind: str, due: float) -> None:
+        if self.fut.done():
+            return
+        late = self._loop.time() - due
+        if late > self.LAG_SLACK and not self._extended:
+            self._extended = True
+            handle = self._loop.call_later(late, self._expire, kind, self._loop.time() + late)
+            if kind == "undelivered":
+                self._ack_timer = handle
+            else:
+                self._done_timer = handle
+            return
+        self._cancel_timers()
+        self.fut.set_result((kind if kind == "undelivered" or self.acked else "timeout", None))
+
+
+@dataclass(slots=True)
+class Admission:
+    """What ``Gateway.accept`` decided: the task (None when only the store knows it, see
+    ``lookup``), whether it is a duplicate, and the commit to wait for before acknowledging."""
+
+    task: Task | None
+    duplicate: bool
+    commit: asyncio.Future[None] | None
+    lookup: str | None
 
 
 class Gateway:
@@ -100,14 +142,28 @@ class Gateway:
 
     # ------------------------------------------------------------ submit
 
-    async def submit(self, *, capability: str, params: dict[str, Any], caller: str,
-                     idempotency_key: str | None = None, priority: int = 5,
-                     timeout: float | None = None, max_retries: int | None = None,
-                     trace_id: str | None = None, parent_task_id: str | None = None,
-                     traceparent: str | None = None,
-                     sink: Callable[[str, int, Any], None] | None = None,
-                     intent: str | None = None) -> tuple[Task, bool]:
-        """Accept a task once it is committed; returns (task, duplicate)."""
+    async def submit(self, **request: Any) -> tuple[Task, bool]:
+        """Accept a task and return once it is committed: (task, duplicate).
+        Keywords are those of ``accept``."""
+        admission = self.accept(**request)
+        task = admission.task
+        if task is None:  # a duplicate key whose first task is no longer in memory
+            task = await self.task(admission.lookup or "")
+            if task is None:
+                raise ReachError("the first task of this idempotency key was not found")
+        if admission.commit is not None:
+            await asyncio.shield(admission.commit)
+        return task, admission.duplicate
+
+    def accept(self, *, capability: str, params: dict[str, Any], caller: str,
+               idempotency_key: str | None = None, priority: int = 5,
+               timeout: float | None = None, max_retries: int | None = None,
+               trace_id: str | None = None, parent_task_id: str | None = None,
+               traceparent: str | None = None,
+               sink: Callable[[str, int, Any], None] | None = None,
+               intent: str | None = None) -> Admission:
+        """Check, record and start a task without waiting: the caller acknowledges it once
+        ``commit`` completes. Raises the typed ``ReachError`` when the task is refused."""
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
         if not capability:
@@ -117,12 +173,12 @@ class Gateway:
         except ValueError as exc:
             raise InvalidParams(str(exc)) from None
         if idempotency_key is not None and idempotency_key in self.keys:
-            first = await self.task(self.keys[idempotency_key])
-            if first is not None:
-                commit = self._commits.get(first.task_id)
-                if commit is not None:
-                    await asyncio.shield(commit)
-                return first, True
+            first_id = self.keys[idempotency_key]
+            first = self.live.get(first_id) or self.recent.get(first_id) \
+                or self.dead.get(first_id)
+            commit = self._commits.get(first_id)
+            return Admission(first, True, commit if commit is not None and not commit.done()
+                             else None, first_id)
         declaring = self.registry.declaring(cap)
         if not declaring and cap in self.known:
             raise Unavailable(
@@ -136,9 +192,9 @@ class Gateway:
                 f"{len(declaring)} agent(s) declare {cap!r} but none is online; "
                 f"see `reach.agents()`", capability=cap)
         now = self.clock()
-        task_id = uuid.uuid4().hex
+        task_id = os.urandom(16).hex()
         env = Envelope(
-            task_id=task_id, trace_id=trace_id or uuid.uuid4().hex, capability=cap,
+            task_id=task_id, trace_id=trace_id or os.urandom(16).hex(), capability=cap,
             params=params, caller=caller, idempotency_key=idempotency_key or task_id,
             priority=priority, timeout=timeout,
             max_retries=self.settings.max_retries if max_retries is None else max_retries,
@@ -153,13 +209,17 @@ class Gateway:
         self._commits[task_id] = commit
         # Delivery starts while the row is being committed; the outcome is released only after
         # the commit (see _finish), so nothing is answered that was not stored.
-        self._spawn(task)
-        try:
-            await asyncio.shield(commit)
-        finally:
-            if commit.done():
-                self._commits.pop(task_id, None)
-        return task, False
+        driver = self._spawn(task)
+
+        def settled(c: asyncio.Future[None]) -> None:
+            self._commits.pop(task_id, None)
+            if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
+                driver.cancel()
+                self.live.pop(task_id, None)
+                if self.keys.get(env.idempotency_key) == task_id:
+                    del self.keys[env.idempotency_key]
+        commit.add_done_callback(settled)
+        return Admission(task, False, commit, task_id)
 
     def _by_intent(self, text: str) -> str:
         if not text.strip():
@@ -175,11 +235,12 @@ class Gateway:
         self.traces.setdefault(task.envelope.trace_id, []).append(task.task_id)
         self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
 
-    def _spawn(self, task: Task) -> None:
+    def _spawn(self, task: Task) -> asyncio.Task[None]:
         driver = asyncio.get_running_loop().create_task(self._drive(task),
                                                         name=f"task-{task.task_id}")
         self._drivers.add(driver)
         driver.add_done_callback(self._drivers.discard)
+        return driver
 
     # ------------------------------------------------------------ lookups
 
@@ -423,7 +484,7 @@ class Gateway:
         self.store.update(task)  # which agent holds the key, should the coordinator crash
         session = record.session
         tid = env.task_id
-        delivery = Delivery(loop, min(self.settings.ack_timeout, completion), completion,
+        delivery = Delivery(loop, self.settings.ack_timeout, completion,
                             lambda seq, data: self._emit_chunk(tid, seq, data),
                             lambda: task.move(S.RUNNING, self.clock(), "acknowledged"))
         record.inflight += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from functools import lru_cache
 from collections.abc import Iterable
 
 # Words that read as the action. "QueryInventory" and "InventoryQuery" both put the verb last.
@@ -32,6 +33,7 @@ def words(name: str) -> list[str]:
     return parts
 
 
+@lru_cache(maxsize=4096)
 def normalize(name: str) -> str:
     """Return the canonical ``domain.verb`` form of a capability name.
 

@@ -11,9 +11,11 @@ from collections import deque
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 
 class Outbox:
+    EAGER_LIMIT = 64 * 1024  # bytes already buffered before frames wait for the writer task
     def __init__(self, ws: Any, name: str = "outbox") -> None:
         self.ws = ws
         self._queue: deque[str] = deque()
@@ -22,12 +24,29 @@ class Outbox:
         self.closed = False
 
     def post(self, text: str) -> bool:
-        """Queue one frame; False once the connection is gone."""
+        """Send one frame now if the socket can take it, else queue it; False once closed.
+
+        Writing at once (as a relay does) lets the next process start on the frame while this
+        one goes on; frames that meet a busy socket are queued and written together."""
         if self.closed:
             return False
+        if not self._queue and self._writable():
+            ws = self.ws
+            ws.protocol.send_text(text.encode())
+            for chunk in ws.protocol.data_to_send():
+                if chunk:
+                    ws.transport.write(chunk)
+            return True
         self._queue.append(text)
         self._wake.set()
         return True
+
+    def _writable(self) -> bool:
+        ws = self.ws
+        transport = getattr(ws, "transport", None)
+        return (transport is not None and ws.protocol.state is State.OPEN
+                and not transport.is_closing()
+                and transport.get_write_buffer_size() < self.EAGER_LIMIT)
 
     async def _pump(self) -> None:
         try:
@@ -35,9 +54,27 @@ class Outbox:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._queue:
-                    await self.ws.send(self._queue.popleft())
+                    if len(self._queue) == 1:
+                        await self.ws.send(self._queue.popleft())
+                    else:
+                        await self._send_batch()
         except ConnectionClosed:
             self.closed = True
+
+    async def _send_batch(self) -> None:
+        """Frame every queued message and write them with one syscall instead of one each.
+
+        Uses the sans-I/O protocol the way websockets' own ``send`` does (``send_context`` checks
+        the state and applies flow control on exit); only the write is coalesced.
+        """
+        batch = list(self._queue)
+        self._queue.clear()
+        ws = self.ws
+        async with ws.send_context():
+            for text in batch:
+                ws.protocol.send_text(text.encode())
+            data = [chunk for chunk in ws.protocol.data_to_send() if chunk]
+            ws.transport.write(b"".join(data))
 
     async def aclose(self) -> None:
         """Stop the writer; frames still queued are dropped with the connection."""

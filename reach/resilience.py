@@ -25,7 +25,10 @@ class Backoff:
 
     def delay(self, retry: int, rng: random.Random) -> float:
         """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
-        raw = min(self.cap, self.base * self.factor ** min(max(0, retry), 64))
+        try:
+            raw = min(self.cap, self.base * self.factor ** max(0, retry))
+        except OverflowError:
+            raw = self.cap
         spread = raw * self.jitter
         delay = raw + rng.uniform(-spread, spread)
         if delay > self.cap:  # reflect below the cap: clamping would re-synchronize retries there

@@ -480,3 +480,37 @@ async def test_a_capability_known_from_before_a_restart_is_unavailable_not_unkno
             assert "inventory" in err.value.message
             with pytest.raises(NoRoute):
                 await client.call("stock.querry")
+
+
+async def test_a_submit_the_store_could_not_commit_is_refused_and_frees_its_key(
+        reach_cluster: Cluster) -> None:
+    from reach import ReachError
+
+    runs = 0
+
+    async def work() -> str:
+        nonlocal runs
+        runs += 1
+        return "ran"
+
+    await reach_cluster.add_agent("w", {"job.run": work})
+    client = await reach_cluster.client()
+    store = reach_cluster.reach.store
+    real = store._commit
+
+    def broken(*_: Any) -> None:
+        raise OSError("disk full")
+
+    store._commit = broken  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ReachError) as err:
+            await client.submit("job.run", idempotency_key="k-disk")
+        assert "not accepted" in err.value.message and "disk full" in err.value.message
+    finally:
+        store._commit = real  # type: ignore[method-assign]
+    # The key was not taken by the refused task: a retry runs normally.
+    handle = await client.submit("job.run", idempotency_key="k-disk")
+    assert not handle.duplicate and await handle.result(5) == "ran"
+    # The refused task may already have been delivered when its commit failed (delivery
+    # overlaps the commit); the agent's key cache then answers the retry without a second run.
+    assert runs == 1
