@@ -269,8 +269,11 @@ class Agent:
                                         load=min(1.0, inflight / self.max_concurrency))))
 
     def _post(self, frame: p.Frame) -> None:
+        self._post_text(p.dump(frame))
+
+    def _post_text(self, text: str) -> None:
         if self._out is not None:
-            self._out.post(p.dump(frame))
+            self._out.post(text)
 
     # ------------------------------------------------------------ serving
 
@@ -312,7 +315,7 @@ class Agent:
 
     def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
         if not running.done():
-            self._post(p.Ack.model_construct(task_id=f.task_id, attempt=f.attempt))
+            self._post_text(p.encode("ack", task_id=f.task_id, attempt=f.attempt))
 
     async def _execute(self, f: p.Invoke, outcome: asyncio.Future[Outcome]) -> None:
         key = f.idempotency_key
@@ -352,7 +355,8 @@ class Agent:
                 chunks = []
                 async for item in handler.fn(**kwargs):
                     item = _jsonable(item)
-                    self._post(p.Chunk.model_construct(task_id=f.task_id, attempt=f.attempt, seq=len(chunks),
+                    self._post_text(p.encode("chunk", task_id=f.task_id, attempt=f.attempt,
+                                             seq=len(chunks),
                                        data=item))
                     chunks.append(item)
                 value: Any = chunks
@@ -414,10 +418,11 @@ class Agent:
     def _reply(self, f: p.Invoke, outcome: Outcome) -> None:
         kind, payload = outcome
         if kind == "ok":
-            self._post(p.Result.model_construct(task_id=f.task_id, attempt=f.attempt, result=payload))
+            self._post_text(p.encode("result", task_id=f.task_id, attempt=f.attempt,
+                                     result=payload))
         else:
-            self._post(p.Error.model_construct(task_id=f.task_id, attempt=f.attempt,
-                               error=p.WireError.model_construct(**payload)))
+            self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt,
+                                     error=payload))
 
 
 def _error(code: str, message: str, **details: Any) -> Outcome:

@@ -299,14 +299,15 @@ class CallerSession(_Session):
             # Done before its commit was: one frame both acknowledges and answers.
             self._post_outcome(task, f.id, accepts=True)
             return
-        self.out.post(p.dump(p.Accepted.model_construct(id=f.id, task_id=task.task_id,
-                                        trace_id=task.envelope.trace_id, duplicate=duplicate)))
+        self.out.post(p.encode("accepted", id=f.id, task_id=task.task_id,
+                               trace_id=task.envelope.trace_id, duplicate=duplicate))
         if f.wait:
             self._watch(task.task_id, f.id, task)
 
     def _chunk_sink(self, req_id: int) -> Callable[[str, int, Any], None]:
         def sink(task_id: str, seq: int, data: Any) -> None:
-            self.out.post(p.dump(p.Chunk.model_construct(task_id=task_id, seq=seq, data=data, id=req_id)))
+            self.out.post(p.encode("chunk", task_id=task_id, attempt=0, id=req_id, seq=seq,
+                                   data=data))
         return sink
 
     def _watch(self, task_id: str, req_id: int, task: Any) -> None:
@@ -321,13 +322,12 @@ class CallerSession(_Session):
     def _post_outcome(self, task: Any, req_id: int, accepts: bool = False) -> None:
         trace_id = task.envelope.trace_id if accepts else None
         if task.state is TaskState.SUCCEEDED:
-            self.out.post(p.dump(p.Result.model_construct(
-                task_id=task.task_id, id=req_id, trace_id=trace_id, result=task.result)))
+            self.out.post(p.encode("result", task_id=task.task_id, attempt=0, id=req_id,
+                                   trace_id=trace_id, result=task.result))
         else:
             error = task.error or {"code": "task_failed", "message": "task failed"}
-            self.out.post(p.dump(p.Error.model_construct(
-                task_id=task.task_id, id=req_id, trace_id=trace_id,
-                error=p.WireError.model_construct(**error))))
+            self.out.post(p.encode("error", task_id=task.task_id, attempt=0, id=req_id,
+                                   trace_id=trace_id, error=error))
 
     async def _status(self, f: p.Status) -> None:
         task = await self.reach.gateway.task(f.task_id)

@@ -204,8 +204,9 @@ class Client:
         self._requests.clear()
         self._outcomes.clear()
 
-    def _send(self, frame: p.Frame) -> None:
-        if self._out is None or not self._connected.is_set() or not self._out.post(p.dump(frame)):
+    def _send(self, frame: p.Frame | str) -> None:
+        text = frame if isinstance(frame, str) else p.dump(frame)
+        if self._out is None or not self._connected.is_set() or not self._out.post(text):
             raise Unavailable("not connected to a coordinator")
 
     def _on_frame(self, raw: str | bytes) -> None:
@@ -269,7 +270,7 @@ class Client:
         else:
             entry[1].set_result(result)
 
-    async def _request(self, frame: p.Frame, req_id: int) -> Any:
+    async def _request(self, frame: p.Frame | str, req_id: int) -> Any:
         if not self._connected.is_set():
             try:
                 async with asyncio.timeout(self.reconnect_for):
@@ -308,11 +309,11 @@ class Client:
         # Registered before sending: the outcome may arrive right behind the acceptance.
         self._outcomes[req_id] = ("", outcome)
         try:
-            accepted = await self._request(p.Submit.model_construct(
-                id=req_id, capability=capability, params=params, idempotency_key=key,
-                priority=priority, timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-                parent_task_id=parent_task_id, traceparent=traceparent, wait=True,
-                intent=intent), req_id)
+            accepted = await self._request(p.encode(
+                "submit", id=req_id, capability=capability, params=params,
+                idempotency_key=key, priority=priority, timeout=timeout,
+                max_retries=max_retries, trace_id=trace_id, parent_task_id=parent_task_id,
+                traceparent=traceparent, wait=True, intent=intent), req_id)
         except BaseException:
             self._streams.pop(req_id, None)
             self._outcomes.pop(req_id, None)

@@ -26,7 +26,7 @@ from . import intent as intents
 from . import names
 from .config import Settings
 from .errors import (InvalidParams, NoRoute, ReachError, ReachTimeout, Rejected, TaskFailed, Unavailable)
-from .protocol import Invoke, dump
+from .protocol import encode
 from .registry import AgentRecord, Registry
 from .resilience import LatencyWindow, completion_timeout
 from .routing import Router, Saturated
@@ -492,12 +492,13 @@ class Gateway:
         record.breaker.on_dispatch(now)
         started = loop.time()
         try:
-            if session is None or not session.deliver(tid, attempt.number, delivery, dump(Invoke.model_construct(
-                    task_id=env.task_id, attempt=attempt.number, capability=env.capability,
-                    params=env.params, idempotency_key=env.idempotency_key,
-                    trace_id=env.trace_id, parent_task_id=env.parent_task_id,
-                    traceparent=env.traceparent, caller=env.caller,
-                    deadline_ms=None if left is None else left * 1000))):
+            invoke = encode(
+                "invoke", task_id=env.task_id, attempt=attempt.number,
+                capability=env.capability, params=env.params,
+                idempotency_key=env.idempotency_key, trace_id=env.trace_id,
+                parent_task_id=env.parent_task_id, traceparent=env.traceparent,
+                deadline_ms=None if left is None else left * 1000, caller=env.caller)
+            if session is None or not session.deliver(tid, attempt.number, delivery, invoke):
                 delivery.resolve("lost")
             kind, payload = await delivery.fut
             if kind == "lost" and not delivery.acked:

@@ -18,6 +18,7 @@ import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import to_json
 
 from .errors import ProtocolError
 
@@ -212,6 +213,18 @@ def parse(raw: str | bytes) -> Any:
 def dump(frame: Frame) -> str:
     """Encode one frame as JSON text."""
     return frame.model_dump_json(exclude_none=True)
+
+
+def encode(kind: str, **fields: Any) -> str:
+    """Encode a frame of type ``kind`` straight from its fields (None fields left out).
+
+    The hot path's shortcut around building a model only to serialize it: the same JSON as
+    ``dump(Model(...))`` (a test pins that), at a fraction of the cost."""
+    frame = {"v": VERSION, "type": kind}
+    for key, value in fields.items():
+        if value is not None:
+            frame[key] = value
+    return to_json(frame).decode()
 
 
 def _explain(raw: str | bytes, exc: ValidationError) -> ProtocolError:

@@ -327,7 +327,7 @@ async def test_agent_runs_a_key_once_even_when_delivered_twice(reach_cluster: Cl
     invoke = p.Invoke(task_id="t1", capability="calc.run", params={"x": 3},
                       idempotency_key="same", trace_id="tr")
     sent: list[str] = []
-    agent._post = lambda frame: sent.append(p.dump(frame))  # type: ignore[method-assign]
+    agent._post_text = sent.append  # type: ignore[method-assign]
     agent._on_invoke(invoke)
     agent._on_invoke(invoke.model_copy(update={"attempt": 1}))  # while the first runs
     await wait_for(lambda: len([s for s in sent if '"result"' in s]) == 2)
