@@ -292,48 +292,39 @@ class Gateway:
                         f"{env.capability!r} did not complete within {env.timeout}s"))
                     return
                 if sticky is not None:
-                    record = self.registry.by_id.get(sticky)
-                    if record is not None and self._ready(record, env.capability):
-                        sticky = None
-                    elif loop.time() < recovering_until:
-                        await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
+                    found = self.registry.by_id.get(sticky)
+                    if found is None or not self._ready(found, env.capability):
+                        if loop.time() < recovering_until:
+                            await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
+                            continue
+                        if not self._idempotent(env.capability):
+                            self._finish(task, S.DEAD, error=Unavailable(
+                                f"the agent that was running {env.capability!r} when the "
+                                f"coordinator stopped did not come back within "
+                                f"{self.settings.recovery_grace}s; not re-run elsewhere because "
+                                f"the capability is not idempotent (replay it if it did not "
+                                f"run)", agent_id=sticky))
+                            return
+                        sticky = None  # idempotent: safe to run again elsewhere
                         continue
-                    elif self._idempotent(env.capability):
-                        sticky = None  # safe to run again elsewhere
-                        continue
-                    else:
-                        self._finish(task, S.DEAD, error=Unavailable(
-                            f"the agent that was running {env.capability!r} when the "
-                            f"coordinator stopped did not come back within "
-                            f"{self.settings.recovery_grace}s; not re-run elsewhere because "
-                            f"the capability is not idempotent (replay it if it did not run)",
-                            agent_id=task.attempts[-1].agent_id))
+                    record, sticky = found, None
+                else:
+                    try:
+                        record = await self._acquire(task, frozenset(exclude), deadline)
+                    except Unavailable as exc:
+                        if loop.time() < recovering_until:
+                            await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
+                            continue
+                        if retries < env.max_retries and hops < max_hops:
+                            retries += 1
+                            await self._back_off(task, retries, deadline, str(exc))
+                            exclude.clear()
+                            continue
+                        self._finish(task, S.DEAD, error=exc)
                         return
-                    kind, payload, attempt = await self._attempt(task, record, deadline)
-                    exclude.add(record.agent_id)
-                    if kind == "ok":
-                        self._finish(task, S.SUCCEEDED, result=payload)
+                    except Rejected as exc:
+                        self._finish(task, S.FAILED, error=exc)
                         return
-                    if kind == "error" and (payload or {}).get("details", {}).get("answer"):
-                        self._finish(task, S.FAILED, wire_error=payload)
-                        return
-                    continue
-                try:
-                    record = await self._acquire(task, frozenset(exclude), deadline)
-                except Unavailable as exc:
-                    if loop.time() < recovering_until:
-                        await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
-                        continue
-                    if retries < env.max_retries and hops < max_hops:
-                        retries += 1
-                        await self._back_off(task, retries, deadline, str(exc))
-                        exclude.clear()
-                        continue
-                    self._finish(task, S.DEAD, error=exc)
-                    return
-                except Rejected as exc:
-                    self._finish(task, S.FAILED, error=exc)
-                    return
                 kind, payload, attempt = await self._attempt(task, record, deadline)
                 if kind == "ok":
                     self._finish(task, S.SUCCEEDED, result=payload)

@@ -514,3 +514,73 @@ async def test_a_submit_the_store_could_not_commit_is_refused_and_frees_its_key(
     # The refused task may already have been delivered when its commit failed (delivery
     # overlaps the commit); the agent's key cache then answers the retry without a second run.
     assert runs == 1
+
+
+async def _crashed_store(path: Any, *, idempotent: bool) -> tuple[str, str]:
+    """A store as a coordinator leaves it when killed mid-task: one task dispatched to agent
+    'writer', never finished. Returns (store url, task id)."""
+    from reach.protocol import CapabilitySpec
+    from reach.store import Store
+    from reach.tasks import Attempt, Envelope, TaskState, new_task
+
+    url = f"sqlite:///{path / 'crashed.db'}"
+    store = Store(url)
+    await store.open()
+    await store.save_agent("ag-writer", "writer", "1", [CapabilitySpec(
+        name="order.write", idempotent=idempotent).model_dump()], 4, time.time())
+    task = new_task(Envelope(task_id="t-crash", trace_id="tr", capability="order.write",
+                             params={}, caller="c", idempotency_key="k-crash"), time.time())
+    task.attempts.append(Attempt(number=1, agent_id="ag-writer", agent="writer",
+                                 started_at=time.time()))
+    task.move(TaskState.DISPATCHED, time.time(), "attempt 1 to writer")
+    await store.insert(task)
+    await store.close()
+    return url, "t-crash"
+
+
+async def test_resumed_non_idempotent_task_waits_for_its_agent_then_dead_letters(
+        tmp_path: Any) -> None:
+    url, task_id = await _crashed_store(tmp_path, idempotent=False)
+    other = Agent("other-writer")
+
+    @other.capability("order.write")
+    async def write() -> str:
+        return "written twice!"
+
+    async with Reach.start(store=url, recovery_grace=0.3) as reach:
+        await other.connect(reach.url)  # a different agent must not get it
+        async with Client.connect(reach.url) as client:
+            with pytest.raises(Unavailable) as err:
+                await client.result(task_id, timeout=5)
+            assert "did not come back" in err.value.message
+            assert "not idempotent" in err.value.message
+            view = await client.status(task_id)
+            assert view["state"] == "dead"
+            assert [a["outcome"] for a in view["attempts"]] == ["lost"]
+        assert [d["task_id"] for d in reach.dead_letters()] == [task_id]
+        await other.close()
+
+
+async def test_resumed_task_goes_back_to_the_agent_that_held_its_key(tmp_path: Any) -> None:
+    url, task_id = await _crashed_store(tmp_path, idempotent=False)
+    served: list[str] = []
+    agents = []
+    for name in ("other-writer", "writer"):
+        agent = Agent(name)
+
+        async def write(name: str = name) -> str:
+            served.append(name)
+            return f"by {name}"
+
+        agent.capability("order.write")(write)
+        agents.append(agent)
+    async with Reach.start(store=url, recovery_grace=5) as reach:
+        await agents[0].connect(reach.url)
+        await asyncio.sleep(0.05)  # the task waits: only 'writer' may run it
+        assert served == []
+        await agents[1].connect(reach.url)
+        async with Client.connect(reach.url) as client:
+            assert await client.result(task_id, timeout=5) == "by writer"
+        assert served == ["writer"]
+        for agent in agents:
+            await agent.close()
