@@ -352,7 +352,7 @@ class Agent:
             self.executions += 1
             kwargs = self._arguments(handler, f)
             if handler.streaming:
-                chunks = []
+                chunks: list[Any] = []
                 async for item in handler.fn(**kwargs):
                     item = _jsonable(item)
                     self._post_text(p.encode("chunk", task_id=f.task_id, attempt=f.attempt,

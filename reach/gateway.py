@@ -554,7 +554,10 @@ class Gateway:
         if commit is None or commit.done():
             fut.set_result(task)
         else:  # answer only what was stored
-            commit.add_done_callback(lambda _c: fut.done() or fut.set_result(task))
+            def release(_c: asyncio.Future[None]) -> None:
+                if not fut.done():
+                    fut.set_result(task)
+            commit.add_done_callback(release)
 
     # ------------------------------------------------------------ recovery and replay
 
@@ -605,7 +608,7 @@ class Gateway:
             if not fut.done():
                 fut.cancel()
         for heap in self._waiters.values():
-            for _, _, fut in heap:
-                if not fut.done():
-                    fut.cancel()
+            for _, _, waiter in heap:
+                if not waiter.done():
+                    waiter.cancel()
 
