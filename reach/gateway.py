@@ -472,8 +472,6 @@ class Gateway:
                           agent=record.name, started_at=now)
         task.attempts.append(attempt)
         task.move(S.DISPATCHED, now, f"attempt {attempt.number} to {record.name}")
-        self.store.update(task)  # which agent holds the key, should the coordinator crash
-        session = record.session
         tid = env.task_id
         delivery = Delivery(loop, self.settings.ack_timeout, completion,
                             lambda seq, data: self._emit_chunk(tid, seq, data),
@@ -483,6 +481,11 @@ class Gateway:
         record.breaker.on_dispatch(now)
         started = loop.time()
         try:
+            # Which agent holds the key is committed before the work leaves (for a first
+            # attempt, by the submit's own commit): after a crash the task goes back to that
+            # agent, whose cache knows the key, and is never run a second time elsewhere.
+            await self.store.persist(task)
+            session = record.session
             invoke = encode(
                 "invoke", task_id=env.task_id, attempt=attempt.number,
                 capability=env.capability, params=env.params,
@@ -496,8 +499,8 @@ class Gateway:
                 kind = "undelivered"
         finally:
             record.inflight -= 1
-            if session is not None:
-                session.forget(env.task_id, attempt.number)
+            if record.session is not None:
+                record.session.forget(env.task_id, attempt.number)
             self.slot_freed(record)
         ended = self.clock()
         attempt.ended_at = ended

@@ -180,8 +180,10 @@ class Store:
             if threaded else None
         self._raw: Any = None
         self._sql: dict[str, tuple[str, tuple[str, ...] | None]] = {}
-        self._inserts: list[tuple[Task | None, asyncio.Future[None]]] = []
+        self._inserts: list[tuple[Task, asyncio.Future[None]]] = []
+        self._pending: dict[str, asyncio.Future[None]] = {}  # task id → its queued insert
         self._updates: dict[str, Task] = {}
+        self._waiters: list[asyncio.Future[None]] = []  # resolved by the next commit
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
@@ -238,6 +240,7 @@ class Store:
         """Queue a new task; the future completes once its row is committed."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._inserts.append((task, fut))
+        self._pending[task.task_id] = fut
         self._wake.set()
         return fut
 
@@ -246,13 +249,27 @@ class Store:
         self._updates[task.task_id] = task
         self._wake.set()
 
+    def persist(self, task: Task) -> asyncio.Future[None]:
+        """Write the task's current state now; the future completes once it is committed.
+
+        Used before a delivery leaves: which agent holds the key must be on disk first, so a
+        restarted coordinator sends the task back to that agent and to no other."""
+        queued = self._pending.get(task.task_id)
+        if queued is not None:  # its insert row is built at commit time, from this state
+            return queued
+        self._updates[task.task_id] = task
+        return self._waiter()
+
+    def _waiter(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self._wake.set()
+        return fut
+
     async def flush(self) -> None:
         """Wait until everything queued so far is committed."""
         if self._inserts or self._updates:
-            marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._inserts.append((None, marker))
-            self._wake.set()
-            await marker
+            await self._waiter()
 
     async def _write_loop(self) -> None:
         while True:
@@ -262,28 +279,34 @@ class Store:
             await asyncio.sleep(self.group_window if self._last_group > 1 else 0)
             self._wake.clear()
             if not self._inserts and not self._updates:
+                for fut in self._waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+                self._waiters = []
                 if self._closing:
                     return
                 continue
             inserts, self._inserts = self._inserts, []
+            self._pending = {}
             self._last_group = len(inserts)
             updates, self._updates = self._updates, {}
+            waiters, self._waiters = self._waiters, []
             # Rows are built here, on the loop, so the worker never reads a task mid-change.
-            new_rows = [_row(t) for t, _ in inserts if t is not None]
+            new_rows = [_row(t) for t, _ in inserts]
             fresh = {r["task_id"] for r in new_rows}
             changed = [{"k_task_id": tid, **_changes(t)} for tid, t in updates.items()
                        if tid not in fresh]
             try:
                 await self._run(self._commit, new_rows, changed)
             except Exception as exc:  # the submitters learn their task was not stored
-                for _, fut in inserts:
+                for fut in [f for _, f in inserts] + waiters:
                     if not fut.done():
                         fut.set_exception(exc)
                 continue
             self.commits += 1
             self.rows_written += len(new_rows) + len(changed)
             self._maybe_checkpoint()
-            for _, fut in inserts:
+            for fut in [f for _, f in inserts] + waiters:
                 if not fut.done():
                     fut.set_result(None)
             if self._closing and not self._inserts and not self._updates:
