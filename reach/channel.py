@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("reach.channel")
 POLICY_VIOLATION = 1008
 HELLO_TIMEOUT = 10.0
+DEFER_ACK = 0.05  # how long a `defer_ack` submit's acknowledgement may wait for its outcome
 
 
 def error_frame(err: ReachError, *, id: int | None = None, task_id: str | None = None) -> str:
@@ -299,10 +300,33 @@ class CallerSession(_Session):
             # Done before its commit was: one frame both acknowledges and answers.
             self._post_outcome(task, f.id, accepts=True)
             return
+        if f.wait and f.defer_ack and not duplicate:
+            self._defer_ack(f, task)
+            return
         self.out.post(p.encode("accepted", id=f.id, task_id=task.task_id,
                                trace_id=task.envelope.trace_id, duplicate=duplicate))
         if f.wait:
             self._watch(task.task_id, f.id, task)
+
+    def _defer_ack(self, f: p.Submit, task: Any) -> None:
+        """The caller only wants the outcome: if it comes within ``DEFER_ACK`` seconds, one
+        frame acknowledges and answers; otherwise ``accepted`` goes out then, as usual."""
+        state = {"acked": False}
+
+        def outcome(done: Any) -> None:
+            if not state["acked"]:
+                timer.cancel()
+            self._post_outcome(done, f.id, accepts=not state["acked"])
+
+        def ack_now() -> None:
+            state["acked"] = True
+            self.out.post(p.encode("accepted", id=f.id, task_id=task.task_id,
+                                   trace_id=task.envelope.trace_id, duplicate=False))
+
+        timer = asyncio.get_running_loop().call_later(DEFER_ACK, ack_now)
+        if not self.reach.gateway.watch(task.task_id, outcome):
+            timer.cancel()
+            self._post_outcome(task, f.id, accepts=True)
 
     def _chunk_sink(self, req_id: int) -> Callable[[str, int, Any], None]:
         def sink(task_id: str, seq: int, data: Any) -> None:
@@ -310,14 +334,11 @@ class CallerSession(_Session):
                                    data=data))
         return sink
 
-    def _watch(self, task_id: str, req_id: int, task: Any) -> None:
-        fut = self.reach.gateway.outcome(task_id)
-        if fut is None:
+    def _watch(self, task_id: str, req_id: int, task: Any, accepts: bool = False) -> None:
+        if not self.reach.gateway.watch(
+                task_id, lambda done: self._post_outcome(done, req_id, accepts)):
             if task is not None and task.terminal:
-                self._post_outcome(task, req_id)
-            return
-        fut.add_done_callback(
-            lambda f: None if f.cancelled() else self._post_outcome(f.result(), req_id))
+                self._post_outcome(task, req_id, accepts)
 
     def _post_outcome(self, task: Any, req_id: int, accepts: bool = False) -> None:
         trace_id = task.envelope.trace_id if accepts else None

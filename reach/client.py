@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import random
 from collections.abc import AsyncIterator, Generator
 from typing import Any
@@ -93,6 +94,8 @@ class Client:
         self._out: Outbox | None = None
         self._ids = itertools.count(1)
         self._requests: dict[int, asyncio.Future[Any]] = {}
+        # Submits not yet acknowledged, kept to be sent again (same key) after a reconnect.
+        self._submits: dict[int, str] = {}
         self._outcomes: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._streams: dict[int, asyncio.Queue[Any]] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -165,10 +168,10 @@ class Client:
             if self._closing:
                 return
             self._connected.clear()
-            for fut in self._requests.values():
-                if not fut.done():
+            for req_id, fut in list(self._requests.items()):
+                if req_id not in self._submits and not fut.done():
                     fut.set_exception(Unavailable("connection to the coordinator was lost"))
-            self._requests.clear()
+                    del self._requests[req_id]
             if not await self._reconnect():
                 self._fail_all(Unavailable(
                     f"coordinator at {self.url} unreachable for {self.reconnect_for}s"))
@@ -185,9 +188,13 @@ class Client:
                 await self._dial()
             except ReachError:
                 continue
-            # Ask again for every outcome still awaited: the tasks were durable.
+            # Submits not acknowledged go again under the same idempotency key (the coordinator
+            # answers with the first task if it had committed it); for accepted tasks, ask
+            # again for the outcome: they were durable.
+            for text in self._submits.values():
+                self._send(text)
             for req_id, (task_id, _fut) in self._outcomes.items():
-                if task_id:
+                if task_id and req_id not in self._submits:
                     self._send(p.Result(task_id=task_id, id=req_id))
             return True
         return False
@@ -202,6 +209,7 @@ class Client:
         for queue in self._streams.values():
             queue.put_nowait(exc)
         self._requests.clear()
+        self._submits.clear()
         self._outcomes.clear()
 
     def _send(self, frame: p.Frame | str) -> None:
@@ -216,6 +224,8 @@ class Client:
             log.warning("ignoring a malformed frame from the coordinator")
             return
         kind = frame.type
+        if kind in ("accepted", "result", "error") and frame.id is not None:
+            self._submits.pop(frame.id, None)
         if kind == "accepted":
             entry = self._outcomes.get(frame.id)
             if entry is not None:
@@ -308,24 +318,66 @@ class Client:
             self._streams[req_id] = asyncio.Queue()
         # Registered before sending: the outcome may arrive right behind the acceptance.
         self._outcomes[req_id] = ("", outcome)
+        text = self._submit_frame(req_id, capability, params, key, priority, timeout,
+                                  max_retries, trace_id, parent_task_id, traceparent, intent,
+                                  defer_ack=False)
         try:
-            accepted = await self._request(p.encode(
-                "submit", id=req_id, capability=capability, params=params,
-                idempotency_key=key, priority=priority, timeout=timeout,
-                max_retries=max_retries, trace_id=trace_id, parent_task_id=parent_task_id,
-                traceparent=traceparent, wait=True, intent=intent), req_id)
+            accepted = await self._request(text, req_id)
         except BaseException:
             self._streams.pop(req_id, None)
             self._outcomes.pop(req_id, None)
+            self._submits.pop(req_id, None)
             raise
         return Handle(self, accepted.task_id, accepted.trace_id, accepted.duplicate,
                       outcome), req_id
 
+    def _submit_frame(self, req_id: int, capability: str, params: dict[str, Any],
+                      key: str | None, priority: int, timeout: float | None,
+                      max_retries: int | None, trace_id: str | None,
+                      parent_task_id: str | None, traceparent: str | None,
+                      intent: str | None, defer_ack: bool) -> str:
+        # Every submit carries a key (one is made up when the caller gave none), so sending it
+        # again after a lost connection can never start a second task.
+        text = p.encode(
+            "submit", id=req_id, capability=capability, params=params,
+            idempotency_key=key or os.urandom(16).hex(), priority=priority, timeout=timeout,
+            max_retries=max_retries, trace_id=trace_id, parent_task_id=parent_task_id,
+            traceparent=traceparent, wait=True, intent=intent, defer_ack=defer_ack or None)
+        self._submits[req_id] = text
+        return text
+
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None, **options: Any) -> Any:
-        """Submit and wait for the result (``timeout`` bounds the whole call, retries included)."""
-        handle = await self.submit(capability, params, timeout=timeout, **options)
-        return await handle.result(None if timeout is None else timeout + 1.0)
+                   timeout: float | None = None, idempotency_key: str | None = None,
+                   priority: int = 5, max_retries: int | None = None,
+                   trace_id: str | None = None, parent_task_id: str | None = None,
+                   traceparent: str | None = None) -> Any:
+        """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
+
+        Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
+        folds its acknowledgement into the answer (``defer_ack``)."""
+        if not self._connected.is_set():
+            try:
+                async with asyncio.timeout(self.reconnect_for):
+                    await self._connected.wait()
+            except TimeoutError:
+                raise Unavailable(f"not connected to {self.url}") from None
+        req_id = next(self._ids)
+        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        outcome.add_done_callback(_consume)
+        self._outcomes[req_id] = ("", outcome)
+        text = self._submit_frame(req_id, capability, params or {}, idempotency_key, priority,
+                                  timeout, max_retries, trace_id, parent_task_id, traceparent,
+                                  None, defer_ack=True)
+        try:
+            self._send(text)
+            async with asyncio.timeout(None if timeout is None else timeout + 1.0):
+                return await outcome
+        except TimeoutError:
+            raise ReachTimeout(f"{capability!r} gave no outcome within {timeout}s",
+                               capability=capability) from None
+        finally:
+            self._outcomes.pop(req_id, None)
+            self._submits.pop(req_id, None)
 
     async def call_intent(self, text: str, params: dict[str, Any] | None = None, *,
                           timeout: float | None = None, idempotency_key: str | None = None,

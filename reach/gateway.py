@@ -132,6 +132,7 @@ class Gateway:
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
         self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
+        self._watchers: dict[str, list[Callable[[Task], None]]] = {}
         self._commits: dict[str, asyncio.Future[None]] = {}
         self._chunk_sinks: dict[str, list[Callable[[str, int, Any], None]]] = {}
         self._drivers: set[asyncio.Task[None]] = set()
@@ -253,6 +254,14 @@ class Gateway:
     def outcome(self, task_id: str) -> asyncio.Future[Task] | None:
         """A future that completes with the task once it is terminal (None if not live)."""
         return self._outcomes.get(task_id)
+
+    def watch(self, task_id: str, fn: Callable[[Task], None]) -> bool:
+        """Call ``fn(task)`` the moment the task's outcome is released (synchronously, without
+        the extra turn of the loop a future's callback costs). False if the task is not live."""
+        if task_id not in self._outcomes:
+            return False
+        self._watchers.setdefault(task_id, []).append(fn)
+        return True
 
     def add_chunk_sink(self, task_id: str, sink: Callable[[str, int, Any], None]) -> None:
         self._chunk_sinks.setdefault(task_id, []).append(sink)
@@ -551,15 +560,19 @@ class Gateway:
                     del self.traces[old.envelope.trace_id]
         self._chunk_sinks.pop(tid, None)
         fut = self._outcomes.pop(tid, None)
+        watchers = self._watchers.pop(tid, ())
         if fut is None or fut.done():
             return
+
+        def release(_c: object = None) -> None:
+            for fn in watchers:
+                fn(task)
+            if not fut.done():
+                fut.set_result(task)
         commit = self._commits.get(tid)
         if commit is None or commit.done():
-            fut.set_result(task)
+            release()
         else:  # answer only what was stored
-            def release(_c: asyncio.Future[None]) -> None:
-                if not fut.done():
-                    fut.set_result(task)
             commit.add_done_callback(release)
 
     # ------------------------------------------------------------ recovery and replay

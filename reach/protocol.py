@@ -166,6 +166,7 @@ class Submit(Frame):
     parent_task_id: str | None = None
     traceparent: str | None = None
     wait: bool = True
+    defer_ack: bool = False  # only the outcome matters: skip `accepted` if the outcome is quick
 
 
 class Status(Frame):

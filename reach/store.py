@@ -43,7 +43,7 @@ class AgentRow(SQLModel, table=True):
 class TaskRow(SQLModel, table=True):
     __tablename__ = "reach_tasks"
     task_id: str = Field(primary_key=True)
-    trace_id: str = Field(index=True)
+    trace_id: str = ""
     capability: str = ""
     caller: str = ""
     idempotency_key: str = ""
@@ -164,7 +164,8 @@ class Store:
     CHECKPOINT_EVERY = 256  # commits between WAL checkpoints
 
     def __init__(self, url: str = "sqlite://", synchronous: str = "normal",
-                 threaded: bool | None = None, group_window: float = 0.001) -> None:
+                 threaded: bool | None = None, group_window: float = 0.001,
+                 update_delay: float = 0.02) -> None:
         self.url = url
         self.engine = make_engine(url, synchronous)
         if threaded is None:
@@ -190,6 +191,8 @@ class Store:
         self.commits = 0
         self.rows_written = 0
         self.group_window = group_window
+        self.update_delay = update_delay
+        self._update_timer: asyncio.TimerHandle | None = None
         self._last_group = 0
 
     async def _run(self, fn: Any, *args: Any) -> Any:
@@ -217,6 +220,9 @@ class Store:
     async def close(self) -> None:
         """Flush what is queued, then release the database."""
         self._closing = True
+        if self._update_timer is not None:
+            self._update_timer.cancel()
+            self._update_timer = None
         self._wake.set()
         if self._writer is not None:
             await self._writer
@@ -245,9 +251,15 @@ class Store:
         return fut
 
     def update(self, task: Task) -> None:
-        """Queue the task's current state to be written behind (latest state wins)."""
+        """Queue the task's current state to be written behind (latest state wins).
+
+        Updates ride along with the next insert's commit; alone, they wait ``update_delay``
+        so that one quiet caller does not pay two commits per task. A crash loses at most that
+        much progress, which resumption redoes (the agent answers known keys from its cache)."""
         self._updates[task.task_id] = task
-        self._wake.set()
+        if self._update_timer is None and not self._wake.is_set():
+            self._update_timer = asyncio.get_running_loop().call_later(
+                self.update_delay, self._wake.set)
 
     def persist(self, task: Task) -> asyncio.Future[None]:
         """Write the task's current state now; the future completes once it is committed.
@@ -278,6 +290,9 @@ class Store:
             # under load (the last group had company) a short window gathers a larger group.
             await asyncio.sleep(self.group_window if self._last_group > 1 else 0)
             self._wake.clear()
+            if self._update_timer is not None:
+                self._update_timer.cancel()
+                self._update_timer = None
             if not self._inserts and not self._updates:
                 for fut in self._waiters:
                     if not fut.done():
@@ -366,10 +381,6 @@ class Store:
 
     async def dead(self, limit: int = 10_000) -> list[Task]:
         rows = await self._run(self._select, _TASKS.c.state == TaskState.DEAD.value, limit)
-        return [task_from_row(r) for r in rows]
-
-    async def by_trace(self, trace_id: str) -> list[Task]:
-        rows = await self._run(self._select, _TASKS.c.trace_id == trace_id, None)
         return [task_from_row(r) for r in rows]
 
     async def keys_since(self, since: float) -> list[tuple[str, str, float]]:
