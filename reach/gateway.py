@@ -206,11 +206,12 @@ class Gateway:
         self.remember_key(env.idempotency_key, task_id, now)
         if sink is not None:
             self.add_chunk_sink(task_id, sink)
+        # The driver is scheduled before the store's writer wakes, so it routes the task and
+        # records its first attempt before the insert row is built: one commit covers both,
+        # and the invoke leaves right after it (see _attempt).
+        driver = self._spawn(task)
         commit = self.store.insert(task)
         self._commits[task_id] = commit
-        # Delivery starts while the row is being committed; the outcome is released only after
-        # the commit (see _finish), so nothing is answered that was not stored.
-        driver = self._spawn(task)
 
         def settled(c: asyncio.Future[None]) -> None:
             self._commits.pop(task_id, None)

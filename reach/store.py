@@ -286,9 +286,10 @@ class Store:
     async def _write_loop(self) -> None:
         while True:
             await self._wake.wait()
-            # One more turn of the loop lets every submit of this turn join the transaction;
-            # under load (the last group had company) a short window gathers a larger group.
-            await asyncio.sleep(self.group_window if self._last_group > 1 else 0)
+            # Under load (the last group had company) a short window gathers a larger group;
+            # otherwise commit what this turn of the loop queued, at once.
+            if self._last_group > 1:
+                await asyncio.sleep(self.group_window)
             self._wake.clear()
             if self._update_timer is not None:
                 self._update_timer.cancel()
