@@ -882,12 +882,12 @@ async def parent(args: argparse.Namespace) -> int:
             if any(r["timed_out"] for c in configs for rs in c.results.values() for r in rs):
                 print(f"note: some batches hit the {limit:.0f}s batch limit (partial counts)")
             if args.verbose or args.profile:
-                for cfg in configs[1:]:
+                for cfg in [c for c in configs if c.kind == "reach"]:
                     assert cfg.middle is not None
                     print(f"{cfg.name} coordinator: "
                           f"{await cfg.middle.request('stats', 'STATS', 10)}")
             if args.profile:
-                await _profile(configs[1:], args, calls[high], limit)
+                await _profile([c for c in configs if c.kind == "reach"], args, calls[high], limit)
             print(f"\ntotal {time.perf_counter() - started:.1f}s", flush=True)
         finally:
             await asyncio.gather(*(c.stop() for c in reversed(children)),

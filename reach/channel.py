@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
@@ -216,6 +218,15 @@ class AgentSession(_Session):
             raise ProtocolError(f"frame type {kind!r} is not accepted from an agent")
 
 
+@dataclass(slots=True)
+class _Deferred:
+    req_id: int
+    task_id: str
+    trace_id: str
+    acked: bool = False
+    answered: bool = False
+
+
 class CallerSession(_Session):
     """One connected caller: submits, status queries and pushed outcomes."""
 
@@ -223,6 +234,8 @@ class CallerSession(_Session):
         super().__init__(reach, ws)
         self.caller = "anonymous"
         self._work: set[asyncio.Task[None]] = set()
+        self._deferred: deque[tuple[float, _Deferred]] = deque()
+        self._ack_timer: asyncio.TimerHandle | None = None
 
     async def run(self, hello: p.Hello) -> None:
         try:
@@ -237,6 +250,8 @@ class CallerSession(_Session):
         try:
             await self._frames(self._on_frame)
         finally:
+            if self._ack_timer is not None:
+                self._ack_timer.cancel()
             for work in list(self._work):
                 work.cancel()
             await asyncio.gather(*self._work, return_exceptions=True)
@@ -310,23 +325,35 @@ class CallerSession(_Session):
 
     def _defer_ack(self, f: p.Submit, task: Any) -> None:
         """The caller only wants the outcome: if it comes within ``DEFER_ACK`` seconds, one
-        frame acknowledges and answers; otherwise ``accepted`` goes out then, as usual."""
-        state = {"acked": False}
+        frame acknowledges and answers; otherwise ``accepted`` goes out then, as usual.
+        Pending acknowledgements share one timer per session (their deadlines are in order)."""
+        pending = _Deferred(f.id, task.task_id, task.envelope.trace_id)
 
         def outcome(done: Any) -> None:
-            if not state["acked"]:
-                timer.cancel()
-            self._post_outcome(done, f.id, accepts=not state["acked"])
+            accepts = not pending.acked
+            pending.answered = True
+            self._post_outcome(done, f.id, accepts=accepts)
 
-        def ack_now() -> None:
-            state["acked"] = True
-            self.out.post(p.encode("accepted", id=f.id, task_id=task.task_id,
-                                   trace_id=task.envelope.trace_id, duplicate=False))
-
-        timer = asyncio.get_running_loop().call_later(DEFER_ACK, ack_now)
         if not self.reach.gateway.watch(task.task_id, outcome):
-            timer.cancel()
             self._post_outcome(task, f.id, accepts=True)
+            return
+        loop = asyncio.get_running_loop()
+        self._deferred.append((loop.time() + DEFER_ACK, pending))
+        if self._ack_timer is None:
+            self._ack_timer = loop.call_at(self._deferred[0][0], self._ack_due)
+
+    def _ack_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._ack_timer = None
+        while self._deferred and self._deferred[0][0] <= now:
+            _, pending = self._deferred.popleft()
+            if not pending.answered:
+                pending.acked = True
+                self.out.post(p.encode("accepted", id=pending.req_id, task_id=pending.task_id,
+                                       trace_id=pending.trace_id, duplicate=False))
+        if self._deferred:
+            self._ack_timer = loop.call_at(self._deferred[0][0], self._ack_due)
 
     def _chunk_sink(self, req_id: int) -> Callable[[str, int, Any], None]:
         def sink(task_id: str, seq: int, data: Any) -> None:

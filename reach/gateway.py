@@ -37,17 +37,16 @@ S = TaskState
 
 
 class Delivery:
-    """One attempt in flight at one agent: a future plus its two timers.
+    """One attempt in flight at one agent: a future, an ack deadline and a completion deadline.
 
-    The ack timer (``ack_timeout``) says whether the agent got the work at all; the completion
-    timer runs from dispatch. When a timer fires late because the loop itself stalled (a GC
-    pause, a busy neighbour), the answer may already sit unread in the socket: the timer then
-    waits once more as long as it was late before it gives up, so a coordinator stall is not
-    blamed on the agent.
+    One timer serves both deadlines (whichever is due first, re-armed for the other). When it
+    fires late because the loop itself stalled (a GC pause, a busy neighbour), the answer may
+    already sit unread in the socket: it then waits once more as long as it was late before
+    giving up, so a coordinator stall is not blamed on the agent.
     """
 
-    __slots__ = ("fut", "acked", "_ack_timer", "_done_timer", "_loop", "_extended", "on_chunk",
-                 "on_ack")
+    __slots__ = ("fut", "acked", "_timer", "_loop", "_ack_at", "_done_at", "_extended",
+                 "on_chunk", "on_ack")
     LAG_SLACK = 0.005
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
@@ -58,10 +57,9 @@ class Delivery:
         self.acked = False
         self._extended = False
         now = loop.time()
-        self._ack_timer: asyncio.TimerHandle | None = loop.call_at(
-            now + ack_timeout, self._expire, "undelivered", now + ack_timeout)
-        self._done_timer = loop.call_at(now + completion, self._expire, "timeout",
-                                        now + completion)
+        self._ack_at, self._done_at = now + ack_timeout, now + completion
+        due = min(self._ack_at, self._done_at)
+        self._timer = loop.call_at(due, self._expire, due)
         self.on_chunk = on_chunk
         self.on_ack = on_ack
 
@@ -69,37 +67,34 @@ class Delivery:
         if self.acked or self.fut.done():
             return
         self.acked = True
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
         if self.on_ack is not None:
             self.on_ack()
 
     def resolve(self, kind: str, payload: Any = None) -> None:
         """kind: ok | error (payload = wire error) | lost (connection went away)."""
         if not self.fut.done():
-            self._cancel_timers()
+            self._timer.cancel()
             self.fut.set_result((kind, payload))
 
-    def _cancel_timers(self) -> None:
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-        self._done_timer.cancel()
-
-    def _expire(self, kind: str, due: float) -> None:
+    def _expire(self, due: float) -> None:
         if self.fut.done():
             return
-        late = self._loop.time() - due
+        now = self._loop.time()
+        late = now - due
         if late > self.LAG_SLACK and not self._extended:
             self._extended = True
-            handle = self._loop.call_later(late, self._expire, kind, self._loop.time() + late)
-            if kind == "undelivered":
-                self._ack_timer = handle
-            else:
-                self._done_timer = handle
+            self._timer = self._loop.call_at(now + late, self._expire, now + late)
             return
-        self._cancel_timers()
-        self.fut.set_result((kind if kind == "undelivered" or self.acked else "timeout", None))
+        if self.acked and now < self._done_at:  # the ack deadline passed, acknowledged
+            self._timer = self._loop.call_at(self._done_at, self._expire, self._done_at)
+            return
+        if not self.acked and now < self._ack_at and now < self._done_at:
+            self._timer = self._loop.call_at(min(self._ack_at, self._done_at), self._expire,
+                                             min(self._ack_at, self._done_at))
+            return
+        # Unacknowledged past the ack deadline: never delivered. Anything else: too slow.
+        kind = "undelivered" if not self.acked and now >= self._ack_at else "timeout"
+        self.fut.set_result((kind, None))
 
 
 @dataclass(slots=True)

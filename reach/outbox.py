@@ -41,6 +41,7 @@ class Outbox:
         self._wake.set()
         return True
 
+
     def _writable(self) -> bool:
         ws = self.ws
         transport = getattr(ws, "transport", None)
