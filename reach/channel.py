@@ -121,6 +121,7 @@ class AgentSession(_Session):
         super().__init__(reach, ws)
         self.record: Any = None
         self.pending: dict[tuple[str, int], Delivery] = {}
+        self._closer: asyncio.Task[None] | None = None
 
     async def run(self, reg: p.Register) -> None:
         reach = self.reach
@@ -168,7 +169,8 @@ class AgentSession(_Session):
         for delivery in list(self.pending.values()):
             delivery.resolve("lost")
         self.pending.clear()
-        asyncio.get_running_loop().create_task(
+        # Owned by this session (a reference keeps it alive); it ends the session's reader.
+        self._closer = asyncio.get_running_loop().create_task(
             self.ws.close(4000, "replaced by a newer connection of the same agent"))
 
     # called by the gateway
