@@ -110,6 +110,7 @@ class Agent:
         self.handlers: dict[str, _Handler] = {}
         self.agent_id: str | None = None
         self.heartbeat_interval = 10.0
+        self.frame_limit = max_frame_bytes  # the coordinator's, once it has said (welcome)
         self.warnings: list[str] = []
         self.executions = 0  # handler runs started (duplicates answered from cache excluded)
         self.url: str | None = None
@@ -124,6 +125,7 @@ class Agent:
         self._serve_task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._client: Client | None = None
+        self._client_lock = asyncio.Lock()
         self._closing = False
         self.online = asyncio.Event()
 
@@ -191,6 +193,7 @@ class Agent:
 
     async def _stop_serving(self) -> None:
         self._closing = True
+        self.online.clear()
         if self._ws is not None:
             await self._ws.close()
         if self._serve_task is not None:
@@ -242,6 +245,7 @@ class Agent:
                 raise ReachError(f"expected 'welcome', got {frame.type!r}")
             self.agent_id = frame.agent_id
             self.heartbeat_interval = frame.heartbeat_interval
+            self.frame_limit = frame.max_frame_bytes
             self.warnings = list(frame.warnings)
             for warning in frame.warnings:
                 log.warning("agent %s: %s", self.name, warning)
@@ -293,6 +297,11 @@ class Agent:
             log.warning("agent %s: coordinator says %s", self.name, frame.error.message)
 
     def _on_invoke(self, f: p.Invoke) -> None:
+        if self._closing:  # deregistered: refuse before running, so it can go elsewhere
+            self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error={
+                "code": "unavailable", "message": f"agent {self.name!r} is shutting down",
+                "details": {"agent": self.name}}))
+            return
         key = f.idempotency_key
         cached = self._done.get(key)
         if cached is not None:
@@ -310,8 +319,19 @@ class Agent:
             self._work.add(work)
             self._by_task[f.task_id] = work
             work.add_done_callback(self._work.discard)
+            work.add_done_callback(lambda w: self._cancelled_early(w, f, outcome))
             running = outcome
         loop.call_later(self.ack_grace, self._ack, f, running)
+
+    def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke,
+                         outcome: asyncio.Future[Outcome]) -> None:
+        """A task cancelled before its first step never ran ``_execute``'s cleanup."""
+        if not work.cancelled() or outcome.done():
+            return
+        self._runs.pop(f.idempotency_key, None)
+        self._by_task.pop(f.task_id, None)
+        outcome.set_result(_error("task_failed", "cancelled", answer=False, agent=self.name))
+        self._reply(f, outcome.result())
 
     def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
         if not running.done():
@@ -410,19 +430,28 @@ class Agent:
         return kwargs
 
     async def _get_client(self) -> Client:
-        if self._client is None:
-            assert self.url is not None
-            self._client = await Client.connect(self.url, caller=self.name, token=self.token)
-        return self._client
+        # Handlers starting together share one connection (the lock), made on first use.
+        async with self._client_lock:
+            if self._client is None:
+                assert self.url is not None
+                self._client = await Client.connect(self.url, caller=self.name,
+                                                    token=self.token)
+            return self._client
 
     def _reply(self, f: p.Invoke, outcome: Outcome) -> None:
         kind, payload = outcome
         if kind == "ok":
-            self._post_text(p.encode("result", task_id=f.task_id, attempt=f.attempt,
-                                     result=payload))
-        else:
-            self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt,
-                                     error=payload))
+            text = p.encode("result", task_id=f.task_id, attempt=f.attempt, result=payload)
+            limit = min(self.max_frame_bytes, self.frame_limit)
+            if len(text) <= limit // 4 or len(text.encode()) <= limit:
+                self._post_text(text)
+                return
+            # Sent, it would close the connection (1009) and lose every task on it. Running
+            # again would give the same result, so this is a final answer, not a fault.
+            payload = _error("task_failed", f"the result is {len(text.encode())} bytes, over "
+                             f"the {limit}-byte frame limit; return a reference to large data",
+                             answer=True, agent=self.name)[1]
+        self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error=payload))
 
 
 def _error(code: str, message: str, **details: Any) -> Outcome:

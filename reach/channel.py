@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from . import names
 from . import protocol as p
-from .errors import InvalidParams, ProtocolError, ReachError, Unauthorized
+from .errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
 from .gateway import Delivery
 from .outbox import Outbox
 from .schemas import SchemaError
@@ -104,7 +105,8 @@ class _Session:
                 try:
                     frame = p.parse(raw)
                 except ProtocolError as exc:
-                    self.out.post(error_frame(exc))
+                    # Echo the request id when there is one: the caller is waiting on it.
+                    self.out.post(error_frame(exc, id=p.request_id(raw)))
                     continue
                 try:
                     on_frame(frame)
@@ -149,6 +151,7 @@ class AgentSession(_Session):
             log.warning("agent %s: %s", reg.name, warning)
         self.out.post(p.dump(p.Welcome(
             agent_id=agent_id, heartbeat_interval=reach.settings.heartbeat_interval,
+            max_frame_bytes=reach.settings.max_frame_bytes,
             capabilities=registration.normalized, warnings=registration.warnings)))
         await reach.remember_agent(registration.record, reg)
         reach.gateway.agents_changed()
@@ -248,7 +251,8 @@ class CallerSession(_Session):
             return
         self.caller = hello.caller
         self.out.post(p.dump(p.Welcome(role="caller",
-                                       heartbeat_interval=self.reach.settings.heartbeat_interval)))
+                                       heartbeat_interval=self.reach.settings.heartbeat_interval,
+                                       max_frame_bytes=self.reach.settings.max_frame_bytes)))
         try:
             await self._frames(self._on_frame)
         finally:
@@ -303,6 +307,13 @@ class CallerSession(_Session):
             self.out.post(error_frame(ReachError(
                 "the first task of this idempotency key was not found"), id=f.id))
             return
+        if f.capability:
+            try:
+                self.reach.gateway.check_same_work(task, names.normalize(f.capability),
+                                                   f.idempotency_key or "")
+            except ReachError as exc:
+                self.out.post(error_frame(exc, id=f.id))
+                return
         self._acknowledge(f, task, True)
 
     def _acknowledge(self, f: p.Submit, task: Any, duplicate: bool,
@@ -368,12 +379,27 @@ class CallerSession(_Session):
                 task_id, lambda done: self._post_outcome(done, req_id, accepts)):
             if task is not None and task.terminal:
                 self._post_outcome(task, req_id, accepts)
+            else:  # every unfinished task is live; this would be a bug, so say it loudly
+                log.error("task %s is neither live nor finished", task_id)
+                self.out.post(error_frame(Unavailable(
+                    f"task {task_id} is not being driven; ask again shortly"), id=req_id,
+                    task_id=task_id))
 
     def _post_outcome(self, task: Any, req_id: int, accepts: bool = False) -> None:
         trace_id = task.envelope.trace_id if accepts else None
         if task.state is TaskState.SUCCEEDED:
-            self.out.post(p.encode("result", task_id=task.task_id, attempt=0, id=req_id,
-                                   trace_id=trace_id, result=task.result))
+            text = p.encode("result", task_id=task.task_id, attempt=0, id=req_id,
+                            trace_id=trace_id, result=task.result)
+            limit = self.reach.settings.max_frame_bytes
+            if len(text) <= limit // 4 or len(text.encode()) <= limit:
+                self.out.post(text)
+                return
+            # Sending it would close this caller's connection (1009) with everything on it.
+            self.out.post(p.encode("error", task_id=task.task_id, attempt=0, id=req_id,
+                                   trace_id=trace_id, error=ProtocolError(
+                                       f"the result is {len(text.encode())} bytes with its "
+                                       f"frame, over the {limit}-byte limit; it is stored: "
+                                       f"read it with status()").to_wire()))
         else:
             error = task.error or {"code": "task_failed", "message": "task failed"}
             self.out.post(p.encode("error", task_id=task.task_id, attempt=0, id=req_id,

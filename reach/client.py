@@ -25,11 +25,16 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from . import protocol as p
-from .errors import ProtocolError, ReachError, ReachTimeout, Unavailable, from_wire
+from .errors import (InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable,
+                     from_wire)
 from .outbox import Outbox
 
 log = logging.getLogger("reach.client")
-_END = object()
+class _End:
+    """The end of a stream, with the task's final result (the list of every chunk)."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
 
 
 class Handle:
@@ -50,6 +55,8 @@ class Handle:
         try:
             async with asyncio.timeout(timeout):
                 return await asyncio.shield(self._outcome)
+        except ReachError:
+            raise  # the task's own error (a remote timeout included), not our wait's
         except TimeoutError:
             raise ReachTimeout(f"task {self.task_id} has no outcome after {timeout}s; it is "
                                f"still tracked: call handle.result() or client.status() again",
@@ -90,6 +97,7 @@ class Client:
         self.token = token
         self.reconnect_for = reconnect_for
         self.max_frame_bytes = max_frame_bytes
+        self.frame_limit = max_frame_bytes  # the coordinator's, once it has said (welcome)
         self._ws: ClientConnection | None = None
         self._out: Outbox | None = None
         self._ids = itertools.count(1)
@@ -136,6 +144,7 @@ class Client:
         if self._out is not None:
             await self._out.aclose()
         self._ws = ws
+        self.frame_limit = frame.max_frame_bytes
         self._out = Outbox(ws, name=f"reach-client-out-{self.caller}")
         self._connected.set()
 
@@ -272,7 +281,7 @@ class Client:
         entry = self._outcomes.pop(req_id or -1, None)
         queue = self._streams.get(req_id or -1)
         if queue is not None:
-            queue.put_nowait(err if err is not None else _END)
+            queue.put_nowait(err if err is not None else _End(result))
         if entry is None or entry[1].done():
             return
         if err is not None:
@@ -336,6 +345,8 @@ class Client:
                       max_retries: int | None, trace_id: str | None,
                       parent_task_id: str | None, traceparent: str | None,
                       intent: str | None, defer_ack: bool) -> str:
+        # Checked here, so a bad argument raises at once rather than as a frame error.
+        _check_submit(capability, intent, key, priority, timeout, max_retries)
         # Every submit carries a key (one is made up when the caller gave none), so sending it
         # again after a lost connection can never start a second task.
         text = p.encode(
@@ -343,6 +354,11 @@ class Client:
             idempotency_key=key or os.urandom(16).hex(), priority=priority, timeout=timeout,
             max_retries=max_retries, trace_id=trace_id, parent_task_id=parent_task_id,
             traceparent=traceparent, wait=True, intent=intent, defer_ack=defer_ack or None)
+        limit = min(self.max_frame_bytes, self.frame_limit)
+        if len(text) > limit // 4 and len(text.encode()) > limit:
+            raise ProtocolError(
+                f"the submit is {len(text.encode())} bytes, over the {limit}-byte frame "
+                f"limit; send a reference to large data instead of the data")
         self._submits[req_id] = text
         return text
 
@@ -372,6 +388,8 @@ class Client:
             self._send(text)
             async with asyncio.timeout(None if timeout is None else timeout + 1.0):
                 return await outcome
+        except ReachError:
+            raise  # the task's own error (a remote timeout included), not our wait's
         except TimeoutError:
             raise ReachTimeout(f"{capability!r} gave no outcome within {timeout}s",
                                capability=capability) from None
@@ -396,13 +414,20 @@ class Client:
             timeout, options.get("max_retries"), options.get("trace_id"),
             options.get("parent_task_id"), options.get("traceparent"), True)
         queue = self._streams[req_id]
+        received = 0
         try:
             while True:
                 item = await queue.get()
-                if item is _END:
+                if isinstance(item, _End):
+                    # The final result holds every chunk: chunks missed while reconnecting, or
+                    # a duplicate submit that finished earlier, are filled in from it.
+                    if isinstance(item.result, list):
+                        for missed in item.result[received:]:
+                            yield missed
                     return
                 if isinstance(item, ReachError):
                     raise item
+                received += 1
                 yield item
         finally:
             self._streams.pop(req_id, None)
@@ -425,6 +450,20 @@ class Client:
         """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
         handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
         return await handle.result(timeout)
+
+
+def _check_submit(capability: str, intent: str | None, key: str | None, priority: int,
+                  timeout: float | None, max_retries: int | None) -> None:
+    if not capability and not intent:
+        raise InvalidParams("name a capability (or state an intent)")
+    if len(capability) > 200 or (key is not None and len(key) > 400):
+        raise InvalidParams("capability names are at most 200 characters, keys at most 400")
+    if not 0 <= priority <= 9:
+        raise InvalidParams(f"priority must be 0..9 (9 highest), not {priority}")
+    if timeout is not None and timeout <= 0:
+        raise ReachTimeout(f"the deadline has already passed (timeout={timeout})")
+    if max_retries is not None and not 0 <= max_retries <= 100:
+        raise InvalidParams(f"max_retries must be 0..100, not {max_retries}")
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

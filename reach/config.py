@@ -21,6 +21,7 @@ class Settings:
     # delivery
     ack_timeout: float = 5.0
     queue_wait: float = 0.2
+    priority_aging: float = 50.0  # priority levels gained per second of waiting for a slot
     max_retries: int = 2
     backoff: Backoff = field(default_factory=Backoff)
     breaker_open_for: float = 5.0

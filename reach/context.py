@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ReachTimeout
+
 
 @dataclass(slots=True)
 class Context:
@@ -42,6 +44,9 @@ class Context:
             raise RuntimeError("this context has no connection to call through")
         left = self.time_left()
         if left is not None:
+            if left <= 0:
+                raise ReachTimeout(f"no time left for {capability!r}: this task's deadline "
+                                   f"({self.task_id}) has passed", task_id=self.task_id)
             timeout = left if timeout is None else min(timeout, left)
         client = await self._client()
         return await client.submit(capability, params, timeout=timeout, trace_id=self.trace_id,

@@ -13,8 +13,6 @@ is retried only for idempotent capabilities; a ``TaskError`` answer is final.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import random
 import os
 from collections import OrderedDict, deque
@@ -45,8 +43,8 @@ class Delivery:
     giving up, so a coordinator stall is not blamed on the agent.
     """
 
-    __slots__ = ("fut", "acked", "_timer", "_loop", "_ack_at", "_done_at", "_extended",
-                 "on_chunk", "on_ack")
+    __slots__ = ("fut", "acked", "_timer", "_loop", "_ack_at", "_done_at", "_completion",
+                 "_extended", "on_chunk", "on_ack")
     LAG_SLACK = 0.005
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
@@ -57,6 +55,7 @@ class Delivery:
         self.acked = False
         self._extended = False
         now = loop.time()
+        self._completion = completion
         self._ack_at, self._done_at = now + ack_timeout, now + completion
         due = min(self._ack_at, self._done_at)
         self._timer = loop.call_at(due, self._expire, due)
@@ -64,9 +63,15 @@ class Delivery:
         self.on_ack = on_ack
 
     def ack(self) -> None:
+        """The agent has the work: from now on only the completion deadline counts."""
         if self.acked or self.fut.done():
             return
         self.acked = True
+        done_at = self._loop.time() + self._completion
+        if done_at > self._done_at + self.LAG_SLACK:  # a late ack: the clock starts now
+            self._done_at = done_at
+            self._timer.cancel()
+            self._timer = self._loop.call_at(done_at, self._expire, done_at)
         if self.on_ack is not None:
             self.on_ack()
 
@@ -130,9 +135,10 @@ class Gateway:
         self._watchers: dict[str, list[Callable[[Task], None]]] = {}
         self._commits: dict[str, asyncio.Future[None]] = {}
         self._chunk_sinks: dict[str, list[Callable[[str, int, Any], None]]] = {}
+        self._chunk_next: dict[str, int] = {}  # task id → the next chunk seq callers expect
         self._drivers: set[asyncio.Task[None]] = set()
-        self._waiters: dict[str, list[tuple[int, int, asyncio.Future[None]]]] = {}
-        self._seq = itertools.count()
+        # capability → (priority, first queued at, waker) of tasks waiting for a free slot
+        self._waiters: dict[str, list[tuple[int, float, asyncio.Future[None]]]] = {}
         self._agents_changed = asyncio.Event()
         self.accepting = True
 
@@ -172,6 +178,10 @@ class Gateway:
             first_id = self.keys[idempotency_key]
             first = self.live.get(first_id) or self.recent.get(first_id) \
                 or self.dead.get(first_id)
+            if first is not None:
+                self.check_same_work(first, cap, idempotency_key)
+                if sink is not None and first_id in self.live:
+                    self.add_chunk_sink(first_id, sink)
             commit = self._commits.get(first_id)
             return Admission(first, True, commit if commit is not None and not commit.done()
                              else None, first_id)
@@ -218,6 +228,16 @@ class Gateway:
         commit.add_done_callback(settled)
         return Admission(task, False, commit, task_id)
 
+    @staticmethod
+    def check_same_work(first: Task, capability: str, key: str) -> None:
+        """A key names one piece of work: reusing it for another capability is a mistake
+        that must not be answered with the other capability's result."""
+        if first.envelope.capability != capability:
+            raise InvalidParams(
+                f"idempotency key {key!r} was already used for "
+                f"{first.envelope.capability!r}; use a new key for {capability!r}",
+                task_id=first.task_id)
+
     def _by_intent(self, text: str) -> str:
         if not text.strip():
             raise InvalidParams("name a capability or state an intent")
@@ -229,7 +249,9 @@ class Gateway:
 
     def _track(self, task: Task) -> None:
         self.live[task.task_id] = task
-        self.traces.setdefault(task.envelope.trace_id, []).append(task.task_id)
+        ids = self.traces.setdefault(task.envelope.trace_id, [])
+        if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
+            ids.append(task.task_id)
         self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
 
     def _spawn(self, task: Task) -> asyncio.Task[None]:
@@ -263,6 +285,10 @@ class Gateway:
         self._chunk_sinks.setdefault(task_id, []).append(sink)
 
     def _emit_chunk(self, task_id: str, seq: int, data: Any) -> None:
+        # A retried attempt streams again from 0: callers already have those chunks.
+        if seq < self._chunk_next.get(task_id, 0):
+            return
+        self._chunk_next[task_id] = seq + 1
         for sink in self._chunk_sinks.get(task_id, ()):
             sink(task_id, seq, data)
 
@@ -341,7 +367,10 @@ class Gateway:
                 if kind == "undelivered":
                     # Never acknowledged: fail over at once while another candidate is left;
                     # once every one was tried, it costs a retry like any other failure.
-                    others = self.registry.declaring(env.capability).keys() - exclude
+                    now = self.clock()
+                    others = [r for r in self.registry.declaring(env.capability).values()
+                              if r.agent_id not in exclude and r.connected
+                              and r.state.value == "online" and r.breaker.allows(now)]
                     if others and hops < max_hops:
                         continue
                     if retries < env.max_retries:
@@ -410,7 +439,8 @@ class Gateway:
         """An agent with a free slot; waits up to ``queue_wait`` when all are saturated."""
         env = task.envelope
         loop = asyncio.get_running_loop()
-        wait_until = loop.time() + self.settings.queue_wait
+        queued_at = loop.time()
+        wait_until = queued_at + self.settings.queue_wait
         queued = False
         while True:
             declaring = self.registry.declaring(env.capability)
@@ -419,10 +449,12 @@ class Gateway:
                 try:
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
                                             now, exclude, self.observed)
-                except Unavailable:
+                except (Unavailable, Saturated):
                     if not exclude:
                         raise
-                    exclude = frozenset()  # the only healthy agents were tried: try them again
+                    # Those not yet tried are gone or full: a tried agent with a free slot is
+                    # better than waiting (and being rejected).
+                    exclude = frozenset()
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
                                             now, exclude, self.observed)
             except Saturated as sat:
@@ -437,12 +469,14 @@ class Gateway:
                 if not queued:
                     task.move(S.QUEUED, now, "waiting for a free slot")
                     queued = True
-                await self._wait_slot(env.capability, env.priority, left)
+                # The first queued time is kept across wake-ups: a waiter that lost the race
+                # for a slot keeps its age, it does not go to the back.
+                await self._wait_slot(env.capability, env.priority, queued_at, left)
 
-    async def _wait_slot(self, capability: str, priority: int, limit: float) -> None:
+    async def _wait_slot(self, capability: str, priority: int, since: float,
+                         limit: float) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters.setdefault(capability, []),
-                       (-priority, next(self._seq), fut))
+        self._waiters.setdefault(capability, []).append((priority, since, fut))
         try:
             async with asyncio.timeout(limit):
                 await fut
@@ -453,15 +487,23 @@ class Gateway:
                 fut.cancel()
 
     def slot_freed(self, record: AgentRecord) -> None:
-        """Wake the highest-priority waiter for each capability this agent serves."""
+        """Wake the most deserving waiter for each capability this agent serves: the highest
+        priority, aged by time waited (``priority_aging`` levels a second), so priority 0 is
+        served before it would be rejected and never starves."""
+        now = asyncio.get_running_loop().time()
+        aging = self.settings.priority_aging
         for cap in record.capabilities:
-            heap = self._waiters.get(cap)
-            while heap:
-                _, _, fut = heapq.heappop(heap)
-                if not fut.done():
-                    fut.set_result(None)
-                    break
-
+            waiters = self._waiters.get(cap)
+            if not waiters:
+                continue
+            live = [w for w in waiters if not w[2].done()]
+            if not live:
+                del self._waiters[cap]
+                continue
+            best = max(live, key=lambda w: (w[0] + (now - w[1]) * aging, -w[1]))
+            live.remove(best)
+            self._waiters[cap] = live
+            best[2].set_result(None)
 
     async def _attempt(self, task: Task, record: AgentRecord,
                        deadline: float | None) -> tuple[str, Any, Attempt]:
@@ -490,7 +532,8 @@ class Gateway:
             # attempt, by the submit's own commit): after a crash the task goes back to that
             # agent, whose cache knows the key, and is never run a second time elsewhere.
             await self.store.persist(task)
-            session = record.session
+            # The agent may have started draining or gone while the commit was written.
+            session = record.session if not record.draining else None
             invoke = encode(
                 "invoke", task_id=env.task_id, attempt=attempt.number,
                 capability=env.capability, params=env.params,
@@ -502,6 +545,8 @@ class Gateway:
             kind, payload = await delivery.fut
             if kind == "lost" and not delivery.acked:
                 kind = "undelivered"
+            elif kind == "error" and (payload or {}).get("code") == "unavailable":
+                kind = "undelivered"  # the agent refused it before running it (shutting down)
         finally:
             record.inflight -= 1
             if record.session is not None:
@@ -555,6 +600,7 @@ class Gateway:
                 if not ids:
                     del self.traces[old.envelope.trace_id]
         self._chunk_sinks.pop(tid, None)
+        self._chunk_next.pop(tid, None)
         fut = self._outcomes.pop(tid, None)
         watchers = self._watchers.pop(tid, ())
         if fut is None or fut.done():
@@ -618,7 +664,9 @@ class Gateway:
                 await asyncio.gather(*pending, return_exceptions=True)
         for fut in self._outcomes.values():
             if not fut.done():
-                fut.cancel()
+                fut.set_exception(Unavailable(
+                    "the coordinator stopped before the task ended; it resumes on restart"))
+                fut.exception()  # retrieved: nobody may be waiting, that is not an error
         for heap in self._waiters.values():
             for _, _, waiter in heap:
                 if not waiter.done():

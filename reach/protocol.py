@@ -120,6 +120,7 @@ class Welcome(Frame):
     role: Literal["agent", "caller"] = "agent"
     agent_id: str | None = None
     heartbeat_interval: float = 10.0
+    max_frame_bytes: int = 1 << 20
     capabilities: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
 
@@ -226,6 +227,16 @@ def encode(kind: str, **fields: Any) -> str:
         if value is not None:
             frame[key] = value
     return to_json(frame).decode()
+
+
+def request_id(raw: str | bytes) -> int | None:
+    """The ``id`` of a frame that failed to parse, if it has a usable one."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    value = obj.get("id") if isinstance(obj, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _explain(raw: str | bytes, exc: ValidationError) -> ProtocolError:

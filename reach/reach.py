@@ -100,6 +100,19 @@ class Reach:
     async def _open(self) -> None:
         if self.started:
             return
+        try:
+            await self._open_parts()
+        except BaseException:
+            for loop_task in self._loops:
+                loop_task.cancel()
+            await asyncio.gather(*self._loops, return_exceptions=True)
+            if self._server is not None:
+                self._server.close()
+                await self._server.wait_closed()
+            await self.store.close()
+            raise
+
+    async def _open_parts(self) -> None:
         s = self.settings
         await self.store.open()
         self._identities = await self.store.agent_ids()
@@ -113,17 +126,18 @@ class Reach:
             self.gateway.dead[task.task_id] = task
         for key, task_id, created in await self.store.keys_since(self.clock() - s.idempotency_ttl):
             self.gateway.remember_key(key, task_id, created)
+        # Unfinished tasks are live again before anyone can connect and ask about them.
+        unfinished = await self.store.unfinished()
+        for task in unfinished:
+            self.gateway.resume(task)
+        if unfinished:
+            log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         self._server = await serve(self.channel.handle, s.host, s.port,
                                    max_size=s.max_frame_bytes, compression=None,
                                    ping_interval=None, close_timeout=1.0)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
-        unfinished = await self.store.unfinished()
-        for task in unfinished:
-            self.gateway.resume(task)
-        if unfinished:
-            log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         self.started = True
 
     async def stop(self) -> None:
