@@ -238,7 +238,8 @@ class Agent:
                 name=self.name, token=self.token, version=self.version,
                 max_concurrency=self.max_concurrency,
                 capabilities=[h.spec for h in self.handlers.values()])))
-            frame = p.parse(await ws.recv())
+            async with asyncio.timeout(10):  # a coordinator that accepts but never answers
+                frame = p.parse(await ws.recv())
             if isinstance(frame, p.Error):
                 raise from_wire(frame.error.model_dump())
             if not isinstance(frame, p.Welcome):

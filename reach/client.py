@@ -132,7 +132,12 @@ class Client:
                               ) from exc
         try:
             await ws.send(p.dump(p.Hello(caller=self.caller, token=self.token)))
-            frame = p.parse(await ws.recv())
+            async with asyncio.timeout(10):
+                frame = p.parse(await ws.recv())
+        except TimeoutError as exc:
+            await ws.close()
+            raise Unavailable(f"coordinator at {self.url} did not answer 'hello' in 10 s"
+                              ) from exc
         except ConnectionClosed as exc:
             raise Unavailable(f"coordinator at {self.url} closed the connection") from exc
         if isinstance(frame, p.Error):

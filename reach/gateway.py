@@ -223,6 +223,14 @@ class Gateway:
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
                 self.live.pop(task_id, None)
+                self._outcomes.pop(task_id, None)
+                self._watchers.pop(task_id, None)
+                self._chunk_sinks.pop(task_id, None)
+                ids = self.traces.get(env.trace_id)
+                if ids is not None and task_id in ids:
+                    ids.remove(task_id)
+                    if not ids:
+                        del self.traces[env.trace_id]
                 if self.keys.get(env.idempotency_key) == task_id:
                     del self.keys[env.idempotency_key]
         commit.add_done_callback(settled)
@@ -515,6 +523,9 @@ class Gateway:
         # The caller's deadline, when given, overrides the adaptive completion timeout.
         left = None if deadline is None else max(0.0, deadline - loop.time())
         completion = completion_timeout(cap.spec.latency_ms, window, left)
+        # A caller's deadline shorter than the agent's own timeout is not the agent's fault.
+        caller_bound = left is not None and left < completion_timeout(
+            cap.spec.latency_ms, window, None)
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
                           agent=record.name, started_at=now)
         task.attempts.append(attempt)
@@ -527,6 +538,7 @@ class Gateway:
         record.calls += 1
         record.breaker.on_dispatch(now)
         started = loop.time()
+        finished = False
         try:
             # Which agent holds the key is committed before the work leaves (for a first
             # attempt, by the submit's own commit): after a crash the task goes back to that
@@ -547,10 +559,14 @@ class Gateway:
                 kind = "undelivered"
             elif kind == "error" and (payload or {}).get("code") == "unavailable":
                 kind = "undelivered"  # the agent refused it before running it (shutting down)
+            finished = True
         finally:
             record.inflight -= 1
             if record.session is not None:
                 record.session.forget(env.task_id, attempt.number)
+            if not finished:  # cancelled (stop) or the store failed: nothing to judge
+                delivery.resolve("lost")
+                record.breaker.probing = False
             self.slot_freed(record)
         ended = self.clock()
         attempt.ended_at = ended
@@ -562,6 +578,10 @@ class Gateway:
             window.add(took)
             prev = self.observed.get(record.agent_id)
             self.observed[record.agent_id] = took if prev is None else 0.8 * prev + 0.2 * took
+        elif kind == "timeout" and caller_bound:
+            attempt.error = "the caller's deadline passed"
+            record.breaker.probing = False  # neither success nor fault for the breaker
+            return kind, payload, attempt
         elif not answer:
             record.faults += 1
             attempt.error = (str((payload or {}).get("message")) if kind == "error"

@@ -584,3 +584,21 @@ async def test_agent_is_not_online_after_close(reach_cluster: Cluster) -> None:
     await agent.close()
     reach_cluster.agents.remove(agent)
     assert not agent.online.is_set()
+
+
+async def test_a_callers_short_deadline_does_not_open_the_agents_breaker(
+        reach_cluster: Cluster) -> None:
+    from reach import ReachTimeout
+
+    async def slowish() -> str:
+        await asyncio.sleep(0.1)
+        return "done"
+
+    await reach_cluster.add_agent("steady", {"report.make": slowish}, latency_ms=1000)
+    client = await reach_cluster.client()
+    for _ in range(6):
+        with pytest.raises(ReachTimeout):
+            await client.call("report.make", timeout=0.02)
+    agent = next(a for a in reach_cluster.reach.agents() if a["name"] == "steady")
+    assert agent["breaker"] == "closed" and agent["faults"] == 0
+    assert await client.call("report.make", timeout=2) == "done"
