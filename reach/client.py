@@ -294,13 +294,17 @@ class Client:
         else:
             entry[1].set_result(result)
 
-    async def _request(self, frame: p.Frame | str, req_id: int) -> Any:
+    async def _await_connected(self) -> None:
+        """Wait out a reconnect in progress (up to ``reconnect_for``)."""
         if not self._connected.is_set():
             try:
                 async with asyncio.timeout(self.reconnect_for):
                     await self._connected.wait()
             except TimeoutError:
                 raise Unavailable(f"not connected to {self.url}") from None
+
+    async def _request(self, frame: p.Frame | str, req_id: int) -> Any:
+        await self._await_connected()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._requests[req_id] = fut
         self._send(frame)
@@ -376,12 +380,7 @@ class Client:
 
         Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
         folds its acknowledgement into the answer (``defer_ack``)."""
-        if not self._connected.is_set():
-            try:
-                async with asyncio.timeout(self.reconnect_for):
-                    await self._connected.wait()
-            except TimeoutError:
-                raise Unavailable(f"not connected to {self.url}") from None
+        await self._await_connected()
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(_consume)
