@@ -714,7 +714,8 @@ async def _run(cfg: Config, inflight: int, calls: int, warmup: int,
         cfg, caller.request(f"run {inflight} {calls} {limit}", "RESULT", limit + 30)))
     after = await _cpu(cfg)
     # CPU microseconds per successful call: caller, middle, agent
-    result["cpu_us"] = [(a - b) * 1e6 / max(1, result["ok"]) for a, b in zip(after, before)]
+    result["cpu_us"] = [(a - b) * 1e6 / max(1, result["ok"])
+                        for a, b in zip(after, before, strict=True)]
     return result
 
 
@@ -848,7 +849,8 @@ async def parent(args: argparse.Namespace) -> int:
             os.makedirs(log_dir, exist_ok=True)
         try:
             started = time.perf_counter()
-            await asyncio.gather(*(_start_chain(c, log_dir, children, args.latency_ms) for c in configs))
+            await asyncio.gather(*(_start_chain(c, log_dir, children, args.latency_ms)
+                                   for c in configs))
             if args.verbose:
                 print(f"started {len(children)} processes in "
                       f"{time.perf_counter() - started:.1f}s", flush=True)

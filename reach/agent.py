@@ -133,7 +133,8 @@ class Agent:
 
     def capability(self, name: str, params: Any = None, *, scope: str = "read",
                    latency_ms: float = 1000.0, weight: float = 50.0, idempotent: bool = False,
-                   intents: list[str] | tuple[str, ...] = (), tags: list[str] | tuple[str, ...] = (),
+                   intents: list[str] | tuple[str, ...] = (),
+                   tags: list[str] | tuple[str, ...] = (),
                    description: str | None = None) -> Callable[[Callable[..., Any]],
                                                               Callable[..., Any]]:
         """Declare a capability served by the decorated function (async, sync or async

@@ -21,8 +21,8 @@ from websockets.exceptions import ConnectionClosed
 
 from . import names
 from . import protocol as p
+from .delivery import Delivery
 from .errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
-from .gateway import Delivery
 from .outbox import Outbox
 from .schemas import SchemaError
 from .tasks import TaskState

@@ -25,8 +25,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from . import protocol as p
-from .errors import (InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable,
-                     from_wire)
+from .errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable, from_wire
 from .outbox import Outbox
 
 log = logging.getLogger("reach.client")

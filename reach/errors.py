@@ -1,15 +1,15 @@
 """One exception tree for everything Agent-Reach raises to its users.
 
-    ReachError                      code
-    ├── NoRoute                     no_route        nobody declares the capability (carries suggestions)
-    ├── Unavailable                 unavailable     declared, but no healthy agent right now
-    ├── Rejected                    rejected        quota / back-pressure (carries a level 0..1)
-    ├── InvalidParams               invalid_params  params do not match the capability's schema
-    ├── Unauthorized                unauthorized    bad or missing token, or caller not permitted
-    ├── TaskFailed                  task_failed     the task ended in error (carries the remote error)
-    │   └── TaskError                               a handler's deliberate answer: final, never retried
-    ├── ReachTimeout                timeout         no answer within the deadline (also a TimeoutError)
-    └── ProtocolError               protocol_error  a malformed, unknown, oversize or wrong-version frame
+    ReachError          code
+    ├── NoRoute         no_route        nobody declares the capability (carries suggestions)
+    ├── Unavailable     unavailable     declared, but no healthy agent right now
+    ├── Rejected        rejected        quota / back-pressure (carries a level 0..1)
+    ├── InvalidParams   invalid_params  params do not match the capability's schema
+    ├── Unauthorized    unauthorized    bad or missing token, or caller not permitted
+    ├── TaskFailed      task_failed     the task ended in error (carries the remote error)
+    │   └── TaskError                   a handler's deliberate answer: final, never retried
+    ├── ReachTimeout    timeout         no answer within the deadline (also a TimeoutError)
+    └── ProtocolError   protocol_error  a malformed, unknown, oversize or wrong-version frame
 
 Every error has a stable ``code`` (sent on the wire) and a message that says what to do next.
 ``from_wire`` rebuilds the right class on the other side of a connection.

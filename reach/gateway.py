@@ -13,8 +13,8 @@ is retried only for idempotent capabilities; a ``TaskError`` answer is final.
 from __future__ import annotations
 
 import asyncio
-import random
 import os
+import random
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,83 +23,25 @@ from typing import Any
 from . import intent as intents
 from . import names
 from .config import Settings
-from .errors import (InvalidParams, NoRoute, ReachError, ReachTimeout, Rejected, TaskFailed, Unavailable)
+from .delivery import Delivery
+from .errors import (
+    InvalidParams,
+    NoRoute,
+    ReachError,
+    ReachTimeout,
+    Rejected,
+    TaskFailed,
+    Unavailable,
+)
 from .protocol import encode
 from .registry import AgentRecord, Registry
 from .resilience import LatencyWindow, completion_timeout
 from .routing import Router, Saturated
+from .slots import SlotQueue
 from .store import Store
 from .tasks import Attempt, Envelope, Task, TaskState, new_task
 
 S = TaskState
-
-
-class Delivery:
-    """One attempt in flight at one agent: a future, an ack deadline and a completion deadline.
-
-    One timer serves both deadlines (whichever is due first, re-armed for the other). When it
-    fires late because the loop itself stalled (a GC pause, a busy neighbour), the answer may
-    already sit unread in the socket: it then waits once more as long as it was late before
-    giving up, so a coordinator stall is not blamed on the agent.
-    """
-
-    __slots__ = ("fut", "acked", "_timer", "_loop", "_ack_at", "_done_at", "_completion",
-                 "_extended", "on_chunk", "on_ack")
-    LAG_SLACK = 0.005
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
-                 completion: float, on_chunk: Callable[[int, Any], None] | None,
-                 on_ack: Callable[[], None] | None = None) -> None:
-        self._loop = loop
-        self.fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
-        self.acked = False
-        self._extended = False
-        now = loop.time()
-        self._completion = completion
-        self._ack_at, self._done_at = now + ack_timeout, now + completion
-        due = min(self._ack_at, self._done_at)
-        self._timer = loop.call_at(due, self._expire, due)
-        self.on_chunk = on_chunk
-        self.on_ack = on_ack
-
-    def ack(self) -> None:
-        """The agent has the work: from now on only the completion deadline counts."""
-        if self.acked or self.fut.done():
-            return
-        self.acked = True
-        done_at = self._loop.time() + self._completion
-        if done_at > self._done_at + self.LAG_SLACK:  # a late ack: the clock starts now
-            self._done_at = done_at
-            self._timer.cancel()
-            self._timer = self._loop.call_at(done_at, self._expire, done_at)
-        if self.on_ack is not None:
-            self.on_ack()
-
-    def resolve(self, kind: str, payload: Any = None) -> None:
-        """kind: ok | error (payload = wire error) | lost (connection went away)."""
-        if not self.fut.done():
-            self._timer.cancel()
-            self.fut.set_result((kind, payload))
-
-    def _expire(self, due: float) -> None:
-        if self.fut.done():
-            return
-        now = self._loop.time()
-        late = now - due
-        if late > self.LAG_SLACK and not self._extended:
-            self._extended = True
-            self._timer = self._loop.call_at(now + late, self._expire, now + late)
-            return
-        if self.acked and now < self._done_at:  # the ack deadline passed, acknowledged
-            self._timer = self._loop.call_at(self._done_at, self._expire, self._done_at)
-            return
-        if not self.acked and now < self._ack_at and now < self._done_at:
-            self._timer = self._loop.call_at(min(self._ack_at, self._done_at), self._expire,
-                                             min(self._ack_at, self._done_at))
-            return
-        # Unacknowledged past the ack deadline: never delivered. Anything else: too slow.
-        kind = "undelivered" if not self.acked and now >= self._ack_at else "timeout"
-        self.fut.set_result((kind, None))
 
 
 @dataclass(slots=True)
@@ -137,8 +79,7 @@ class Gateway:
         self._chunk_sinks: dict[str, list[Callable[[str, int, Any], None]]] = {}
         self._chunk_next: dict[str, int] = {}  # task id → the next chunk seq callers expect
         self._drivers: set[asyncio.Task[None]] = set()
-        # capability → (priority, first queued at, waker) of tasks waiting for a free slot
-        self._waiters: dict[str, list[tuple[int, float, asyncio.Future[None]]]] = {}
+        self.slots = SlotQueue(settings.priority_aging)
         self._agents_changed = asyncio.Event()
         self.accepting = True
 
@@ -479,39 +420,11 @@ class Gateway:
                     queued = True
                 # The first queued time is kept across wake-ups: a waiter that lost the race
                 # for a slot keeps its age, it does not go to the back.
-                await self._wait_slot(env.capability, env.priority, queued_at, left)
-
-    async def _wait_slot(self, capability: str, priority: int, since: float,
-                         limit: float) -> None:
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(capability, []).append((priority, since, fut))
-        try:
-            async with asyncio.timeout(limit):
-                await fut
-        except TimeoutError:
-            pass
-        finally:
-            if not fut.done():
-                fut.cancel()
+                await self.slots.wait(env.capability, env.priority, queued_at, left)
 
     def slot_freed(self, record: AgentRecord) -> None:
-        """Wake the most deserving waiter for each capability this agent serves: the highest
-        priority, aged by time waited (``priority_aging`` levels a second), so priority 0 is
-        served before it would be rejected and never starves."""
-        now = asyncio.get_running_loop().time()
-        aging = self.settings.priority_aging
-        for cap in record.capabilities:
-            waiters = self._waiters.get(cap)
-            if not waiters:
-                continue
-            live = [w for w in waiters if not w[2].done()]
-            if not live:
-                del self._waiters[cap]
-                continue
-            best = max(live, key=lambda w: (w[0] + (now - w[1]) * aging, -w[1]))
-            live.remove(best)
-            self._waiters[cap] = live
-            best[2].set_result(None)
+        """A slot at ``record`` opened: wake a waiter for each capability it serves."""
+        self.slots.wake(record.capabilities, asyncio.get_running_loop().time())
 
     async def _attempt(self, task: Task, record: AgentRecord,
                        deadline: float | None) -> tuple[str, Any, Attempt]:
@@ -664,7 +577,7 @@ class Gateway:
         self._key_ages.append((created_at, key, task_id))
 
     def prune_keys(self, before: float) -> int:
-        """Forget idempotency keys of tasks created before ``before`` (the TTL); returns how many."""
+        """Forget the keys of tasks created before ``before`` (the TTL); returns how many."""
         ages, pruned = self._key_ages, 0
         while ages and ages[0][0] < before:
             _, key, task_id = ages.popleft()
@@ -687,8 +600,5 @@ class Gateway:
                 fut.set_exception(Unavailable(
                     "the coordinator stopped before the task ended; it resumes on restart"))
                 fut.exception()  # retrieved: nobody may be waiting, that is not an error
-        for heap in self._waiters.values():
-            for _, _, waiter in heap:
-                if not waiter.done():
-                    waiter.cancel()
+        self.slots.cancel_all()
 

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 
-class Liveness(str, enum.Enum):
+class Liveness(enum.StrEnum):
     ONLINE = "online"
     SUSPECTED = "suspected"
     OFFLINE = "offline"

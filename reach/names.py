@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from functools import lru_cache
 from collections.abc import Iterable
+from functools import lru_cache
 
 # Words that read as the action. "QueryInventory" and "InventoryQuery" both put the verb last.
 VERBS = frozenset(

@@ -15,7 +15,7 @@ was wrong; ``dump`` turns a frame into text.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import to_json
@@ -193,8 +193,8 @@ class TaskInfo(Frame):
 
 
 AnyFrame = Annotated[
-    Union[Register, Heartbeat, Ack, Result, Error, Chunk, Deregister, Welcome, Invoke, Cancel,
-          Hello, Submit, Status, Accepted, TaskInfo],
+    Register | Heartbeat | Ack | Result | Error | Chunk | Deregister | Welcome | Invoke
+    | Cancel | Hello | Submit | Status | Accepted | TaskInfo,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyFrame)

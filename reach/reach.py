@@ -210,7 +210,7 @@ class Reach:
 
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
                      error: str | None = None) -> list[dict[str, Any]]:
-        """Unresolved dead letters (envelope, error, attempts), oldest first, optionally filtered."""
+        """Unresolved dead letters (envelope, error, attempts), oldest first; filterable."""
         out = []
         for task in sorted(self.gateway.dead.values(), key=lambda t: t.envelope.created_at):
             if capability is not None and task.envelope.capability != capability:

@@ -36,7 +36,7 @@ class Backoff:
         return max(0.0, delay)
 
 
-class BreakerState(str, enum.Enum):
+class BreakerState(enum.StrEnum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class TaskState(str, enum.Enum):
+class TaskState(enum.StrEnum):
     PENDING = "pending"
     QUEUED = "queued"
     DISPATCHED = "dispatched"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from reach.gateway import Delivery
+from reach.delivery import Delivery
 
 
 async def outcome_of(delivery: Delivery) -> str:

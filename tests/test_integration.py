@@ -9,8 +9,20 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from reach import (Agent, Client, Context, InvalidParams, NoRoute, Reach, ReachTimeout,
-                   Rejected, TaskError, TaskFailed, Unauthorized, Unavailable)
+from reach import (
+    Agent,
+    Client,
+    Context,
+    InvalidParams,
+    NoRoute,
+    Reach,
+    ReachTimeout,
+    Rejected,
+    TaskError,
+    TaskFailed,
+    Unauthorized,
+    Unavailable,
+)
 from reach.testing import Cluster
 
 

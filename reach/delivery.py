@@ -1,0 +1,75 @@
+"""One attempt in flight: the future its outcome arrives on, and its two deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+
+class Delivery:
+    """One attempt in flight at one agent: a future, an ack deadline and a completion deadline.
+
+    One timer serves both deadlines (whichever is due first, re-armed for the other). When it
+    fires late because the loop itself stalled (a GC pause, a busy neighbour), the answer may
+    already sit unread in the socket: it then waits once more as long as it was late before
+    giving up, so a coordinator stall is not blamed on the agent.
+    """
+
+    __slots__ = ("fut", "acked", "_timer", "_loop", "_ack_at", "_done_at", "_completion",
+                 "_extended", "on_chunk", "on_ack")
+    LAG_SLACK = 0.005
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
+                 completion: float, on_chunk: Callable[[int, Any], None] | None,
+                 on_ack: Callable[[], None] | None = None) -> None:
+        self._loop = loop
+        self.fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
+        self.acked = False
+        self._extended = False
+        now = loop.time()
+        self._completion = completion
+        self._ack_at, self._done_at = now + ack_timeout, now + completion
+        due = min(self._ack_at, self._done_at)
+        self._timer = loop.call_at(due, self._expire, due)
+        self.on_chunk = on_chunk
+        self.on_ack = on_ack
+
+    def ack(self) -> None:
+        """The agent has the work: from now on only the completion deadline counts."""
+        if self.acked or self.fut.done():
+            return
+        self.acked = True
+        done_at = self._loop.time() + self._completion
+        if done_at > self._done_at + self.LAG_SLACK:  # a late ack: the clock starts now
+            self._done_at = done_at
+            self._timer.cancel()
+            self._timer = self._loop.call_at(done_at, self._expire, done_at)
+        if self.on_ack is not None:
+            self.on_ack()
+
+    def resolve(self, kind: str, payload: Any = None) -> None:
+        """kind: ok | error (payload = wire error) | lost (connection went away)."""
+        if not self.fut.done():
+            self._timer.cancel()
+            self.fut.set_result((kind, payload))
+
+    def _expire(self, due: float) -> None:
+        if self.fut.done():
+            return
+        now = self._loop.time()
+        late = now - due
+        if late > self.LAG_SLACK and not self._extended:
+            self._extended = True
+            self._timer = self._loop.call_at(now + late, self._expire, now + late)
+            return
+        if self.acked and now < self._done_at:  # the ack deadline passed, acknowledged
+            self._timer = self._loop.call_at(self._done_at, self._expire, self._done_at)
+            return
+        if not self.acked and now < self._ack_at and now < self._done_at:
+            self._timer = self._loop.call_at(min(self._ack_at, self._done_at), self._expire,
+                                             min(self._ack_at, self._done_at))
+            return
+        # Unacknowledged past the ack deadline: never delivered. Anything else: too slow.
+        kind = "undelivered" if not self.acked and now >= self._ack_at else "timeout"
+        self.fut.set_result((kind, None))
