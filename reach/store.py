@@ -291,42 +291,63 @@ class Store:
             if self._last_group > 1:
                 await asyncio.sleep(self.group_window)
             self._wake.clear()
-            if self._update_timer is not None:
-                self._update_timer.cancel()
-                self._update_timer = None
             if not self._inserts and not self._updates:
-                for fut in self._waiters:
-                    if not fut.done():
-                        fut.set_result(None)
-                self._waiters = []
+                self._settle([], None)
                 if self._closing:
                     return
                 continue
-            inserts, self._inserts = self._inserts, []
-            self._pending = {}
-            self._last_group = len(inserts)
-            updates, self._updates = self._updates, {}
-            waiters, self._waiters = self._waiters, []
-            # Rows are built here, on the loop, so the worker never reads a task mid-change.
-            new_rows = [_row(t) for t, _ in inserts]
-            fresh = {r["task_id"] for r in new_rows}
-            changed = [{"k_task_id": tid, **_changes(t)} for tid, t in updates.items()
-                       if tid not in fresh]
+            batch = self._take()
             try:
-                await self._run(self._commit, new_rows, changed)
+                await self._run(self._commit, *self._rows(batch))
             except Exception as exc:  # the submitters learn their task was not stored
-                for fut in [f for _, f in inserts] + waiters:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                self._settle(batch, exc)
                 continue
-            self.commits += 1
-            self.rows_written += len(new_rows) + len(changed)
-            self._maybe_checkpoint()
-            for fut in [f for _, f in inserts] + waiters:
-                if not fut.done():
-                    fut.set_result(None)
+            self._settle(batch, None)
             if self._closing and not self._inserts and not self._updates:
                 return
+
+    def _take(self) -> tuple[list[tuple[Task, asyncio.Future[None]]], dict[str, Task],
+                             list[asyncio.Future[None]]]:
+        inserts, self._inserts = self._inserts, []
+        self._pending = {}
+        self._last_group = len(inserts)
+        updates, self._updates = self._updates, {}
+        waiters, self._waiters = self._waiters, []
+        if self._update_timer is not None:
+            self._update_timer.cancel()
+            self._update_timer = None
+        return inserts, updates, waiters
+
+    @staticmethod
+    def _rows(batch: tuple[list[tuple[Task, asyncio.Future[None]]], dict[str, Task],
+                           list[asyncio.Future[None]]]
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        # Rows are built on the loop, so a worker thread never reads a task mid-change.
+        inserts, updates, _ = batch
+        new_rows = [_row(t) for t, _ in inserts]
+        fresh = {r["task_id"] for r in new_rows}
+        changed = [{"k_task_id": tid, **_changes(t)} for tid, t in updates.items()
+                   if tid not in fresh]
+        return new_rows, changed
+
+    def _settle(self, batch: Any, exc: Exception | None) -> None:
+        """Complete the futures of a batch (and any waiters with nothing left to write)."""
+        if batch:
+            inserts, updates, waiters = batch
+            futures = [f for _, f in inserts] + waiters
+            if exc is None:
+                self.commits += 1
+                self.rows_written += len(inserts) + len(updates)
+                self._maybe_checkpoint()
+        else:
+            futures, self._waiters = self._waiters, []
+        for fut in futures:
+            if fut.done():
+                continue
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
 
     def _maybe_checkpoint(self) -> None:
         self._since_checkpoint += 1
