@@ -13,12 +13,25 @@ millisecond heartbeats; it shares nothing with any other cluster and stops with 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from .agent import Agent
 from .client import Client
 from .reach import Reach
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 3.0,
+                     interval: float = 0.005) -> None:
+    """Poll ``predicate`` until it holds; ``AssertionError`` after ``timeout`` seconds.
+    For conditions that become true by themselves (an agent going offline, say)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
 
 
 class Cluster:

@@ -14,14 +14,7 @@ from reach import Agent, Client, Context, Reach, ReachError, Unavailable
 from reach.channel import CallerSession
 from reach.resilience import Backoff
 from reach.testing import Cluster
-
-
-async def wait_for(predicate: Any, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
+from reach.testing import wait_until as wait_for
 
 
 async def ping() -> str:

@@ -24,19 +24,12 @@ from reach import (
     Unavailable,
 )
 from reach.testing import Cluster
+from reach.testing import wait_until as wait_for
 
 
 class SalesQuery(BaseModel):
     region: str
     quarter: str
-
-
-async def wait_for(predicate: Any, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def state_of(reach: Reach, name: str) -> str:
