@@ -117,8 +117,7 @@ class Gateway:
             raise InvalidParams(str(exc)) from None
         if idempotency_key is not None and idempotency_key in self.keys:
             first_id = self.keys[idempotency_key]
-            first = self.live.get(first_id) or self.recent.get(first_id) \
-                or self.dead.get(first_id)
+            first = self.find(first_id)
             if first is not None:
                 self.check_same_work(first, cap, idempotency_key)
                 if sink is not None and first_id in self.live:
@@ -134,7 +133,7 @@ class Gateway:
                 capability=cap)
         self.router.admit(cap, params, caller, declaring, self.registry.capability_names())
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
-        if not any(r.state.value == "online" and r.connected for r in declaring.values()):
+        if not any(r.reachable for r in declaring.values()):
             raise Unavailable(
                 f"{len(declaring)} agent(s) declare {cap!r} but none is online; "
                 f"see `reach.agents()`", capability=cap)
@@ -212,8 +211,12 @@ class Gateway:
 
     # ------------------------------------------------------------ lookups
 
+    def find(self, task_id: str) -> Task | None:
+        """A task still in memory: live, recently finished, or an unresolved dead letter."""
+        return self.live.get(task_id) or self.recent.get(task_id) or self.dead.get(task_id)
+
     async def task(self, task_id: str) -> Task | None:
-        found = self.live.get(task_id) or self.recent.get(task_id) or self.dead.get(task_id)
+        found = self.find(task_id)
         if found is None:
             found = await self.store.get(task_id)
         return found
@@ -306,10 +309,10 @@ class Gateway:
                         self._finish(task, S.FAILED, error=exc)
                         return
                 kind, payload, attempt = await self._attempt(task, record, deadline)
-                if kind == "ok":
+                if attempt.outcome == "ok":
                     self._finish(task, S.SUCCEEDED, result=payload)
                     return
-                if kind == "error" and (payload or {}).get("details", {}).get("answer"):
+                if attempt.outcome == "answer":
                     self._finish(task, S.FAILED, wire_error=payload)
                     return
                 exclude.add(record.agent_id)
@@ -318,8 +321,8 @@ class Gateway:
                     # once every one was tried, it costs a retry like any other failure.
                     now = self.clock()
                     others = [r for r in self.registry.declaring(env.capability).values()
-                              if r.agent_id not in exclude and r.connected
-                              and r.state.value == "online" and r.breaker.allows(now)]
+                              if r.agent_id not in exclude and r.reachable
+                              and r.breaker.allows(now)]
                     if others and hops < max_hops:
                         continue
                     if retries < env.max_retries:
@@ -345,8 +348,7 @@ class Gateway:
 
     @staticmethod
     def _ready(record: AgentRecord, capability: str) -> bool:
-        return (record.state.value == "online" and record.connected
-                and capability in record.capabilities
+        return (record.reachable and capability in record.capabilities
                 and record.inflight < record.max_concurrency)
 
     def _idempotent(self, capability: str) -> bool:

@@ -240,8 +240,7 @@ class Reach:
         """The ordered events of one call chain: every task, state and attempt, with times."""
         events: list[dict[str, Any]] = []
         for tid in self.gateway.traces.get(trace_id, ()):
-            task = self.gateway.live.get(tid) or self.gateway.recent.get(tid) \
-                or self.gateway.dead.get(tid)
+            task = self.gateway.find(tid)
             if task is not None:
                 events.extend(_events(task))
         events.sort(key=lambda e: e["at"])

@@ -47,6 +47,11 @@ class AgentRecord:
     faults: int = 0
     breaker: Breaker = field(default_factory=Breaker)
 
+    @property
+    def reachable(self) -> bool:
+        """Online and connected: may be sent new work (breaker and slots permitting)."""
+        return self.state is Liveness.ONLINE and self.connected
+
     def view(self, now: float) -> dict[str, Any]:
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from . import names
 from .errors import InvalidParams, NoRoute, Unauthorized, Unavailable
-from .liveness import Liveness
 from .registry import AgentRecord
 from .schemas import check
 
@@ -100,9 +99,9 @@ class Router:
         ready: list[AgentRecord] = []
         healthy = 0
         for record in declaring.values():
-            if record.agent_id in exclude or record.state is not Liveness.ONLINE:
+            if record.agent_id in exclude or not record.reachable:
                 continue
-            if not record.connected or not record.breaker.allows(now):
+            if not record.breaker.allows(now):
                 continue
             cap = record.capabilities[capability]
             if not self.permissions.allows(caller, capability, cap.spec.scope):
