@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 check: $(STAMP)
-	$(BIN)/python -m ruff check reach tests bench
+	$(BIN)/python -m ruff check reach dashboard tests bench
 	$(BIN)/python -m mypy
 
 bench: $(STAMP)
