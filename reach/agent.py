@@ -135,16 +135,18 @@ class Agent:
                    latency_ms: float = 1000.0, weight: float = 50.0, idempotent: bool = False,
                    intents: list[str] | tuple[str, ...] = (),
                    tags: list[str] | tuple[str, ...] = (),
-                   description: str | None = None) -> Callable[[Callable[..., Any]],
-                                                              Callable[..., Any]]:
+                   description: str | None = None, hedge: bool = False
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a capability served by the decorated function (async, sync or async
-        generator). ``params`` is a JSON schema dict or a pydantic model."""
+        generator). ``params`` is a JSON schema dict or a pydantic model. ``hedge`` (for
+        idempotent reads) lets the coordinator send a second copy to another agent when the
+        first runs past the capability's P95, and take whichever answers first."""
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             model = params if isinstance(params, type) and issubclass(params, BaseModel) else None
             streaming = inspect.isasyncgenfunction(fn)
             spec = p.CapabilitySpec(
                 name=name, params=schema_of(params), scope=scope,  # type: ignore[arg-type]
-                latency_ms=latency_ms, weight=weight, idempotent=idempotent,
+                latency_ms=latency_ms, weight=weight, idempotent=idempotent, hedge=hedge,
                 streaming=streaming, intents=list(intents), tags=list(tags),
                 description=description or (inspect.getdoc(fn) or "").split("\n")[0])
             ctx_param, accepts = _inspect(fn)

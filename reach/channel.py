@@ -288,7 +288,7 @@ class CallerSession(_Session):
                 idempotency_key=f.idempotency_key, priority=f.priority, timeout=f.timeout,
                 max_retries=f.max_retries, trace_id=f.trace_id,
                 parent_task_id=f.parent_task_id, traceparent=f.traceparent, sink=sink,
-                intent=f.intent)
+                intent=f.intent, hedge=f.hedge)
         except ReachError as exc:
             self.out.post(error_frame(exc, id=f.id))
             return

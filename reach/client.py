@@ -25,8 +25,17 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from . import protocol as p
-from .errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable, from_wire
+from .errors import (
+    InvalidParams,
+    ProtocolError,
+    ReachError,
+    ReachTimeout,
+    Rejected,
+    Unavailable,
+    from_wire,
+)
 from .outbox import Outbox
+from .resilience import Pacer
 
 log = logging.getLogger("reach.client")
 class _End:
@@ -103,6 +112,7 @@ class Client:
         self._requests: dict[int, asyncio.Future[Any]] = {}
         # Submits not yet acknowledged, kept to be sent again (same key) after a reconnect.
         self._submits: dict[int, str] = {}
+        self._pacer = Pacer()  # slows submits down after `rejected` (back-pressure)
         self._outcomes: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         self._streams: dict[int, asyncio.Queue[Any]] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -248,10 +258,14 @@ class Client:
             if fut is not None and not fut.done():
                 fut.set_result(frame)
         elif kind == "result":
+            if self._pacer.delay:
+                self._pacer.accepted()
             self._accept_with_outcome(frame)
             self._settle(frame.id, frame.result, None)
         elif kind == "error":
             err = from_wire(frame.error.model_dump())
+            if isinstance(err, Rejected):
+                self._pacer.rejected(err.level, asyncio.get_running_loop().time())
             if frame.trace_id is not None:  # the task was accepted, and failed
                 self._accept_with_outcome(frame)
                 self._settle(frame.id, None, err)
@@ -302,6 +316,12 @@ class Client:
             except TimeoutError:
                 raise Unavailable(f"not connected to {self.url}") from None
 
+    async def _pace(self) -> None:
+        """Hold a submit while the coordinator asked us to slow down."""
+        wait = self._pacer.wait(asyncio.get_running_loop().time())
+        if wait > 0:
+            await asyncio.sleep(wait)
+
     async def _request(self, frame: p.Frame | str, req_id: int) -> Any:
         await self._await_connected()
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -315,18 +335,20 @@ class Client:
                      idempotency_key: str | None = None, priority: int = 5,
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
-                     traceparent: str | None = None) -> Handle:
-        """Hand a task over; returns once the coordinator has durably accepted it."""
+                     traceparent: str | None = None, hedge: bool | None = None) -> Handle:
+        """Hand a task over; returns once the coordinator has durably accepted it.
+        ``hedge`` overrides the capability's own hedging of slow idempotent reads."""
         handle, _ = await self._submit(capability, params or {}, idempotency_key, priority,
                                        timeout, max_retries, trace_id, parent_task_id,
-                                       traceparent, False)
+                                       traceparent, False, hedge=hedge)
         return handle
 
     async def _submit(self, capability: str, params: dict[str, Any], key: str | None,
                       priority: int, timeout: float | None, max_retries: int | None,
                       trace_id: str | None, parent_task_id: str | None,
-                      traceparent: str | None, stream: bool, intent: str | None = None
-                      ) -> tuple[Handle, int]:
+                      traceparent: str | None, stream: bool, intent: str | None = None,
+                      hedge: bool | None = None) -> tuple[Handle, int]:
+        await self._pace()
         req_id = next(self._ids)
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[Any] = loop.create_future()
@@ -337,7 +359,7 @@ class Client:
         self._outcomes[req_id] = ("", outcome)
         text = self._submit_frame(req_id, capability, params, key, priority, timeout,
                                   max_retries, trace_id, parent_task_id, traceparent, intent,
-                                  defer_ack=False)
+                                  defer_ack=False, hedge=hedge)
         try:
             accepted = await self._request(text, req_id)
         except BaseException:
@@ -352,7 +374,7 @@ class Client:
                       key: str | None, priority: int, timeout: float | None,
                       max_retries: int | None, trace_id: str | None,
                       parent_task_id: str | None, traceparent: str | None,
-                      intent: str | None, defer_ack: bool) -> str:
+                      intent: str | None, defer_ack: bool, hedge: bool | None = None) -> str:
         # Checked here, so a bad argument raises at once rather than as a frame error.
         _check_submit(capability, intent, key, priority, timeout, max_retries)
         # Every submit carries a key (one is made up when the caller gave none), so sending it
@@ -361,7 +383,8 @@ class Client:
             "submit", id=req_id, capability=capability, params=params,
             idempotency_key=key or os.urandom(16).hex(), priority=priority, timeout=timeout,
             max_retries=max_retries, trace_id=trace_id, parent_task_id=parent_task_id,
-            traceparent=traceparent, wait=True, intent=intent, defer_ack=defer_ack or None)
+            traceparent=traceparent, wait=True, intent=intent, defer_ack=defer_ack or None,
+            hedge=hedge)
         limit = min(self.max_frame_bytes, self.frame_limit)
         if len(text) > limit // 4 and len(text.encode()) > limit:
             raise ProtocolError(
@@ -374,19 +397,20 @@ class Client:
                    timeout: float | None = None, idempotency_key: str | None = None,
                    priority: int = 5, max_retries: int | None = None,
                    trace_id: str | None = None, parent_task_id: str | None = None,
-                   traceparent: str | None = None) -> Any:
+                   traceparent: str | None = None, hedge: bool | None = None) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
 
         Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
         folds its acknowledgement into the answer (``defer_ack``)."""
         await self._await_connected()
+        await self._pace()
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(_consume)
         self._outcomes[req_id] = ("", outcome)
         text = self._submit_frame(req_id, capability, params or {}, idempotency_key, priority,
                                   timeout, max_retries, trace_id, parent_task_id, traceparent,
-                                  None, defer_ack=True)
+                                  None, defer_ack=True, hedge=hedge)
         try:
             self._send(text)
             async with asyncio.timeout(None if timeout is None else timeout + 1.0):

@@ -33,9 +33,11 @@ from .errors import (
     TaskFailed,
     Unavailable,
 )
+from .events import BREAKER, DEAD_LETTER, TASK, EventBus
+from .metrics import Metrics
 from .protocol import encode
 from .registry import AgentRecord, Registry
-from .resilience import LatencyWindow, completion_timeout
+from .resilience import BreakerState, LatencyWindow, RetryBudget, completion_timeout
 from .routing import Router, Saturated
 from .slots import SlotQueue
 from .store import Store
@@ -80,6 +82,10 @@ class Gateway:
         self._chunk_next: dict[str, int] = {}  # task id → the next chunk seq callers expect
         self._drivers: set[asyncio.Task[None]] = set()
         self.slots = SlotQueue(settings.priority_aging)
+        self.events = EventBus(clock)
+        self.metrics = Metrics()
+        self.budget = RetryBudget(settings.retry_budget, settings.retry_budget_min,
+                                  settings.retry_budget_window)
         self._agents_changed = asyncio.Event()
         self.accepting = True
 
@@ -104,7 +110,7 @@ class Gateway:
                trace_id: str | None = None, parent_task_id: str | None = None,
                traceparent: str | None = None,
                sink: Callable[[str, int, Any], None] | None = None,
-               intent: str | None = None) -> Admission:
+               intent: str | None = None, hedge: bool | None = None) -> Admission:
         """Check, record and start a task without waiting: the caller acknowledges it once
         ``commit`` completes. Raises the typed ``ReachError`` when the task is refused."""
         if not self.accepting:
@@ -145,9 +151,13 @@ class Gateway:
             priority=priority, timeout=timeout,
             max_retries=self.settings.max_retries if max_retries is None else max_retries,
             created_at=now, parent_task_id=parent_task_id, traceparent=traceparent,
+            hedge=hedge,
         )
         task = new_task(env, now)
         self._track(task)
+        self.budget.first(now)
+        if self.events.active:
+            self._publish_task(task, "accepted")
         self.remember_key(env.idempotency_key, task_id, now)
         if sink is not None:
             self.add_chunk_sink(task_id, sink)
@@ -201,6 +211,28 @@ class Gateway:
         if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
             ids.append(task.task_id)
         self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
+
+    def _move(self, task: Task, state: TaskState, note: str = "") -> None:
+        task.move(state, self.clock(), note)
+        if self.events.active:
+            self._publish_task(task, note)
+
+    def _publish_task(self, task: Task, note: str) -> None:
+        env = task.envelope
+        last = task.attempts[-1] if task.attempts else None
+        self.events.publish(TASK, {
+            "task_id": env.task_id, "trace_id": env.trace_id,
+            "parent_task_id": env.parent_task_id, "capability": env.capability,
+            "caller": env.caller, "agent": None if last is None else last.agent,
+            "attempt": None if last is None else last.number, "state": task.state.value,
+            "note": note, "cost_ms": round((task.updated_at - env.created_at) * 1000, 3)})
+
+    def _breaker_moved(self, record: AgentRecord, before: BreakerState) -> None:
+        after = record.breaker.state
+        if after is not before:
+            self.events.publish(BREAKER, {"agent": record.name, "agent_id": record.agent_id,
+                                          "from": before.value, "to": after.value,
+                                          "fault_rate": record.breaker.fault_rate()})
 
     def _spawn(self, task: Task) -> asyncio.Task[None]:
         driver = asyncio.get_running_loop().create_task(self._drive(task),
@@ -300,15 +332,17 @@ class Gateway:
                             continue
                         if retries < env.max_retries and hops < max_hops:
                             retries += 1
-                            await self._back_off(task, retries, deadline, str(exc))
+                            if not await self._back_off(task, retries, deadline, str(exc)):
+                                return
                             exclude.clear()
                             continue
                         self._finish(task, S.DEAD, error=exc)
                         return
                     except Rejected as exc:
+                        self.metrics.rejected(env.capability)
                         self._finish(task, S.FAILED, error=exc)
                         return
-                kind, payload, attempt = await self._attempt(task, record, deadline)
+                kind, payload, attempt, record = await self._run(task, record, deadline)
                 if attempt.outcome == "ok":
                     self._finish(task, S.SUCCEEDED, result=payload)
                     return
@@ -327,14 +361,18 @@ class Gateway:
                         continue
                     if retries < env.max_retries:
                         retries += 1
-                        await self._back_off(task, retries, deadline, attempt.error or kind)
+                        if not await self._back_off(task, retries, deadline,
+                                                    attempt.error or kind):
+                            return
                         exclude.clear()
                         continue
                 idempotent = record.capabilities.get(env.capability)
                 retryable = idempotent is not None and idempotent.spec.idempotent
                 if retryable and retries < env.max_retries and hops < max_hops:
                     retries += 1
-                    await self._back_off(task, retries, deadline, attempt.error or kind)
+                    if not await self._back_off(task, retries, deadline,
+                                                attempt.error or kind):
+                        return
                     continue
                 self._finish(task, S.DEAD, error=self._attempt_error(env, kind, payload,
                                                                      record, retryable))
@@ -370,13 +408,27 @@ class Gateway:
                           remote={"code": kind, "agent": record.name})
 
     async def _back_off(self, task: Task, retry: int, deadline: float | None,
-                        why: str) -> None:
+                        why: str) -> bool:
+        """Wait before retry number ``retry``; False (the task is dead-lettered) when the
+        coordinator-wide retry budget refuses it."""
+        env = task.envelope
+        if not self.budget.spend(self.clock()):
+            s = self.settings
+            self._finish(task, S.DEAD, error=Unavailable(
+                f"{env.capability!r} not retried: the coordinator's retry budget "
+                f"({s.retry_budget:.0%} of first attempts over {s.retry_budget_window:.0f}s) "
+                f"is spent, many tasks are failing at once; last failure: {why}. Replay it "
+                f"from the dead letters once the cause is fixed", capability=env.capability))
+            return False
+        last = task.attempts[-1].agent if task.attempts else None
+        self.metrics.retried(env.capability, last)
         delay = self.settings.backoff.delay(retry - 1, self.rng)
         if deadline is not None:
             delay = min(delay, max(0.0, deadline - asyncio.get_running_loop().time()))
-        task.move(S.RETRYING, self.clock(), f"retry {retry} in {delay * 1000:.0f} ms: {why}")
+        self._move(task, S.RETRYING, f"retry {retry} in {delay * 1000:.0f} ms: {why}")
         self.store.update(task)
         await asyncio.sleep(delay)
+        return True
 
     async def _wait_for_agents(self, limit: float) -> None:
         try:
@@ -415,14 +467,21 @@ class Gateway:
                 if left <= 0:
                     raise Rejected(
                         f"every agent for {env.capability!r} is at its max_concurrency; "
-                        f"slow down and retry", level=sat.level,
+                        f"slow down and retry", level=self._pressure(env.capability, sat),
                         capability=env.capability) from None
                 if not queued:
-                    task.move(S.QUEUED, now, "waiting for a free slot")
+                    self._move(task, S.QUEUED, "waiting for a free slot")
                     queued = True
                 # The first queued time is kept across wake-ups: a waiter that lost the race
                 # for a slot keeps its age, it does not go to the back.
                 await self.slots.wait(env.capability, env.priority, queued_at, left)
+
+    def _pressure(self, capability: str, sat: Saturated) -> float:
+        """Back-pressure level 0.5..1: saturated, and how many wait per free-able slot."""
+        capacity = sum(r.max_concurrency for r in self.registry.declaring(capability).values()
+                       if r.reachable)
+        waiting = self.slots.waiting(capability)
+        return min(sat.level, 0.5 + 0.5 * waiting / max(1, capacity))
 
     def slot_freed(self, record: AgentRecord) -> None:
         """A slot at ``record`` opened: wake a waiter for each capability it serves."""
@@ -444,14 +503,17 @@ class Gateway:
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
                           agent=record.name, started_at=now)
         task.attempts.append(attempt)
-        task.move(S.DISPATCHED, now, f"attempt {attempt.number} to {record.name}")
+        self._move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}")
         tid = env.task_id
         delivery = Delivery(loop, self.settings.ack_timeout, completion,
                             lambda seq, data: self._emit_chunk(tid, seq, data),
-                            lambda: task.move(S.RUNNING, self.clock(), "acknowledged"))
+                            lambda: self._acknowledged(task))
         record.inflight += 1
         record.calls += 1
+        before = record.breaker.state
         record.breaker.on_dispatch(now)
+        self._breaker_moved(record, before)
+        self.metrics.dispatched(env.capability, record.name)
         started = loop.time()
         finished = False
         try:
@@ -479,21 +541,25 @@ class Gateway:
             record.inflight -= 1
             if record.session is not None:
                 record.session.forget(env.task_id, attempt.number)
-            if not finished:  # cancelled (stop) or the store failed: nothing to judge
+            if not finished:  # cancelled (stop, a hedge lost) or the store failed: not judged
                 delivery.resolve("lost")
                 record.breaker.probing = False
+                self.metrics.ended(env.capability, record.name, "cancelled", 0.0)
             self.slot_freed(record)
         ended = self.clock()
         attempt.ended_at = ended
         answer = kind == "error" and bool((payload or {}).get("details", {}).get("answer"))
         attempt.outcome = ("ok" if kind == "ok" else "answer" if answer
                            else "fault" if kind == "error" else kind)
+        took = loop.time() - started
+        caller_deadline = kind == "timeout" and caller_bound
+        self.metrics.ended(env.capability, record.name,
+                           "caller_deadline" if caller_deadline else attempt.outcome, took)
         if kind == "ok":
-            took = loop.time() - started
             window.add(took)
             prev = self.observed.get(record.agent_id)
             self.observed[record.agent_id] = took if prev is None else 0.8 * prev + 0.2 * took
-        elif kind == "timeout" and caller_bound:
+        elif caller_deadline:
             attempt.error = "the caller's deadline passed"
             record.breaker.probing = False  # neither success nor fault for the breaker
             return kind, payload, attempt
@@ -503,28 +569,95 @@ class Gateway:
                              else {"timeout": "completion timeout",
                                    "undelivered": "not acknowledged",
                                    "lost": "connection lost"}.get(kind, kind))
+        before = record.breaker.state
         record.breaker.record(kind == "ok" or answer, ended)
+        self._breaker_moved(record, before)
         return kind, payload, attempt
+
+    def _acknowledged(self, task: Task) -> None:
+        # With a hedge in flight, the second agent's ack finds the task already running.
+        if task.state is S.DISPATCHED:
+            self._move(task, S.RUNNING, "acknowledged")
+
+    # ------------------------------------------------------------ hedged reads
+
+    async def _run(self, task: Task, record: AgentRecord, deadline: float | None
+                   ) -> tuple[str, Any, Attempt, AgentRecord]:
+        """One attempt at ``record``; for a hedged idempotent read still running past the
+        capability's P95, a second attempt at another agent, and the first answer wins (the
+        other is cancelled). A hedge spends the retry budget like a retry."""
+        after = self._hedge_after(task, record)
+        if after is None:
+            kind, payload, attempt = await self._attempt(task, record, deadline)
+            return kind, payload, attempt, record
+        loop = asyncio.get_running_loop()
+        first = loop.create_task(self._attempt(task, record, deadline))
+        pending: dict[asyncio.Task[tuple[str, Any, Attempt]], AgentRecord] = {first: record}
+        try:
+            done, _ = await asyncio.wait({first}, timeout=after)
+            if not done:
+                other = self._hedge_target(task, record)
+                if other is not None and self.budget.spend(self.clock()):
+                    self.metrics.retried(task.envelope.capability, None)
+                    pending[loop.create_task(self._attempt(task, other, deadline))] = other
+            while True:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    rec = pending.pop(fut)
+                    kind, payload, attempt = fut.result()
+                    if attempt.outcome in ("ok", "answer") or not pending:
+                        return kind, payload, attempt, rec
+                    # this one failed: the other may still answer
+        finally:
+            for fut in pending:
+                fut.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+                now = self.clock()
+                for att in task.attempts:
+                    if att.outcome == "running":
+                        att.outcome, att.ended_at, att.error = "cancelled", now, "hedge lost"
+
+    def _hedge_after(self, task: Task, record: AgentRecord) -> float | None:
+        env = task.envelope
+        cap = record.capabilities.get(env.capability)
+        if cap is None or not cap.spec.idempotent:
+            return None
+        if not (cap.spec.hedge if env.hedge is None else env.hedge):
+            return None
+        window = self.latency.get(env.capability)
+        return None if window is None else window.p95()
+
+    def _hedge_target(self, task: Task, record: AgentRecord) -> AgentRecord | None:
+        env = task.envelope
+        try:
+            return self.router.pick(env.capability, env.params, env.caller,
+                                    self.registry.declaring(env.capability), self.clock(),
+                                    frozenset({record.agent_id}), self.observed)
+        except (Unavailable, Saturated):
+            return None
 
     # ------------------------------------------------------------ finishing
 
     def _finish(self, task: Task, state: TaskState, *, result: Any = None,
                 error: ReachError | None = None, wire_error: dict[str, Any] | None = None
                 ) -> None:
-        now = self.clock()
         if error is not None:
             wire_error = error.to_wire()
         task.result = result
         task.error = wire_error
         note = "" if wire_error is None else str(wire_error.get("message", ""))[:200]
-        task.move(state, now, note)
+        self._move(task, state, note)
         self.store.update(task)
         tid = task.task_id
         self.live.pop(tid, None)
         if state is S.DEAD:
             self.dead[tid] = task
-        else:
-            self.dead.pop(tid, None)
+            self.events.publish(DEAD_LETTER, {"action": "added", "task_id": tid,
+                                              "capability": task.envelope.capability})
+        elif self.dead.pop(tid, None) is not None:
+            self.events.publish(DEAD_LETTER, {"action": "resolved", "task_id": tid,
+                                              "capability": task.envelope.capability})
         self.recent[tid] = task
         self.recent.move_to_end(tid)
         while len(self.recent) > self.settings.recent_tasks:
@@ -568,9 +701,10 @@ class Gateway:
 
     def replay(self, task: Task) -> None:
         """Run a dead letter again with a fresh retry budget; it leaves the list on success."""
-        task.move(S.PENDING, self.clock(), "replayed")
+        self._move(task, S.PENDING, "replayed")
         self.recent.pop(task.task_id, None)
         self._track(task)
+        self.budget.first(self.clock())
         self.store.update(task)
         self._spawn(task)
 

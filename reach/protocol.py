@@ -44,6 +44,7 @@ class CapabilitySpec(BaseModel):
     weight: float = Field(default=50.0, gt=0, le=1000)
     idempotent: bool = False
     streaming: bool = False
+    hedge: bool = False  # idempotent reads: send one hedge to another agent past the P95
     tags: list[str] = Field(default_factory=list)
     intents: list[str] = Field(default_factory=list)
     description: str = ""
@@ -168,6 +169,7 @@ class Submit(Frame):
     traceparent: str | None = None
     wait: bool = True
     defer_ack: bool = False  # only the outcome matters: skip `accepted` if the outcome is quick
+    hedge: bool | None = None  # None: as the capability declares
 
 
 class Status(Frame):

@@ -7,6 +7,7 @@ capability never scans every agent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,15 +53,24 @@ class AgentRecord:
         """Online and connected: may be sent new work (breaker and slots permitting)."""
         return self.state is Liveness.ONLINE and self.connected
 
-    def view(self, now: float) -> dict[str, Any]:
+    def view(self, now: float, p95_ms: float | None = None) -> dict[str, Any]:
+        """The AgentView of docs/admin-feed.md (``p95_ms`` comes from the metrics)."""
+        b = self.breaker
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
             "version": self.version, "inflight": self.inflight,
             "max_concurrency": self.max_concurrency, "load": self.load,
             "queue_depth": self.queue_depth, "calls": self.calls, "faults": self.faults,
             "capabilities": sorted(self.capabilities),
-            "breaker": self.breaker.state.value,
+            "breaker": b.state.value,
+            "breaker_detail": {
+                "state": b.state.value, "fault_rate": round(b.fault_rate(), 3),
+                "window": len(b.outcomes),
+                "next_probe_in_s": round(max(0.0, b.opened_at + b.open_for - now), 3)
+                if b.state.value == "open" else None},
+            "p95_ms": p95_ms,
             "since_heartbeat_s": round(max(0.0, now - self.last_beat), 3),
+            "last_beat": self.last_beat,
             "connected": self.connected, "draining": self.draining,
         }
 
@@ -81,6 +91,8 @@ class Registry:
         self.by_id: dict[str, AgentRecord] = {}
         self.by_name: dict[str, AgentRecord] = {}
         self.index: dict[str, dict[str, AgentRecord]] = {}
+        # Told of every registration and liveness change (the coordinator publishes events).
+        self.on_change: Callable[[AgentRecord], None] | None = None
 
     # ------------------------------------------------------------ membership
 
@@ -119,6 +131,8 @@ class Registry:
         self.by_name[name] = record
         for cap in caps:
             self.index.setdefault(cap, {})[agent_id] = record
+        if self.on_change is not None:
+            self.on_change(record)
         return Registration(record, list(caps), warnings)
 
     def _unindex(self, record: AgentRecord) -> None:
@@ -159,6 +173,8 @@ class Registry:
         if new is record.state:
             return None
         record.state = new
+        if self.on_change is not None:
+            self.on_change(record)
         return new
 
     # ------------------------------------------------------------ queries

@@ -128,3 +128,74 @@ def completion_timeout(latency_ms: float, window: LatencyWindow, override: float
     declared = latency_ms / 1000.0 * 1.2
     p95 = window.p95()
     return declared if p95 is None else max(declared, p95 * 1.5)
+
+
+@dataclass(slots=True)
+class RetryBudget:
+    """Coordinator-wide cap on retries: at most ``ratio`` of first attempts, plus ``minimum``,
+    over the last ``window`` seconds (counted in one-second buckets).
+
+    Field lesson: three agents failed together and every task retried at once; retries must
+    not multiply load exactly when the system is weakest. A retry the budget refuses ends the
+    task as a dead letter (replayable once the cause is fixed) instead of adding to the storm.
+    """
+
+    ratio: float = 0.2
+    minimum: int = 10
+    window: float = 10.0
+    buckets: deque[list[float]] = field(default_factory=deque)  # [second, firsts, retries]
+    firsts: float = 0.0
+    retries: float = 0.0
+
+    def _bucket(self, now: float) -> list[float]:
+        second = float(int(now))
+        buckets = self.buckets
+        while buckets and buckets[0][0] <= second - self.window:
+            _, f, r = buckets.popleft()
+            self.firsts -= f
+            self.retries -= r
+        if not buckets or buckets[-1][0] != second:
+            buckets.append([second, 0.0, 0.0])
+        return buckets[-1]
+
+    def first(self, now: float) -> None:
+        """A task made its first attempt."""
+        self._bucket(now)[1] += 1
+        self.firsts += 1
+
+    def allowance(self, now: float) -> float:
+        self._bucket(now)
+        return self.minimum + self.ratio * self.firsts - self.retries
+
+    def spend(self, now: float) -> bool:
+        """Take one retry from the budget; False (nothing taken) when it is spent."""
+        bucket = self._bucket(now)
+        if self.minimum + self.ratio * self.firsts - self.retries < 1:
+            return False
+        bucket[2] += 1
+        self.retries += 1
+        return True
+
+
+@dataclass(slots=True)
+class Pacer:
+    """Client-side back-pressure: after a ``rejected`` with level L (0..1), wait before the
+    next submit; the wait grows while rejections continue and halves with each acceptance."""
+
+    max_delay: float = 1.0
+    delay: float = 0.0
+    until: float = 0.0
+
+    def rejected(self, level: float, now: float) -> None:
+        level = min(1.0, max(0.0, level))
+        self.delay = min(self.max_delay, max(self.delay * 2, 0.02) * (0.5 + level))
+        self.until = now + self.delay
+
+    def accepted(self) -> None:
+        self.delay /= 2
+        if self.delay < 0.001:
+            self.delay = 0.0
+
+    def wait(self, now: float) -> float:
+        """Seconds to hold the next submit (0 when not slowed down)."""
+        return max(0.0, self.until - now)

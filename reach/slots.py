@@ -45,6 +45,9 @@ class SlotQueue:
             self._waiters[cap] = live
             best[2].set_result(None)
 
+    def waiting(self, capability: str) -> int:
+        return sum(1 for w in self._waiters.get(capability, ()) if not w[2].done())
+
     def cancel_all(self) -> None:
         for waiters in self._waiters.values():
             for _, _, fut in waiters:

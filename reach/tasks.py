@@ -72,6 +72,8 @@ class Envelope:
     created_at: float = 0.0
     parent_task_id: str | None = None
     traceparent: str | None = None
+    hedge: bool | None = None  # None: as the capability declares (not stored: a resumed task
+    #                            hedges as its capability declares)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,7 +95,7 @@ class Attempt:
     agent: str
     started_at: float
     ended_at: float | None = None
-    outcome: str = "running"  # ok | answer | fault | timeout | lost | undelivered
+    outcome: str = "running"  # ok | answer | fault | timeout | lost | undelivered | cancelled
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
