@@ -1,0 +1,298 @@
+"""Shared plumbing for the failure drills: millisecond settings, run counters, liveness
+watches, a loopback relay that can hold traffic, and real subprocesses (agents, coordinator).
+
+Every drill reproduces one incident from the field notes (FIELD.md), scaled from seconds to
+milliseconds; each test's docstring names it. Nothing leaves loopback, and every process or
+socket a drill opens is closed in its fixture's teardown, pass or fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from reach import Reach
+from reach.resilience import Backoff
+from reach.testing import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+PROCS = REPO / "tests" / "procs"
+TERMINAL = ("succeeded", "failed", "dead")
+
+# Heartbeats every 50 ms, retries 10 ms → 100 ms: the field's seconds, scaled to milliseconds.
+FAST: dict[str, Any] = {"heartbeat_interval": 0.05, "ack_timeout": 0.5,
+                        "backoff": Backoff(base=0.01, cap=0.1), "recovery_grace": 0.5}
+
+
+# ---------------------------------------------------------------- in-process clusters
+
+
+@pytest_asyncio.fixture
+async def cluster_factory() -> AsyncIterator[Callable[..., Awaitable[Cluster]]]:
+    """``await cluster_factory(**options)``: a coordinator with ``FAST`` settings overridden
+    by ``options``; every cluster is closed at teardown."""
+    made: list[Cluster] = []
+
+    async def make(**options: Any) -> Cluster:
+        cluster = await Cluster.start(**{**FAST, **options})
+        made.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            await cluster.close()
+
+
+class Runs:
+    """Handler runs per idempotency key, counted where the work happens (the agent side)."""
+
+    def __init__(self) -> None:
+        self.started: collections.Counter[str] = collections.Counter()
+        self.finished: collections.Counter[str] = collections.Counter()
+        self.by_agent: collections.Counter[str] = collections.Counter()
+
+    def start(self, key: str, agent: str = "") -> None:
+        self.started[key] += 1
+        self.by_agent[agent] += 1
+
+    def twice(self) -> dict[str, int]:
+        return {k: c for k, c in self.started.items() if c > 1}
+
+
+def agent_view(reach: Reach, name: str) -> dict[str, Any] | None:
+    return next((a for a in reach.agents() if a["name"] == name), None)
+
+
+class StateWatch:
+    """Samples one agent's view every few ms and keeps every change of (state, agent_id,
+    breaker) it saw, so a drill can assert the whole path, not just where it ended."""
+
+    def __init__(self, reach: Reach, name: str, every: float = 0.003) -> None:
+        self.reach, self.name, self.every = reach, name, every
+        self.seen: list[tuple[float, str, str, str]] = []  # (monotonic, state, id, breaker)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _sample(self) -> None:
+        view = agent_view(self.reach, self.name)
+        if view is None:
+            return
+        entry = (view["state"], view["agent_id"], view["breaker"])
+        if not self.seen or self.seen[-1][1:] != entry:
+            self.seen.append((time.monotonic(), *entry))
+
+    async def _run(self) -> None:
+        while True:
+            self._sample()
+            await asyncio.sleep(self.every)
+
+    @property
+    def states(self) -> list[str]:
+        """Liveness states in the order seen, consecutive repeats folded."""
+        out: list[str] = []
+        for _, state, _, _ in self.seen:
+            if not out or out[-1] != state:
+                out.append(state)
+        return out
+
+    @property
+    def breakers(self) -> list[str]:
+        out: list[str] = []
+        for _, _, _, breaker in self.seen:
+            if not out or out[-1] != breaker:
+                out.append(breaker)
+        return out
+
+    @property
+    def ids(self) -> set[str]:
+        return {agent_id for _, _, agent_id, _ in self.seen}
+
+    def current(self) -> str | None:
+        self._sample()
+        return self.seen[-1][1] if self.seen else None
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+# ---------------------------------------------------------------- a network that can blip
+
+
+class Blip:
+    """A loopback TCP relay in front of the coordinator. ``hold()`` stops moving bytes both
+    ways while the sockets stay open (a network blip: nothing arrives, nothing is closed);
+    ``release()`` lets what queued up flow again, in order."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._server: asyncio.Server | None = None
+        self._pumps: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def start(self) -> Blip:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self._writers += [writer, up_writer]
+        loop = asyncio.get_running_loop()
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            pump = loop.create_task(self._pump(src, dst))
+            self._pumps.add(pump)
+            pump.add_done_callback(self._pumps.discard)
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                data = await src.read(65536)
+                await self._flowing.wait()  # held: the bytes wait here, the socket stays open
+                if not data:
+                    break
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            dst.close()
+
+    async def close(self) -> None:
+        self.release()
+        if self._server is not None:
+            self._server.close()
+        for writer in self._writers:
+            writer.close()
+        for pump in list(self._pumps):
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+# ---------------------------------------------------------------- real processes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A subprocess whose stdout+stderr go to a file that can be polled without blocking."""
+
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], out: Path) -> None:
+        self.name, self.popen, self.out = name, popen, out
+
+    def output(self) -> str:
+        try:
+            return self.out.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def wait_for(self, marker: str, timeout: float = 20.0) -> str:
+        """The first output line containing ``marker``; fails fast if the process died."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.output().splitlines():
+                if marker in line:
+                    return line
+            if self.popen.poll() is not None:
+                raise AssertionError(f"{self.name} exited ({self.popen.returncode}) before "
+                                     f"printing {marker!r}:\n{self.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name} printed no {marker!r} within {timeout}s:\n"
+                                     f"{self.output()[-3000:]}")
+            await asyncio.sleep(0.02)
+
+    def kill9(self) -> None:
+        """SIGKILL and reap: the kernel closes its sockets at once, nothing is flushed."""
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=10)
+
+    def reap(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.kill(self.popen.pid, signal.SIGCONT)  # a stopped process still dies on KILL
+            except ProcessLookupError:
+                pass
+            self.popen.kill()
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - nothing more we can do
+            pass
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """``spawn(name, *argv)`` runs ``python *argv``; every process is SIGKILLed at teardown."""
+    procs: list[Proc] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO),
+                                                       os.environ.get("PYTHONPATH")]))}
+
+    def start(name: str, *argv: Any) -> Proc:
+        out = tmp_path / f"{name}.out"
+        with open(out, "ab") as fh:
+            popen = subprocess.Popen([sys.executable, *map(str, argv)], stdout=fh,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=REPO, env=env)
+        proc = Proc(name, popen, out)
+        procs.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            proc.reap()
+
+
+def start_fault_agent(spawn: Callable[..., Proc], url: str, name: str, log: Path,
+                      *options: Any) -> Proc:
+    """An agent process serving ``soak.read`` (idempotent) and ``soak.write`` (not)."""
+    return spawn(name, PROCS / "fault_agent.py", url, name, "--log", log, *options)
+
+
+def start_coordinator(spawn: Callable[..., Proc], name: str, port: int, db: Path,
+                      *options: Any) -> Proc:
+    return spawn(name, "-m", "reach.cli", "serve", "--port", port, "--store", f"sqlite:///{db}",
+                 "--heartbeat-interval", "0.05", "--recovery-grace", "5",
+                 "--log-level", "WARNING", *options)
+
+
+def log_lines(log: Path, kind: str) -> list[list[str]]:
+    """Lines ``KIND KEY TASK ATTEMPT PID`` of a fault agent's log, as split fields."""
+    if not log.exists():
+        return []
+    return [parts for line in log.read_text().splitlines()
+            if (parts := line.split()) and parts[0] == kind]
