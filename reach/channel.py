@@ -45,7 +45,7 @@ class Channel:
 
     def __init__(self, reach: Reach) -> None:
         self.reach = reach
-        self.sessions: set[AgentSession | CallerSession] = set()
+        self.sessions: set[_Session] = set()
 
     async def handle(self, ws: ServerConnection) -> None:
         try:
@@ -56,17 +56,21 @@ class Channel:
         try:
             first = p.parse(raw)
         except ProtocolError as exc:
-            await _refuse(ws, exc)
+            await refuse(ws, exc)
             return
-        session: AgentSession | CallerSession
+        session: _Session
         if isinstance(first, p.Register):
             session = AgentSession(self.reach, ws)
         elif isinstance(first, p.Hello):
             session = CallerSession(self.reach, ws)
+        elif isinstance(first, p.AdminHello):
+            from .admin import AdminSession  # here: admin builds on this module's sessions
+
+            session = AdminSession(self.reach, ws)
         else:
-            await _refuse(ws, ProtocolError(
-                f"the first frame must be 'register' (agents) or 'hello' (callers), "
-                f"not {first.type!r}"))
+            await refuse(ws, ProtocolError(
+                f"the first frame must be 'register' (agents), 'hello' (callers) or 'admin' "
+                f"(operators), not {first.type!r}"))
             return
         self.sessions.add(session)
         try:
@@ -75,7 +79,7 @@ class Channel:
             self.sessions.discard(session)
 
 
-async def _refuse(ws: ServerConnection, err: ReachError) -> None:
+async def refuse(ws: ServerConnection, err: ReachError) -> None:
     try:
         await ws.send(error_frame(err))
         await ws.close(POLICY_VIOLATION, err.message[:120])
@@ -137,11 +141,11 @@ class AgentSession(_Session):
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, session=self,
                 now=reach.clock())
         except (SchemaError, ValueError) as exc:
-            await _refuse(self.ws, InvalidParams(f"registration refused: {exc}"))
+            await refuse(self.ws, InvalidParams(f"registration refused: {exc}"))
             await self.out.aclose()
             return
         except ReachError as exc:
-            await _refuse(self.ws, exc)
+            await refuse(self.ws, exc)
             await self.out.aclose()
             return
         if isinstance(previous, AgentSession) and previous is not self:
@@ -246,7 +250,7 @@ class CallerSession(_Session):
         try:
             _authorize(self.reach, hello.token, hello.caller)
         except ReachError as exc:
-            await _refuse(self.ws, exc)
+            await refuse(self.ws, exc)
             await self.out.aclose()
             return
         self.caller = hello.caller

@@ -7,6 +7,7 @@ and ``type``. docs/protocol.md documents the encoding for agents written without
     reach  → agent : welcome, invoke, cancel, error
     caller → reach : hello, submit, status, result (await a task's outcome)
     reach  → caller: welcome, accepted, task, result, chunk, error
+    admin  → reach : admin, command          reach → admin: snapshot, delta, reply, error
 
 ``parse`` turns raw text into a frame or raises ``ProtocolError`` with a message that says what
 was wrong; ``dump`` turns a frame into text.
@@ -154,6 +155,22 @@ class Hello(Frame):
     token: str | None = None
 
 
+class AdminHello(Frame):
+    """Operator → reach: the first frame of an admin-feed session (docs/admin-feed.md)."""
+
+    type: Literal["admin"] = "admin"
+    token: str | None = None
+
+
+class Command(Frame):
+    """Operator → reach: an admin action; answered by a ``reply`` with the same ``id``."""
+
+    type: Literal["command"] = "command"
+    id: int
+    action: str = Field(min_length=1, max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class Submit(Frame):
     type: Literal["submit"] = "submit"
     id: int
@@ -196,13 +213,13 @@ class TaskInfo(Frame):
 
 AnyFrame = Annotated[
     Register | Heartbeat | Ack | Result | Error | Chunk | Deregister | Welcome | Invoke
-    | Cancel | Hello | Submit | Status | Accepted | TaskInfo,
+    | Cancel | Hello | Submit | Status | Accepted | TaskInfo | AdminHello | Command,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyFrame)
 FRAME_TYPES = frozenset(
     ("register", "heartbeat", "ack", "result", "error", "chunk", "deregister", "welcome",
-     "invoke", "cancel", "hello", "submit", "status", "accepted", "task")
+     "invoke", "cancel", "hello", "submit", "status", "accepted", "task", "admin", "command")
 )
 
 

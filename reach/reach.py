@@ -10,28 +10,38 @@ Nothing here blocks the event loop or calls ``asyncio.run``, so it works under t
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import json
 import logging
 import random
+import secrets
 import time
 from collections.abc import Callable, Generator
 from dataclasses import fields
+from http import HTTPStatus
 from typing import Any
 
-from websockets.asyncio.server import Server, serve
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
 
-from . import names
+from . import names, traces
 from .channel import Channel, new_agent_id
 from .config import Settings
-from .errors import ReachError
+from .display import AgentList, TraceView, reach_html
+from .errors import InvalidParams
+from .events import ADMIN, AGENT, Event
 from .gateway import Gateway
 from .liveness import LivenessPolicy
+from .prom import CONTENT_TYPE_LATEST, Exporter
 from .protocol import Register
 from .registry import AgentRecord, Registry
+from .resilience import BreakerState
 from .routing import Permissions, Router
 from .store import Store
 from .tasks import Task, TaskState
 
 log = logging.getLogger("reach")
+events_log = logging.getLogger("reach.events")
 _SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
@@ -74,6 +84,16 @@ class Reach:
                                     {k: tuple(v) for k, v in s.permissions.items()}))
         self.gateway = Gateway(s, self.registry, self.router, self.store, clock, rng)
         self.channel = Channel(self)
+        self.events = self.gateway.events
+        # Without a configured token the admin feed still needs one: a random one, readable
+        # here and printed by `reach serve`, so an open port never means an open admin feed.
+        self.admin_token: str = s.admin_token or secrets.token_urlsafe(18)
+        self.registry.on_change = self._agent_changed
+        self._exporter = Exporter(self)
+        self._auto_replayed: set[str] = set()
+        self.started_at = 0.0
+        if s.json_logs:
+            self.events.listen(_log_json)
         self._identities: dict[str, str] = {}
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
@@ -134,10 +154,12 @@ class Reach:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         self._server = await serve(self.channel.handle, s.host, s.port,
                                    max_size=s.max_frame_bytes, compression=None,
-                                   ping_interval=None, close_timeout=1.0)
+                                   ping_interval=None, close_timeout=1.0,
+                                   process_request=self._http)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
+        self.started_at = self.clock()
         self.started = True
 
     async def stop(self) -> None:
@@ -201,55 +223,226 @@ class Reach:
             record.agent_id, record.name, record.version,
             [c.model_dump() for c in reg.capabilities], record.max_concurrency, self.clock())
 
+    # ------------------------------------------------------------ plain HTTP on the same port
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        """``GET /metrics`` (Prometheus text format); anything else goes on to the websocket
+        handshake. Metrics answer loopback peers only unless ``metrics_public``."""
+        if request.path.split("?", 1)[0] != "/metrics":
+            return None
+        peer = str(connection.remote_address[0]) if connection.remote_address else ""
+        if not self.settings.metrics_public and not _loopback(peer):
+            return connection.respond(
+                HTTPStatus.FORBIDDEN,
+                "/metrics answers loopback peers only; start with metrics_public=True\n")
+        response = connection.respond(HTTPStatus.OK, "")
+        body = self._exporter.render()
+        response.body = body
+        del response.headers["Content-Type"]
+        del response.headers["Content-Length"]
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        response.headers["Content-Length"] = str(len(body))
+        return response
+
+    # ------------------------------------------------------------ events
+
+    def _agent_changed(self, record: AgentRecord) -> None:
+        self.events.publish(AGENT, {"agent": record.name, "agent_id": record.agent_id,
+                                    "state": record.state.value})
+        if self.settings.auto_replay and record.reachable:
+            self._auto_replay(record)
+
+    def _auto_replay(self, record: AgentRecord) -> None:
+        """A capability got a healthy agent: replay its dead letters, each at most once."""
+        for task in list(self.gateway.dead.values()):
+            if (task.state is TaskState.DEAD and task.envelope.capability in record.capabilities
+                    and task.task_id not in self._auto_replayed):
+                self._auto_replayed.add(task.task_id)
+                self.gateway.replay(task)
+
+    def admin_action(self, action: str, args: dict[str, Any], ok: bool) -> None:
+        """Record an operator's action as an event (and a JSON log line when enabled)."""
+        self.events.publish(ADMIN, {"action": action, "args": args, "ok": ok})
+
     # ------------------------------------------------------------ admin surface
 
-    def agents(self) -> list[dict[str, Any]]:
-        """Every known agent: name, agent_id, state, in-flight, capabilities, breaker, ..."""
+    def describe(self) -> dict[str, Any]:
+        from . import __version__
+        return {"url": self.url, "version": __version__, "started_at": self.started_at,
+                "store": self.settings.store}
+
+    def agents(self, *, names: set[str] | None = None) -> AgentList:
+        """Every known agent (or those named): state, load, capabilities, breaker, P95, ..."""
         now = self.clock()
-        return [r.view(now) for r in sorted(self.registry.by_id.values(), key=lambda r: r.name)]
+        records = self.registry.by_id.values() if names is None else [
+            r for n in names if (r := self.registry.by_name.get(n)) is not None]
+        metrics = self.gateway.metrics
+        return AgentList(r.view(now, metrics.p95_ms(r.name))
+                         for r in sorted(records, key=lambda r: r.name))
+
+    def _agent(self, ref: str) -> AgentRecord:
+        record = self.registry.by_name.get(ref) or self.registry.by_id.get(ref)
+        if record is None:
+            raise InvalidParams(f"no agent named {ref!r}; see reach.agents()")
+        return record
+
+    def drain(self, agent: str) -> dict[str, Any]:
+        """Stop routing new work to ``agent`` (name or id); its in-flight work finishes."""
+        record = self._agent(agent)
+        self.registry.deregister(record, self.clock())
+        return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
+
+    def undrain(self, agent: str) -> dict[str, Any]:
+        """Route work to a drained agent again."""
+        record = self._agent(agent)
+        self.registry.undrain(record, self.clock())
+        self.gateway.agents_changed()
+        return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
+
+    def reset_breaker(self, agent: str) -> dict[str, Any]:
+        """Close ``agent``'s breaker and forget its window (after a fix, without waiting)."""
+        record = self._agent(agent)
+        before = record.breaker.state
+        record.breaker.state = BreakerState.CLOSED
+        record.breaker.outcomes.clear()
+        record.breaker.probing = False
+        self.gateway._breaker_moved(record, before)
+        self.gateway.agents_changed()
+        return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
+
+    def metrics(self) -> dict[str, Any]:
+        """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
+        capability, per agent and in total (docs/admin-feed.md, "Metrics")."""
+        return self.gateway.metrics.snapshot()
 
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
-                     error: str | None = None) -> list[dict[str, Any]]:
-        """Unresolved dead letters (envelope, error, attempts), oldest first; filterable."""
+                     error: str | None = None, since: float | None = None,
+                     until: float | None = None) -> list[dict[str, Any]]:
+        """Unresolved dead letters (envelope, error, attempts), oldest first. Filters: the
+        capability, an agent that made an attempt, a substring of the error (any case), and
+        the time it became a dead letter."""
+        return [_letter(t) for t in self._letters(capability, agent, error, since, until)]
+
+    def dead_letter(self, task_id: str) -> dict[str, Any] | None:
+        task = self.gateway.dead.get(task_id)
+        return None if task is None else _letter(task)
+
+    def _letters(self, capability: str | None, agent: str | None, error: str | None,
+                 since: float | None, until: float | None) -> list[Task]:
+        needle = None if error is None else error.lower()
         out = []
         for task in sorted(self.gateway.dead.values(), key=lambda t: t.envelope.created_at):
+            if task.state is not TaskState.DEAD:
+                continue  # being replayed right now
             if capability is not None and task.envelope.capability != capability:
                 continue
-            if agent is not None and not any(a.agent == agent for a in task.attempts):
+            if agent is not None and not any(agent in (a.agent, a.agent_id)
+                                             for a in task.attempts):
                 continue
-            if error is not None and error.lower() not in str(task.error).lower():
+            if needle is not None and needle not in json.dumps(task.error).lower():
                 continue
-            out.append({"task_id": task.task_id, "envelope": task.envelope.to_dict(),
-                        "error": task.error, "attempts": [a.to_dict() for a in task.attempts],
-                        "dead_since": task.updated_at})
+            if since is not None and task.updated_at < since:
+                continue
+            if until is not None and task.updated_at > until:
+                continue
+            out.append(task)
         return out
 
-    async def replay(self, task_id: str) -> dict[str, Any]:
-        """Run a dead letter again; returns its outcome view once it ends."""
+    async def replay(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
+        """Run a dead letter again; returns its view once it ends (or after ``wait`` s)."""
         task = self.gateway.dead.get(task_id)
         if task is None or task.state is not TaskState.DEAD:
-            raise ReachError(f"{task_id!r} is not an unresolved dead letter; "
-                             f"see reach.dead_letters()")
+            raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "
+                                f"see reach.dead_letters()")
         self.gateway.replay(task)
         fut = self.gateway.outcome(task_id)
         if fut is not None:
-            await asyncio.shield(fut)
+            try:
+                async with asyncio.timeout(wait):
+                    await asyncio.shield(fut)
+            except TimeoutError:
+                pass
         return task.view()
 
-    def trace(self, trace_id: str) -> list[dict[str, Any]]:
-        """The ordered events of one call chain: every task, state and attempt, with times."""
+    def replay_many(self, *, capability: str | None = None, agent: str | None = None,
+                    error: str | None = None, since: float | None = None,
+                    until: float | None = None) -> list[str]:
+        """Replay every dead letter matching the filter (as ``dead_letters``); returns their
+        task ids at once. Each is a tracked task: follow it with ``task()`` or ``trace()``."""
+        letters = self._letters(capability, agent, error, since, until)
+        for task in letters:
+            self.gateway.replay(task)
+        return [t.task_id for t in letters]
+
+    def traces(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Summaries of the most recent traces, newest first."""
+        limit = self.settings.recent_traces if limit is None else limit
+        ids = list(self.gateway.traces)[-limit:] if limit > 0 else []
+        return [self.trace_summary(t) for t in reversed(ids)]
+
+    def _trace_tasks(self, trace_id: str) -> list[Task]:
+        return [t for tid in self.gateway.traces.get(trace_id, ())
+                if (t := self.gateway.find(tid)) is not None]
+
+    def trace_summary(self, trace_id: str) -> dict[str, Any]:
+        return traces.summary(trace_id, self._trace_tasks(trace_id))
+
+    def trace(self, trace_id: str) -> TraceView:
+        """The ordered events of one call chain (every task's transitions, with times); the
+        result also carries ``.hops`` (per-hop timings: queued, delivered, processing, retry,
+        done), ``.tasks`` and ``.summary``, and renders as a timeline in a notebook."""
+        tasks = self._trace_tasks(trace_id)
         events: list[dict[str, Any]] = []
-        for tid in self.gateway.traces.get(trace_id, ()):
-            task = self.gateway.find(tid)
-            if task is not None:
-                events.extend(_events(task))
+        for task in tasks:
+            events.extend(_events(task))
         events.sort(key=lambda e: e["at"])
-        return events
+        return TraceView(events, traces.timeline(trace_id, tasks))
 
     async def task(self, task_id: str) -> dict[str, Any] | None:
         """A task's full view, from memory or the store."""
         task = await self.gateway.task(task_id)
         return None if task is None else task.view()
+
+    async def admin_command(self, action: str, args: dict[str, Any]) -> Any:
+        """Run one admin-feed command (docs/admin-feed.md, "Commands")."""
+        if action == "replay":
+            return await self.replay(str(args["task_id"]), wait=float(args.get("wait", 30.0)))
+        if action == "replay_filter":
+            allowed = {"capability", "agent", "error", "since", "until"}
+            unknown = set(args) - allowed
+            if unknown:
+                raise InvalidParams(f"unknown filter(s) {sorted(unknown)}; use {sorted(allowed)}")
+            return {"replayed": self.replay_many(**args)}
+        if action in ("drain", "undrain", "reset_breaker"):
+            return getattr(self, action)(str(args["agent"]))
+        if action == "trace":
+            return self.trace(str(args["trace_id"])).timeline
+        raise InvalidParams(f"unknown admin action {action!r}; see docs/admin-feed.md")
+
+    def _repr_html_(self) -> str:
+        return reach_html(self)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _log_json(event: Event) -> None:
+    """One JSON line per task transition, agent or breaker change and admin action."""
+    if events_log.isEnabledFor(logging.INFO):
+        events_log.info(json.dumps({"event": event.kind, "timestamp": event.at, **event.data},
+                                   default=str, ensure_ascii=False))
+
+
+def _letter(task: Task) -> dict[str, Any]:
+    env = task.envelope
+    return {"task_id": task.task_id, "capability": env.capability, "caller": env.caller,
+            "agent": task.attempts[-1].agent if task.attempts else None,
+            "envelope": env.to_dict(), "error": task.error,
+            "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at}
 
 
 def _events(task: Task) -> list[dict[str, Any]]:

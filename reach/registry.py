@@ -159,6 +159,10 @@ class Registry:
         record.draining = True
         return self._set(record, now)
 
+    def undrain(self, record: AgentRecord, now: float) -> Liveness | None:
+        record.draining = False
+        return self._set(record, now)
+
     def sweep(self, now: float) -> list[tuple[AgentRecord, Liveness]]:
         """Re-judge every agent; returns those whose state changed."""
         changed = []

@@ -44,6 +44,8 @@ EXAMPLES: dict[str, p.Frame] = {
     "status": p.Status(id=2, task_id="t1"),
     "accepted": p.Accepted(id=1, task_id="t1", trace_id="tr1", duplicate=True),
     "task": p.TaskInfo(id=2, task={"task_id": "t1", "state": "running", "error": None}),
+    "admin": p.AdminHello(token="s3cret"),
+    "command": p.Command(id=7, action="replay_filter", args={"capability": "orders.write"}),
 }
 
 
@@ -75,6 +77,7 @@ def test_round_trip_minimal_frames(kind):
         "invoke": {"task_id": "t", "capability": "x.get", "idempotency_key": "k",
                    "trace_id": "tr"},
         "cancel": {"task_id": "t"}, "submit": {"id": 1, "capability": "x.get"},
+        "command": {"id": 1, "action": "trace"},
         "status": {"id": 1, "task_id": "t"},
         "accepted": {"id": 1, "task_id": "t", "trace_id": "tr"},
         "task": {"id": 1, "task": {}},
