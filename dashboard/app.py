@@ -1,0 +1,288 @@
+"""`reach-dash`: the Textual app that watches and repairs a coordinator through its admin feed.
+
+Data flows one way. The feed worker reads frames, merges them into the :class:`Model` and hands
+the model to each tab (actions down). Tabs post messages when the operator asks for something
+(messages up); the app runs the command in a worker and reports the outcome in a
+notification and on the status line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.reactive import reactive
+from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
+
+from .feed import AdminRefused, Connector, FeedConnection, FeedError, connect
+from .model import JSON, Change, Model
+from .rows import short
+from .screens import ConfirmScreen, HelpScreen
+from .views.agents import AgentsView, AgentTableView, BreakersView
+from .views.base import TableView
+from .views.filter_box import FilterBox
+from .views.letters import DeadLettersView
+from .views.status import Link, StatusLine
+from .views.traces import TracesView
+
+TABS = {"agents": "Agents", "traces": "Traces", "breakers": "Breakers",
+        "dead-letters": "Dead letters"}
+REPLAY_WAIT_S = 30.0
+"""How long one replay command waits for the replayed task's outcome."""
+BULK_REPLAY_WAIT_S = 10.0
+
+
+def backoff(failures: int, base: float, cap: float) -> float:
+    """Seconds to wait before reconnect attempt ``failures`` (1, 2, ...): doubling, capped."""
+    return float(min(cap, base * 2 ** max(0, failures - 1)))
+
+
+class ReachDashboard(App[None]):
+    """The dashboard for one coordinator: ``ReachDashboard(url=..., token=...).run()``.
+
+    ``connector`` opens the feed (tests pass a scripted one); ``reconnect_base`` and
+    ``reconnect_cap`` bound the reconnect backoff in seconds.
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "reach-dash"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "show_tab('agents')", "Agents"),
+        Binding("2", "show_tab('traces')", "Traces"),
+        Binding("3", "show_tab('breakers')", "Breakers"),
+        Binding("4", "show_tab('dead-letters')", "Dead letters"),
+        Binding("slash", "filter", "Filter"),
+        Binding("question_mark", "help", "Keys"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    link: reactive[Link] = reactive(Link("connecting"))
+    """The feed connection's state, shown on the status line."""
+
+    def __init__(self, url: str, token: str, *, connector: Connector = connect,
+                 reconnect_base: float = 0.5, reconnect_cap: float = 10.0) -> None:
+        super().__init__()
+        self.url = url
+        self.token = token
+        self.connector = connector
+        self.reconnect_base = reconnect_base
+        self.reconnect_cap = reconnect_cap
+        self.model = Model()
+        self.feed: FeedConnection | None = None
+        self.sub_title = url
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield StatusLine(self.url, id="status")
+        with TabbedContent(id="tabs"):
+            with TabPane("Agents", id="agents"):
+                yield AgentsView(id="agents-view")
+            with TabPane("Traces", id="traces"):
+                yield TracesView(id="traces-view")
+            with TabPane("Breakers", id="breakers"):
+                yield BreakersView(id="breakers-view")
+            with TabPane("Dead letters", id="dead-letters"):
+                yield DeadLettersView(id="dead-letters-view")
+        yield FilterBox(id="filter", placeholder="filter: words or field:value — enter keeps, "
+                                                 "esc clears")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.follow_feed()
+        self.current_view.table.focus()
+
+    # ------------------------------------------------------------ views
+
+    @property
+    def views(self) -> dict[str, TableView]:
+        return {tab: self.query_one(f"#{tab}-view", TableView) for tab in TABS}
+
+    @property
+    def current_view(self) -> TableView:
+        active = self.query_one(TabbedContent).active or "agents"
+        return self.query_one(f"#{active}-view", TableView)
+
+    def watch_link(self, link: Link) -> None:
+        self.query_one(StatusLine).link = link
+
+    def apply(self, frame: JSON) -> Change:
+        """Merge one feed frame and bring the tabs that it touched up to date."""
+        change = self.model.apply(frame)
+        views = self.views
+        if change.agents:
+            views["agents"].show(self.model)
+            views["breakers"].show(self.model)
+        if change.traces:
+            views["traces"].show(self.model)
+        if change.dead_letters:
+            views["dead-letters"].show(self.model)
+        self.query_one(StatusLine).show(self.model)
+        return change
+
+    # ------------------------------------------------------------ the feed
+
+    @work(exclusive=True, group="feed")
+    async def follow_feed(self) -> None:
+        """Read the feed for as long as the app runs: reconnect with backoff when it goes
+        away (a new snapshot replaces the state), stop for good when the token is refused."""
+        failures = 0
+        while True:
+            try:
+                feed = await self.connector(self.url, self.token)
+                try:
+                    while True:
+                        frame = await feed.receive()
+                        if self.feed is None:
+                            self.feed = feed
+                            failures = 0
+                            self.link = Link("connected", "connected")
+                        self.apply(frame)
+                finally:
+                    self.feed = None
+                    await feed.close()
+            except AdminRefused as exc:
+                self.link = Link("refused", f"admin token refused: {exc}")
+                self.notify(f"admin token refused: {exc}", severity="error", timeout=30)
+                return
+            except FeedError as exc:
+                failures += 1
+                delay = backoff(failures, self.reconnect_base, self.reconnect_cap)
+                self.link = Link("disconnected",
+                                 f"disconnected — reconnecting in {delay:.1f}s ({exc})")
+                await asyncio.sleep(delay)
+                self.link = Link("disconnected", f"disconnected — reconnecting ({exc})")
+
+    async def command(self, action: str, args: JSON, *, timeout: float = 10.0) -> Any:
+        """Send one command on the open feed; :class:`FeedError` when there is none."""
+        feed = self.feed
+        if feed is None:
+            raise FeedError("not connected")
+        async with asyncio.timeout(timeout):
+            return await feed.command(action, args)
+
+    def report(self, note: str, *, error: bool = False) -> None:
+        """Show a command's outcome as a notification and on the status line."""
+        self.query_one(StatusLine).note = note
+        self.notify(note, severity="error" if error else "information")
+
+    # ------------------------------------------------------------ traces
+
+    @on(TracesView.TraceSelected)
+    def trace_selected(self, message: TracesView.TraceSelected) -> None:
+        self.fetch_timeline(message.trace_id)
+
+    @work(exclusive=True, group="trace")
+    async def fetch_timeline(self, trace_id: str) -> None:
+        """Fetch a trace's timeline; a newer selection cancels this one."""
+        view = self.query_one(TracesView)
+        try:
+            timeline = await self.command("trace", {"trace_id": trace_id})
+        except (FeedError, TimeoutError) as exc:
+            view.show_timeline(None, f"trace {short(trace_id)}: {exc or 'timed out'}")
+            return
+        view.show_timeline(timeline)
+
+    # ------------------------------------------------------------ agents and breakers
+
+    @on(AgentTableView.AgentCommand)
+    def agent_command(self, message: AgentTableView.AgentCommand) -> None:
+        self.run_agent_command(message.action, message.agent)
+
+    @work(group="commands")
+    async def run_agent_command(self, action: str, agent: str) -> None:
+        done = {"drain": "drained", "undrain": "undrained", "reset_breaker": "breaker reset:"}
+        try:
+            view = await self.command(action, {"agent": agent})
+        except (FeedError, TimeoutError) as exc:
+            self.report(f"{action} {agent} failed: {exc or 'timed out'}", error=True)
+            return
+        if isinstance(view, dict) and "agent_id" in view:
+            self.apply({"type": "delta", "agents": [view]})
+        self.report(f"{done.get(action, action)} {agent}")
+
+    # ------------------------------------------------------------ dead letters
+
+    @on(DeadLettersView.Replay)
+    def replay_requested(self, message: DeadLettersView.Replay) -> None:
+        ids, everything = message.task_ids, message.everything
+        if not message.confirm:
+            self.replay(ids, everything=everything)
+            return
+        which = "every dead letter" if everything else "the letters the filter shows"
+        question = f"Replay {len(ids)} dead letter{'s' * (len(ids) != 1)} ({which})?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.replay(ids, everything=everything)
+
+        self.push_screen(ConfirmScreen(question), answered)
+
+    @work(group="commands")
+    async def replay(self, task_ids: list[str], *, everything: bool = False) -> None:
+        """Replay letters. With no filter one ``replay_filter`` command replays them all and
+        the outcomes arrive as deltas; otherwise each shown letter is replayed by id, so
+        exactly what the table shows is replayed, and the outcomes are counted here."""
+        try:
+            if everything:
+                result = await self.command("replay_filter", {})
+                started = len(result.get("replayed") or []) if isinstance(result, dict) else 0
+                self.report(f"replaying {started} dead letters")
+                return
+            wait = REPLAY_WAIT_S if len(task_ids) == 1 else BULK_REPLAY_WAIT_S
+            views = await asyncio.gather(*(
+                self.command("replay", {"task_id": t, "wait": wait}, timeout=wait + 5)
+                for t in task_ids))
+        except (FeedError, TimeoutError) as exc:
+            self.report(f"replay failed: {exc or 'timed out'}", error=True)
+            return
+        states = Counter(str(v.get("state", "?")) if isinstance(v, dict) else "?"
+                         for v in views)
+        outcome = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        what = f"letter {short(task_ids[0])}" if len(task_ids) == 1 else f"{len(task_ids)} letters"
+        self.report(f"replayed {what}: {outcome}", error=set(states) != {"succeeded"})
+
+    # ------------------------------------------------------------ keys
+
+    def action_show_tab(self, tab: str) -> None:
+        """Switch to a tab and put the keyboard on its table."""
+        self.query_one(TabbedContent).active = tab
+        self.close_filter()
+        self.current_view.table.focus()
+
+    @on(TabbedContent.TabActivated)
+    def tab_activated(self) -> None:
+        self.current_view.table.focus()
+
+    def action_filter(self) -> None:
+        """Open the filter box for the current tab, holding that tab's filter."""
+        box = self.query_one(FilterBox)
+        box.value = self.current_view.filter_text
+        box.display = True
+        box.focus()
+
+    def close_filter(self) -> None:
+        box = self.query_one(FilterBox)
+        if box.display:
+            box.display = False
+            self.current_view.table.focus()
+
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.current_view.filter_text = event.value
+
+    @on(Input.Submitted, "#filter")
+    def filter_kept(self) -> None:
+        self.close_filter()
+
+    @on(FilterBox.Cleared)
+    def filter_cleared(self) -> None:
+        self.current_view.filter_text = ""
+        self.close_filter()
+
+    def action_help(self) -> None:
+        """Show the keys."""
+        self.push_screen(HelpScreen())

@@ -1,0 +1,206 @@
+"""The admin feed client: one websocket session to a coordinator (docs/admin-feed.md).
+
+The dashboard only ever sees the :class:`FeedConnection` protocol, so tests and the screenshot
+script swap in a scripted feed (see :mod:`dashboard.sample`). :class:`AdminFeed` is the real
+one: :meth:`AdminFeed.receive` returns the next ``snapshot`` or ``delta`` frame and, on the way,
+hands every ``reply`` to the :meth:`AdminFeed.command` waiting for it. So replies arrive only
+while someone is receiving; the dashboard's feed worker always is.
+
+Errors (all :class:`FeedError`)::
+
+    FeedError
+    ├── AdminRefused     the token was refused: reconnecting will not help
+    ├── FeedClosed       the connection went away (or never opened): reconnect
+    └── CommandFailed    the coordinator answered a command with ok=false (code, message)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from .model import JSON
+
+POLICY_VIOLATION = 1008
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""A snapshot of a big coordinator is one frame; do not let the client's default refuse it."""
+
+
+class FeedError(Exception):
+    """Anything that went wrong talking to the admin feed."""
+
+
+class AdminRefused(FeedError):
+    """The coordinator refused the admin token (error ``unauthorized``, close code 1008)."""
+
+
+class FeedClosed(FeedError):
+    """The feed connection closed or could not be opened."""
+
+
+class CommandFailed(FeedError):
+    """A command's reply said ``ok: false``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class FeedConnection(Protocol):
+    """What the dashboard needs from an open admin feed."""
+
+    async def receive(self) -> JSON:
+        """The next ``snapshot`` or ``delta`` frame; raises :class:`FeedError`."""
+        ...
+
+    async def command(self, action: str, args: JSON) -> Any:
+        """Run one command and return its reply's ``result``; raises :class:`FeedError`."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+Connector = Callable[[str, str], Awaitable[FeedConnection]]
+"""How the dashboard opens a feed: ``await connector(url, token)``."""
+
+
+class AdminFeed:
+    """The admin feed over a real websocket."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._closed: FeedError | None = None
+
+    @classmethod
+    async def open(cls, url: str, token: str, *, open_timeout: float = 5.0) -> AdminFeed:
+        """Connect to ``url`` and present ``token``; the snapshot is the first
+        :meth:`receive`. A refused token surfaces there, as :class:`AdminRefused`."""
+        try:
+            ws = await websockets.connect(url, max_size=MAX_FRAME_BYTES,
+                                          open_timeout=open_timeout)
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise FeedClosed(f"cannot connect to {url}: {exc or type(exc).__name__}") from exc
+        except InvalidURI as exc:
+            raise AdminRefused(f"not a websocket url: {url}") from exc
+        feed = cls(ws)
+        await feed._send({"v": 1, "type": "admin", "token": token})
+        return feed
+
+    # ------------------------------------------------------------ reading
+
+    async def receive(self) -> JSON:
+        while True:
+            frame = await self._next_frame()
+            kind = frame.get("type")
+            if kind in ("snapshot", "delta"):
+                return frame
+            if kind == "reply":
+                self._settle(frame)
+            elif kind == "error":
+                await self._error(frame)
+            # Other frame types are newer than this client: skip them.
+
+    async def _error(self, frame: JSON) -> None:
+        """An ``error`` frame answers a command (it has its ``id``), or refuses the token.
+        Any other connection-level error is left to the coordinator: it closes if it must."""
+        error = frame.get("error")
+        error = error if isinstance(error, dict) else {}
+        code, message = str(error.get("code", "error")), str(error.get("message", ""))
+        future = self._pending.pop(frame.get("id"), None)  # type: ignore[arg-type]
+        if future is not None:
+            if not future.done():
+                future.set_exception(CommandFailed(code, message))
+            return
+        if code == "unauthorized":
+            failure = AdminRefused(message or code)
+            self._fail_pending(failure)
+            await self._ws.close()
+            raise failure
+
+    async def _next_frame(self) -> JSON:
+        if self._closed is not None:
+            raise self._closed
+        try:
+            raw = await self._ws.recv()
+        except ConnectionClosed as exc:
+            failure = self._closed_by(exc)
+            self._fail_pending(failure)
+            raise failure from exc
+        try:
+            frame = json.loads(raw)
+        except ValueError as exc:
+            failure = FeedClosed(f"not JSON from the feed: {str(raw)[:80]!r}")
+            self._fail_pending(failure)
+            await self._ws.close()
+            raise failure from exc
+        if not isinstance(frame, dict):
+            return {}
+        return frame
+
+    @staticmethod
+    def _closed_by(exc: ConnectionClosed) -> FeedError:
+        close = exc.rcvd
+        if close is not None and close.code == POLICY_VIOLATION:
+            return AdminRefused(close.reason or "admin token refused")
+        if close is None:
+            return FeedClosed("connection lost")
+        return FeedClosed(f"connection closed ({close.code} {close.reason})".replace(" )", ")"))
+
+    def _settle(self, frame: JSON) -> None:
+        future = self._pending.pop(frame.get("id"), None)  # type: ignore[arg-type]
+        if future is None or future.done():
+            return
+        if frame.get("ok"):
+            future.set_result(frame.get("result"))
+        else:
+            error = frame.get("error") or {}
+            future.set_exception(CommandFailed(str(error.get("code", "error")),
+                                               str(error.get("message", ""))))
+
+    def _fail_pending(self, failure: FeedError) -> None:
+        self._closed = failure
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(failure)
+
+    # ------------------------------------------------------------ commands
+
+    async def command(self, action: str, args: JSON) -> Any:
+        if self._closed is not None:
+            raise self._closed
+        command_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[command_id] = future
+        try:
+            await self._send({"v": 1, "type": "command", "id": command_id, "action": action,
+                              "args": args})
+            return await future
+        finally:
+            self._pending.pop(command_id, None)
+
+    async def _send(self, frame: JSON) -> None:
+        try:
+            await self._ws.send(json.dumps(frame))
+        except ConnectionClosed as exc:
+            raise self._closed_by(exc) from exc
+
+    async def close(self) -> None:
+        self._fail_pending(FeedClosed("closed by the dashboard"))
+        await self._ws.close()
+
+
+async def connect(url: str, token: str) -> FeedConnection:
+    """The default :data:`Connector`: a real :class:`AdminFeed`."""
+    return await AdminFeed.open(url, token)

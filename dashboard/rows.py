@@ -1,0 +1,243 @@
+"""Table rows from feed objects: pure functions of an object and the feed's clock.
+
+Each table is a list of :class:`Column` and a function that turns one feed object into a
+:class:`Row` (a stable key, the cells, and the text the `/` filter searches). Ages are
+``at - <timestamp>`` with ``at`` taken from the last frame, never the local clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+
+from .model import JSON
+
+STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
+BREAKER_STYLE = {"closed": "green", "half_open": "yellow", "open": "bold red"}
+TRACE_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "dead": "bold red"}
+OUTCOME_STYLE = {"ok": "green", "answer": "yellow", "running": "cyan"}
+
+DASH = "—"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: its key (used by ``update_cell``), header and fixed width."""
+
+    key: str
+    label: str
+    width: int | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: ``key`` is the feed id, ``fields`` the filter's searchable text."""
+
+    key: str
+    cells: tuple[Text, ...]
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+RowMaker = Callable[[JSON, float], Row]
+
+# ---------------------------------------------------------------- formatting
+
+
+def age(seconds: float | None) -> str:
+    """A short duration: ``0.4s``, ``12s``, ``3m04s``, ``2h03m``, ``3d04h``."""
+    if seconds is None:
+        return DASH
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def millis(ms: float | None) -> str:
+    """A latency: ``0.8 ms``, ``21 ms``, ``1.25 s``; a dash when unknown."""
+    if ms is None:
+        return DASH
+    if ms < 10:
+        return f"{ms:.1f} ms"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    return f"{ms / 1000:.2f} s"
+
+
+def short(ident: str | None, width: int = 10) -> str:
+    """The head of a long hex id, enough to tell rows apart by eye."""
+    return (ident or DASH)[:width]
+
+
+def load_bar(inflight: int, limit: int, width: int = 6) -> Text:
+    """``██░░░░ 3/20``: in-flight work against the agent's ``max_concurrency``."""
+    share = inflight / limit if limit > 0 else 0.0
+    filled = min(width, round(share * width))
+    if inflight and not filled:
+        filled = 1
+    style = "green" if share < 0.5 else "yellow" if share < 0.9 else "red"
+    bar = Text("█" * filled, style=style)
+    bar.append("░" * (width - filled), style="grey35")
+    bar.append(f" {inflight}/{limit}")
+    return bar
+
+
+def styled(value: str, styles: dict[str, str], label: str | None = None) -> Text:
+    return Text(label if label is not None else value, style=styles.get(value, ""))
+
+
+def breaker_text(state: str) -> Text:
+    return styled(state, BREAKER_STYLE, state.replace("_", "-"))
+
+
+def error_text(error: Any, width: int = 48) -> str:
+    """``code: message`` of an error object, cut to ``width``."""
+    if not isinstance(error, dict):
+        return DASH if error is None else str(error)[:width]
+    text = f"{error.get('code', 'error')}: {error.get('message', '')}".strip()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+# ---------------------------------------------------------------- agents
+
+AGENT_COLUMNS = (
+    Column("agent", "Agent", 12), Column("state", "State", 17), Column("load", "In flight", 12),
+    Column("p95", "P95", 7), Column("calls", "Calls", 6), Column("faults", "Faults", 6),
+    Column("breaker", "Breaker", 9), Column("beat", "Beat", 5), Column("caps", "Capabilities"),
+)
+
+
+def agent_row(view: JSON, at: float) -> Row:
+    state = str(view.get("state", "offline"))
+    label = state
+    if view.get("draining"):
+        label += " · draining"
+    if not view.get("connected", True) and state != "offline":
+        label += " · gone"
+    last_beat = view.get("last_beat")
+    beat = at - last_beat if last_beat is not None else view.get("since_heartbeat_s")
+    caps = ", ".join(view.get("capabilities") or [])
+    breaker = str(view.get("breaker", "closed"))
+    return Row(
+        key=view["agent_id"],
+        cells=(
+            Text(str(view.get("name", ""))), styled(state, STATE_STYLE, label),
+            load_bar(int(view.get("inflight") or 0), int(view.get("max_concurrency") or 0)),
+            Text(millis(view.get("p95_ms")), justify="right"),
+            Text(str(view.get("calls", 0)), justify="right"),
+            Text(str(view.get("faults", 0)), justify="right",
+                 style="red" if view.get("faults") else ""),
+            breaker_text(breaker), Text(age(beat), justify="right"), Text(caps),
+        ),
+        fields={"agent": str(view.get("name", "")), "id": view["agent_id"], "state": label,
+                "breaker": breaker, "capability": caps, "version": str(view.get("version", ""))},
+    )
+
+
+# ---------------------------------------------------------------- breakers
+
+BREAKER_COLUMNS = (
+    Column("agent", "Agent", 16), Column("breaker", "Breaker", 9),
+    Column("rate", "Fault rate", 16), Column("probe", "Next probe", 12),
+    Column("faults", "Faults", 6), Column("calls", "Calls", 7), Column("state", "Agent state", 12),
+)
+
+
+def next_probe(detail: JSON, state: str) -> Text:
+    """When an open breaker lets its probe through; a half-open one is probing now."""
+    if state == "half_open":
+        return Text("probing", style="yellow")
+    seconds = detail.get("next_probe_in_s")
+    if state == "open" and seconds is not None:
+        return Text(f"in {age(seconds)}", style="red")
+    return Text(DASH)
+
+
+def breaker_row(view: JSON, at: float) -> Row:
+    detail = view.get("breaker_detail") or {}
+    state = str(detail.get("state") or view.get("breaker", "closed"))
+    rate = float(detail.get("fault_rate") or 0.0)
+    window = detail.get("window")
+    rate_text = Text(f"{rate:4.0%}", style="red" if rate >= 0.5 else "yellow" if rate else "")
+    rate_text.append(f" of last {window}" if window is not None else "")
+    agent_state = str(view.get("state", "offline"))
+    return Row(
+        key=view["agent_id"],
+        cells=(
+            Text(str(view.get("name", ""))), breaker_text(state), rate_text,
+            next_probe(detail, state), Text(str(view.get("faults", 0)), justify="right"),
+            Text(str(view.get("calls", 0)), justify="right"),
+            styled(agent_state, STATE_STYLE),
+        ),
+        fields={"agent": str(view.get("name", "")), "id": view["agent_id"], "breaker": state,
+                "state": agent_state},
+    )
+
+
+# ---------------------------------------------------------------- traces
+
+TRACE_COLUMNS = (
+    Column("trace", "Trace", 10), Column("root", "Root", 18), Column("caller", "Caller", 12),
+    Column("tasks", "Tasks", 5), Column("state", "State", 9), Column("duration", "Duration", 9),
+    Column("age", "Age", 7), Column("failed", "Failed at"),
+)
+
+
+def trace_row(summary: JSON, at: float) -> Row:
+    state = str(summary.get("state", "running"))
+    started = summary.get("started_at")
+    duration = summary.get("duration_ms")
+    if duration is None and started is not None:
+        took = Text(age(at - started) + "…", style="cyan", justify="right")
+    else:
+        took = Text(millis(duration), justify="right")
+    failed = summary.get("failed_capability") or ""
+    return Row(
+        key=summary["trace_id"],
+        cells=(
+            Text(short(summary["trace_id"])), Text(str(summary.get("root", ""))),
+            Text(str(summary.get("caller") or DASH)),
+            Text(str(summary.get("tasks", 0)), justify="right"), styled(state, TRACE_STYLE),
+            took, Text(age(at - started if started is not None else None), justify="right"),
+            Text(failed, style="red"),
+        ),
+        fields={"trace": summary["trace_id"], "root": str(summary.get("root", "")),
+                "caller": str(summary.get("caller") or ""), "state": state,
+                "capability": failed},
+    )
+
+
+# ---------------------------------------------------------------- dead letters
+
+LETTER_COLUMNS = (
+    Column("task", "Task", 10), Column("capability", "Capability", 18),
+    Column("agent", "Agent", 14), Column("error", "Error", 40),
+    Column("attempts", "Tries", 5), Column("age", "Age", 7),
+)
+
+def letter_row(letter: JSON, at: float) -> Row:
+    dead_since = letter.get("dead_since")
+    error = letter.get("error")
+    error_full = error_text(error, width=10_000)
+    return Row(
+        key=letter["task_id"],
+        cells=(
+            Text(short(letter["task_id"])), Text(str(letter.get("capability", ""))),
+            Text(str(letter.get("agent") or DASH)), Text(error_text(error, 40), style="red"),
+            Text(str(len(letter.get("attempts") or [])), justify="right"),
+            Text(age(at - dead_since if dead_since is not None else None), justify="right"),
+        ),
+        fields={"task": letter["task_id"], "capability": str(letter.get("capability", "")),
+                "agent": str(letter.get("agent") or ""), "caller": str(letter.get("caller", "")),
+                "error": error_full},
+    )

@@ -1,0 +1,234 @@
+"""A fixed, made-up coordinator state and a scripted feed that serves it.
+
+The SVG snapshot tests and the README screenshots (:mod:`dashboard.screenshots`) run the real
+app on this state, so every time, id and name is fixed and the pictures are stable.
+:class:`ScriptedFeed` is a :class:`~dashboard.feed.FeedConnection` without a socket: frames
+are pushed in, commands are recorded and answered by a handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from .feed import AdminRefused, CommandFailed, FeedClosed, FeedConnection, FeedError
+from .model import JSON
+
+AT = 1764430000.0
+"""The coordinator's clock in the sample: every age in the pictures is measured from here."""
+
+
+def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: int, faults: int,
+           breaker: str, rate: float, probe: float | None, p95: float | None, beat: float,
+           caps: list[str], connected: bool = True, draining: bool = False) -> JSON:
+    return {
+        "name": name, "agent_id": f"ag-{n:016x}", "state": state, "version": "1.2.0",
+        "inflight": inflight, "max_concurrency": limit, "load": inflight / limit,
+        "queue_depth": 0, "calls": calls, "faults": faults, "capabilities": caps,
+        "breaker": breaker,
+        "breaker_detail": {"state": breaker, "fault_rate": rate, "window": 10,
+                           "next_probe_in_s": probe},
+        "p95_ms": p95, "since_heartbeat_s": beat, "last_beat": AT - beat,
+        "connected": connected, "draining": draining,
+    }
+
+
+AGENTS = [
+    _agent("billing", 1, "online", inflight=2, limit=10, calls=812, faults=0, breaker="closed",
+           rate=0.0, probe=None, p95=18.2, beat=0.3, caps=["billing.charge", "billing.void"]),
+    _agent("orders-1", 2, "online", inflight=9, limit=10, calls=1204, faults=3,
+           breaker="closed", rate=0.1, probe=None, p95=140.0, beat=0.6, caps=["orders.write"]),
+    _agent("orders-2", 3, "suspected", inflight=0, limit=10, calls=431, faults=7,
+           breaker="open", rate=0.6, probe=3.2, p95=95.5, beat=2.4, caps=["orders.write"]),
+    _agent("reports", 4, "online", inflight=1, limit=4, calls=57, faults=2, breaker="half_open",
+           rate=0.4, probe=None, p95=1250.0, beat=0.1, caps=["report.write"], draining=True),
+    _agent("search", 5, "offline", inflight=0, limit=20, calls=0, faults=0, breaker="closed",
+           rate=0.0, probe=None, p95=None, beat=95.0, caps=["data.fetch", "data.search"],
+           connected=False),
+]
+
+
+def _trace(n: int, root: str, state: str, started: float, duration: float | None,
+           tasks: int, failed: str | None = None, caller: str = "planner") -> JSON:
+    return {"trace_id": f"{n:02x}" * 16, "root": root, "caller": caller, "tasks": tasks,
+            "started_at": AT - started,
+            "ended_at": None if duration is None else AT - started + duration / 1000,
+            "duration_ms": duration, "state": state, "failed_capability": failed}
+
+
+TRACES = [
+    _trace(0xA1, "report.write", "failed", 2.0, 800.0, 3, "orders.write"),
+    _trace(0xB2, "billing.charge", "running", 3.5, None, 1, caller="checkout"),
+    _trace(0xC3, "orders.write", "succeeded", 12.0, 96.0, 1, caller="checkout"),
+    _trace(0xD4, "data.fetch", "dead", 75.0, 30010.0, 1, "data.fetch"),
+    _trace(0xE5, "billing.refund", "succeeded", 3700.0, 21.0, 1, caller="support"),
+]
+
+
+def _hop(task: str, cap: str, depth: int, phase: str, start: float, end: float,
+         agent: str | None = None, attempt: int | None = None, failed: bool = False,
+         note: str = "") -> JSON:
+    t0 = AT - 2.0
+    return {"task_id": task, "capability": cap, "depth": depth, "phase": phase,
+            "start": t0 + start, "end": t0 + end, "duration_ms": round((end - start) * 1000, 3),
+            "agent": agent, "attempt": attempt, "failed": failed, "note": note}
+
+
+_ROOT, _CHILD, _FETCH = "aa" * 16, "bb" * 16, "cc" * 16
+TIMELINES: dict[str, JSON] = {
+    TRACES[0]["trace_id"]: {
+        "trace_id": TRACES[0]["trace_id"], "started_at": AT - 2.0, "duration_ms": 800.0,
+        "tasks": [
+            {"task_id": _ROOT, "parent_task_id": None, "capability": "report.write",
+             "caller": "planner", "state": "failed", "depth": 0, "started_at": AT - 2.0,
+             "ended_at": AT - 1.2, "error": {"code": "task_failed", "message": "orders down"}},
+            {"task_id": _FETCH, "parent_task_id": _ROOT, "capability": "data.fetch",
+             "caller": "reports", "state": "succeeded", "depth": 1, "started_at": AT - 1.99,
+             "ended_at": AT - 1.9, "error": None},
+            {"task_id": _CHILD, "parent_task_id": _ROOT, "capability": "orders.write",
+             "caller": "reports", "state": "failed", "depth": 1, "started_at": AT - 1.88,
+             "ended_at": AT - 1.22, "error": {"code": "task_failed", "message": "db locked"}},
+        ],
+        "hops": [
+            _hop(_ROOT, "report.write", 0, "queued", 0.0, 0.002),
+            _hop(_ROOT, "report.write", 0, "delivered", 0.002, 0.006, "reports", 1),
+            _hop(_ROOT, "report.write", 0, "processing", 0.006, 0.79, "reports", 1, True,
+                 "task_failed: orders down"),
+            _hop(_FETCH, "data.fetch", 1, "queued", 0.01, 0.011),
+            _hop(_FETCH, "data.fetch", 1, "processing", 0.011, 0.1, "billing", 1),
+            _hop(_FETCH, "data.fetch", 1, "done", 0.1, 0.1, note="succeeded"),
+            _hop(_CHILD, "orders.write", 1, "queued", 0.12, 0.121),
+            _hop(_CHILD, "orders.write", 1, "processing", 0.121, 0.32, "orders-2", 1, True,
+                 "fault: db locked"),
+            _hop(_CHILD, "orders.write", 1, "retry", 0.32, 0.52, note="backoff 0.2 s"),
+            _hop(_CHILD, "orders.write", 1, "processing", 0.52, 0.78, "orders-1", 2, True,
+                 "fault: db locked"),
+            _hop(_CHILD, "orders.write", 1, "done", 0.78, 0.78, failed=True, note="failed"),
+            _hop(_ROOT, "report.write", 0, "done", 0.8, 0.8, failed=True, note="failed"),
+        ],
+    },
+}
+
+
+def _attempt(n: int, agent: str, started: float, took: float, outcome: str,
+             message: str) -> JSON:
+    return {"number": n, "agent_id": f"ag-{0:016x}", "agent": agent, "started_at": started,
+            "ended_at": started + took / 1000, "duration_ms": took, "outcome": outcome,
+            "error": {"code": outcome, "message": message}}
+
+
+def _letter(n: int, cap: str, agent: str | None, code: str, message: str, age: float,
+            attempts: list[JSON], caller: str = "planner") -> JSON:
+    task_id = f"{n:02x}" * 16
+    return {"task_id": task_id, "capability": cap, "caller": caller, "agent": agent,
+            "error": {"code": code, "message": message}, "attempts": attempts,
+            "dead_since": AT - age,
+            "envelope": {"task_id": task_id, "capability": cap, "params": {"order": n},
+                         "caller": caller, "idempotency_key": f"key-{n}", "priority": 5,
+                         "max_retries": 2}}
+
+
+DEAD_LETTERS = [
+    _letter(0x11, "data.fetch", "search", "timeout", "no answer within 10.0 s", 75.0,
+            [_attempt(1, "search", AT - 105.0, 10000.0, "timeout", "no answer within 10.0 s"),
+             _attempt(2, "search", AT - 95.0, 10000.0, "timeout", "no answer within 10.0 s"),
+             _attempt(3, "search", AT - 85.0, 10000.0, "timeout", "no answer within 10.0 s")]),
+    _letter(0x22, "orders.write", "orders-2", "task_failed", "RuntimeError: db locked", 12.5,
+            [_attempt(1, "orders-2", AT - 13.0, 210.0, "fault", "RuntimeError: db locked"),
+             _attempt(2, "orders-1", AT - 12.7, 190.0, "fault", "RuntimeError: db locked")],
+            caller="checkout"),
+    _letter(0x33, "billing.refund", None, "unavailable", "no healthy agent for billing.refund",
+            3.0, [], caller="support"),
+]
+
+
+def _series(calls: int, faults: int, p50: float | None) -> JSON:
+    return {"calls": calls, "succeeded": calls - faults, "answers": 0, "faults": faults,
+            "retries": faults // 2, "rejections": 0, "inflight": 0, "p50_ms": p50,
+            "p90_ms": None if p50 is None else p50 * 3, "p99_ms": None if p50 is None else p50 * 9}
+
+
+METRICS = {"capabilities": {}, "agents": {}, "totals": _series(2504, 12, 4.2)}
+
+
+def snapshot() -> JSON:
+    """The sample snapshot frame (a fresh copy each call)."""
+    return {"v": 1, "type": "snapshot", "at": AT,
+            "coordinator": {"url": "ws://127.0.0.1:8765", "version": "0.1.0",
+                            "started_at": AT - 3600.0, "store": "sqlite:///reach.db"},
+            "agents": [dict(a) for a in AGENTS], "traces": [dict(t) for t in TRACES],
+            "dead_letters": [dict(d) for d in DEAD_LETTERS], "metrics": dict(METRICS)}
+
+
+def sample_reply(action: str, args: JSON) -> Any:
+    """Answers the scripted feed gives: timelines for the sample traces, views for the rest."""
+    if action == "trace":
+        timeline = TIMELINES.get(args.get("trace_id", ""))
+        if timeline is None:
+            return {"trace_id": args.get("trace_id"), "started_at": AT, "duration_ms": 0.0,
+                    "tasks": [], "hops": []}
+        return timeline
+    if action == "replay":
+        return {"task_id": args.get("task_id"), "state": "succeeded"}
+    if action == "replay_filter":
+        return {"replayed": [d["task_id"] for d in DEAD_LETTERS]}
+    if action in ("drain", "undrain", "reset_breaker"):
+        return next((a for a in AGENTS if args.get("agent") in (a["name"], a["agent_id"])), {})
+    raise CommandFailed("invalid_params", f"unknown action {action!r}")
+
+
+class ScriptedFeed:
+    """A :class:`~dashboard.feed.FeedConnection` fed by the test: :meth:`push` frames in,
+    :meth:`drop` the connection, read :attr:`commands` back."""
+
+    def __init__(self, frames: list[JSON] | None = None,
+                 reply: Callable[[str, JSON], Any] = sample_reply) -> None:
+        self._frames: asyncio.Queue[JSON | FeedError] = asyncio.Queue()
+        for frame in frames if frames is not None else [snapshot()]:
+            self._frames.put_nowait(frame)
+        self.reply = reply
+        self.commands: list[tuple[str, JSON]] = []
+        self.closed = False
+
+    def push(self, frame: JSON) -> None:
+        self._frames.put_nowait(frame)
+
+    def drop(self, error: FeedError | None = None) -> None:
+        """The next :meth:`receive` fails, as when the coordinator goes away."""
+        self._frames.put_nowait(error or FeedClosed("connection lost"))
+
+    async def receive(self) -> JSON:
+        item = await self._frames.get()
+        if isinstance(item, FeedError):
+            self.closed = True
+            raise item
+        return item
+
+    async def command(self, action: str, args: JSON) -> Any:
+        if self.closed:
+            raise FeedClosed("connection lost")
+        self.commands.append((action, args))
+        return self.reply(action, args)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def connector(*feeds: ScriptedFeed | FeedError) -> Callable[[str, str], Any]:
+    """A connector handing out ``feeds`` in order (an error is raised instead); after the
+    last one it keeps failing with :class:`FeedClosed`."""
+    queue = list(feeds)
+
+    async def connect(url: str, token: str) -> FeedConnection:
+        if not queue:
+            raise FeedClosed("no more scripted feeds")
+        item = queue.pop(0)
+        if isinstance(item, FeedError):
+            raise item
+        return item
+
+    return connect
+
+
+__all__ = ["AT", "AdminRefused", "ScriptedFeed", "connector", "sample_reply", "snapshot"]

@@ -1,0 +1,1 @@
+"""The dashboard's widgets: one view per tab, the live table under them, the status line."""

@@ -1,0 +1,110 @@
+"""The Dead letters tab: unresolved letters, a detail pane, `r` replay one, `R` replay all shown."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import Static
+
+from ..model import JSON
+from ..rows import (
+    DASH,
+    LETTER_COLUMNS,
+    OUTCOME_STYLE,
+    Row,
+    age,
+    error_text,
+    letter_row,
+    millis,
+)
+from .base import TableView
+
+
+def letter_detail(letter: JSON, at: float) -> RenderableType:
+    """The whole letter: who, what failed, every attempt, and the envelope as sent."""
+    head = Text()
+    head.append(f"{letter.get('capability', '')}", style="bold")
+    head.append(f"  task {letter['task_id']}  caller {letter.get('caller') or DASH}\n")
+    head.append(error_text(letter.get("error"), width=200), style="red")
+    attempts = Table(box=None, pad_edge=False, expand=False, header_style="bold")
+    for label in ("#", "agent", "outcome", "took", "started", "error"):
+        attempts.add_column(label)
+    for attempt in letter.get("attempts") or []:
+        outcome = str(attempt.get("outcome", ""))
+        started = attempt.get("started_at")
+        attempts.add_row(
+            str(attempt.get("number", "")), str(attempt.get("agent") or DASH),
+            Text(outcome, style=OUTCOME_STYLE.get(outcome, "red")),
+            millis(attempt.get("duration_ms")),
+            f"{age(at - started)} ago" if started is not None else DASH,
+            error_text(attempt.get("error"), width=60) if attempt.get("error") else "",
+        )
+    if not letter.get("attempts"):
+        attempts.add_row("", Text("no attempt was made", style="grey50"), "", "", "", "")
+    envelope = json.dumps(letter.get("envelope") or {}, indent=2, sort_keys=True)
+    return Group(head, Text(""), Text("attempts", style="bold underline"), attempts, Text(""),
+                 Text("envelope", style="bold underline"), Text(envelope, style="grey70"))
+
+
+class DeadLettersView(TableView):
+    """Dead letters, oldest first, with the selected one's envelope and attempts."""
+
+    COLUMNS = LETTER_COLUMNS
+    NOUN = "dead letters"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "replay", "Replay"),
+        Binding("R", "replay_shown", "Replay all shown"),
+    ]
+
+    class Replay(Message):
+        """Asks the app to replay these letters. ``everything`` is true when no filter is
+        set, so the app may ask the coordinator to replay every letter in one command."""
+
+        def __init__(self, task_ids: list[str], *, everything: bool = False,
+                     confirm: bool = False) -> None:
+            super().__init__()
+            self.task_ids = task_ids
+            self.everything = everything
+            self.confirm = confirm
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        with VerticalScroll(id="letter-box"):
+            yield Static(Text("no dead letters", style="grey50"), id="letter-detail")
+
+    def rows(self) -> list[Row]:
+        return [letter_row(letter, self.model.at) for letter in self.model.letters_oldest_first()]
+
+    def selection_changed(self, key: str | None) -> None:
+        letter = self.model.dead_letters.get(key) if key is not None else None
+        detail = self.query_one("#letter-detail", Static)
+        if letter is None:
+            detail.update(Text("no dead letter selected" if self.model.dead_letters
+                               else "no dead letters", style="grey50"))
+        else:
+            detail.update(letter_detail(letter, self.model.at))
+
+    def action_replay(self) -> None:
+        """Replay the selected letter."""
+        key = self.selected_key
+        if key is None:
+            self.notify("no dead letter selected", severity="warning")
+            return
+        self.post_message(self.Replay([key]))
+
+    def action_replay_shown(self) -> None:
+        """Replay every letter the current filter shows (after a confirmation)."""
+        keys = [row.key for row in self.shown]
+        if not keys:
+            self.notify("no dead letters to replay", severity="warning")
+            return
+        self.post_message(self.Replay(keys, everything=not self.filter_text.strip(),
+                                      confirm=True))

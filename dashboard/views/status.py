@@ -1,0 +1,81 @@
+"""The status line: the feed connection's state and a one-line summary of the coordinator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from ..model import Model
+from ..rows import age, millis
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where the feed connection stands. ``state`` is ``connecting``, ``connected``,
+    ``disconnected`` (reconnecting) or ``refused`` (wrong token: not retried)."""
+
+    state: str
+    detail: str = ""
+
+
+LINK_LOOK = {"connecting": ("◌", "yellow"), "connected": ("●", "green"),
+             "disconnected": ("✕", "bold red"), "refused": ("✕", "bold red")}
+
+
+def summary(model: Model) -> str:
+    """Agents, dead letters and totals, from the last frame."""
+    if not model.frames:
+        return ""
+    online = sum(1 for a in model.agents.values() if a.get("state") == "online")
+    totals = model.totals()
+    parts = [f"{len(model.agents)} agents ({online} online)",
+             f"{len(model.dead_letters)} dead letters"]
+    if totals:
+        parts.append(f"{totals.get('calls', 0)} calls, {totals.get('faults', 0)} faults")
+        parts.append(f"p50 {millis(totals.get('p50_ms'))}")
+    started = model.coordinator.get("started_at")
+    if started is not None:
+        parts.append(f"up {age(model.at - started)}")
+    return " · ".join(parts)
+
+
+def status_text(link: Link, url: str, model: Model, note: str) -> Text:
+    icon, style = LINK_LOOK.get(link.state, ("?", ""))
+    text = Text()
+    text.append(f"{icon} {link.detail or link.state}", style=style)
+    text.append(f"  {url}", style="grey50")
+    line = summary(model)
+    if line:
+        text.append(f"  {line}")
+    if note:
+        text.append(f"  │ {note}", style="italic")
+    return text
+
+
+class StatusLine(Static):
+    """One line at the top of the dashboard; the app sets :attr:`link` and :attr:`note`."""
+
+    link: reactive[Link] = reactive(Link("connecting"))
+    note: reactive[str] = reactive("")
+    """The outcome of the last command (replay, drain...)."""
+
+    def __init__(self, url: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.url = url
+        self.model = Model()
+
+    def show(self, model: Model) -> None:
+        self.model = model
+        self._redraw()
+
+    def watch_link(self) -> None:
+        self._redraw()
+
+    def watch_note(self) -> None:
+        self._redraw()
+
+    def _redraw(self) -> None:
+        self.update(status_text(self.link, self.url, self.model, self.note))

@@ -1,0 +1,76 @@
+"""The Traces tab: recent traces, newest first, and the selected one's waterfall."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ..model import JSON
+from ..rows import TRACE_COLUMNS, Row, trace_row
+from ..waterfall import render
+from .base import TableView
+
+
+class Waterfall(Widget):
+    """The hops of one trace, bars scaled to the trace's duration; failed hops in red."""
+
+    timeline: reactive[JSON | None] = reactive(None, layout=True)
+    message: reactive[str] = reactive("select a trace to see its hops", layout=True)
+
+    def render(self) -> Text:
+        if self.timeline is None:
+            return Text(self.message, style="grey50")
+        return render(self.timeline, self.content_size.width)
+
+
+class TracesView(TableView):
+    """Trace summaries; moving the cursor asks the app for the trace's timeline."""
+
+    COLUMNS = TRACE_COLUMNS
+    NOUN = "traces"
+
+    class TraceSelected(Message):
+        """The cursor is on ``trace_id`` (or its summary changed): fetch its timeline."""
+
+        def __init__(self, trace_id: str) -> None:
+            super().__init__()
+            self.trace_id = trace_id
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._wanted: tuple[str, str] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        with VerticalScroll(id="waterfall-box"):
+            yield Waterfall(id="waterfall")
+
+    @property
+    def waterfall(self) -> Waterfall:
+        return self.query_one(Waterfall)
+
+    def rows(self) -> list[Row]:
+        at = self.model.at
+        return [trace_row(summary, at) for summary in self.model.traces_newest_first()]
+
+    def selection_changed(self, key: str | None) -> None:
+        summary = self.model.traces.get(key) if key is not None else None
+        if summary is None or key is None:
+            self._wanted = None
+            return
+        # A running trace grows: fetch again when its summary says something moved on.
+        version = f"{summary.get('state')}/{summary.get('tasks')}/{summary.get('ended_at')}"
+        if self._wanted == (key, version):
+            return
+        self._wanted = (key, version)
+        self.post_message(self.TraceSelected(key))
+
+    def show_timeline(self, timeline: JSON | None, message: str = "") -> None:
+        """Called by the app with the fetched timeline (or why there is none)."""
+        if message:
+            self.waterfall.message = message
+        self.waterfall.timeline = timeline

@@ -1,0 +1,121 @@
+"""Row formatting, the `/` filter and the waterfall arithmetic: pure functions, no terminal."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard import rows, sample, waterfall
+from dashboard.filtering import Filter
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "—"), (-1.0, "0.0s"), (0.42, "0.4s"), (12.7, "12s"), (184, "3m04s"),
+    (7380, "2h03m"), (3 * 86400 + 4 * 3600, "3d04h"),
+])
+def test_age(seconds: float | None, text: str) -> None:
+    assert rows.age(seconds) == text
+
+
+@pytest.mark.parametrize(("ms", "text"), [
+    (None, "—"), (0.84, "0.8 ms"), (21.4, "21 ms"), (1250.0, "1.25 s"),
+])
+def test_millis(ms: float | None, text: str) -> None:
+    assert rows.millis(ms) == text
+
+
+def test_load_bar_scales_to_max_concurrency() -> None:
+    assert rows.load_bar(0, 10).plain == "░░░░░░ 0/10"
+    assert rows.load_bar(1, 100).plain == "█░░░░░ 1/100"  # busy is never drawn as idle
+    assert rows.load_bar(5, 10).plain == "███░░░ 5/10"
+    assert rows.load_bar(30, 20).plain == "██████ 30/20"
+
+
+def test_agent_row_ages_come_from_the_frame_clock() -> None:
+    view = dict(sample.AGENTS[2])  # orders-2: suspected, beat 2.4 s before AT
+    row = rows.agent_row(view, sample.AT + 10)
+    cells = {c.key: cell for c, cell in zip(rows.AGENT_COLUMNS, row.cells, strict=True)}
+    assert row.key == view["agent_id"]
+    assert cells["state"].plain == "suspected" and cells["state"].style == "yellow"
+    assert cells["beat"].plain == "12s"
+    assert cells["breaker"].plain == "open" and "red" in str(cells["breaker"].style)
+    assert cells["load"].plain.endswith("0/10")
+
+
+def test_agent_row_shows_draining_and_state_colours() -> None:
+    states = {a["name"]: rows.agent_row(a, sample.AT).cells[1] for a in sample.AGENTS}
+    assert states["reports"].plain == "online · draining"
+    assert states["billing"].style == "green" and states["search"].style == "red"
+
+
+def test_breaker_row_fault_rate_and_next_probe() -> None:
+    by_name = {a["name"]: rows.breaker_row(a, sample.AT) for a in sample.AGENTS}
+    assert by_name["orders-2"].cells[2].plain == " 60% of last 10"
+    assert by_name["orders-2"].cells[3].plain == "in 3.2s"
+    assert by_name["reports"].cells[3].plain == "probing"
+    assert by_name["billing"].cells[3].plain == "—"
+
+
+def test_trace_row_running_and_finished() -> None:
+    running = rows.trace_row(sample.TRACES[1], sample.AT)
+    assert running.cells[5].plain == "3.5s…" and running.cells[4].plain == "running"
+    failed = rows.trace_row(sample.TRACES[0], sample.AT)
+    assert failed.cells[5].plain == "800 ms" and failed.cells[7].plain == "orders.write"
+
+
+def test_letter_row() -> None:
+    row = rows.letter_row(sample.DEAD_LETTERS[1], sample.AT)
+    assert [c.plain for c in row.cells] == [
+        "2222222222", "orders.write", "orders-2", "task_failed: RuntimeError: db locked", "2",
+        "12s"]
+    assert row.fields["error"] == "task_failed: RuntimeError: db locked"
+
+
+def test_filter_words_and_fields() -> None:
+    fields = {"agent": "orders-2", "capability": "orders.write", "error": "fault: DB locked"}
+    assert Filter.parse("").matches(fields) and not Filter.parse("  ")
+    assert Filter.parse("db").matches(fields)
+    assert Filter.parse("ORDERS locked").matches(fields)
+    assert not Filter.parse("orders billing").matches(fields)
+    assert Filter.parse("agent:orders").matches(fields)
+    assert not Filter.parse("agent:write").matches(fields)
+    assert Filter.parse("cap:write err:db").matches(fields)
+    assert not Filter.parse("http://x").matches(fields)  # unknown prefix: a plain word
+
+
+def sample_timeline() -> dict[str, object]:
+    return sample.TIMELINES[sample.TRACES[0]["trace_id"]]
+
+
+def test_waterfall_bars_are_scaled_to_the_trace_duration() -> None:
+    bars = waterfall.layout(sample_timeline(), 80)
+    assert len(bars) == 12
+    processing = bars[2]  # report.write processing: 6 ms .. 790 ms of 800 ms
+    assert (processing.offset, processing.length) == (1, 78)
+    retry = next(b for b in bars if b.phase == "retry")  # 320 .. 520 ms
+    assert (retry.offset, retry.length) == (32, 20)
+    assert all(b.offset + b.length <= 80 for b in bars)
+    assert [b.label for b in bars if b.failed] == [
+        "report.write processing #1", "  orders.write processing #1",
+        "  orders.write processing #2", "  orders.write done", "report.write done"]
+    assert waterfall.retries(sample_timeline()) == 1
+
+
+def test_waterfall_of_a_running_trace_spans_its_hops() -> None:
+    timeline = {"trace_id": "t", "started_at": 10.0, "duration_ms": None, "tasks": [],
+                "hops": [{"phase": "queued", "start": 10.0, "end": 10.5, "capability": "x"},
+                         {"phase": "processing", "start": 10.5, "end": 12.0, "capability": "x"}]}
+    assert waterfall.span_s(timeline) == (10.0, 2.0)
+    first, second = waterfall.layout(timeline, 20)
+    assert (first.offset, first.length, second.offset, second.length) == (0, 5, 5, 15)
+
+
+def test_waterfall_render_marks_failed_hops_red() -> None:
+    text = waterfall.render(sample_timeline(), 116)
+    lines = text.plain.split("\n")
+    assert lines[0].startswith("trace a1a1a1a1a1a1a1a1 · 3 tasks · 800 ms · 1 retry · 2 failed")
+    assert max(len(line) for line in lines) <= 116
+    failed_line = next(i for i, line in enumerate(lines) if "processing #2" in line)
+    start = sum(len(line) + 1 for line in lines[:failed_line])
+    styles = {str(span.style) for span in text.spans
+              if start <= span.start < start + len(lines[failed_line])}
+    assert waterfall.FAILED_STYLE in styles
