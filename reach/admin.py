@@ -11,6 +11,7 @@ snapshot.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from .events import AGENT, BREAKER, DEAD_LETTER, TASK, Event, Subscription
 if TYPE_CHECKING:
     from .reach import Reach
 
+log = logging.getLogger("reach.admin")
 MIN_GAP = 0.25
 MAX_GAP = 1.0
 
@@ -126,8 +128,15 @@ class AdminSession(_Session):
         except ReachError as exc:
             ok = False
             self.out.post(p.encode("reply", id=f.id, ok=False, error=exc.to_wire()))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, KeyError) as exc:
             ok = False
-            err = InvalidParams(f"bad arguments for {f.action!r}: {exc}")
+            what = f"missing argument {exc}" if isinstance(exc, KeyError) else str(exc)
+            err = InvalidParams(f"bad arguments for {f.action!r}: {what}; "
+                                f"see docs/admin-feed.md")
             self.out.post(p.encode("reply", id=f.id, ok=False, error=err.to_wire()))
+        except Exception as exc:  # a bug must still answer, or the operator waits forever
+            ok = False
+            log.exception("admin command %r failed", f.action)
+            fault = ReachError(f"{f.action!r} failed inside the coordinator: {exc!r}")
+            self.out.post(p.encode("reply", id=f.id, ok=False, error=fault.to_wire()))
         self.reach.admin_action(f.action, f.args, ok)

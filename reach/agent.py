@@ -392,8 +392,9 @@ class Agent:
             to_json(value)  # not JSON-able: a fault, reported now rather than lost
             return ("ok", value)
         except TaskError as exc:
-            return _error("task_failed", exc.message, answer=True, agent=self.name,
-                          **{k: v for k, v in exc.details.items() if k != "answer"})
+            # The handler's own details may use any name, "code" and "agent" included.
+            return _error("task_failed", exc.message,
+                          **{**exc.details, "answer": True, "agent": self.name})
         except ValidationError as exc:
             return _error("invalid_params", f"params rejected by {self.name!r}: {exc}",
                           answer=True, agent=self.name)
@@ -458,7 +459,7 @@ class Agent:
         self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error=payload))
 
 
-def _error(code: str, message: str, **details: Any) -> Outcome:
+def _error(code: str, message: str, /, **details: Any) -> Outcome:
     return ("error", {"code": code, "message": message, "details": details})
 
 

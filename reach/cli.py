@@ -45,7 +45,20 @@ def _parser() -> argparse.ArgumentParser:
                        help="how to pick among healthy agents (default weighted)")
     serve.add_argument("--recovery-grace", type=float, default=10.0, metavar="S",
                        help="after a restart, how long resumed tasks wait for their agents")
-    serve.add_argument("--admin-token", default=None, help="token required by the admin feed")
+    serve.add_argument("--retry-budget", type=float, default=0.2, metavar="SHARE",
+                       help="retries may add at most this share on top of first attempts "
+                            "(default 0.2): a mass failure does not become a retry storm")
+    serve.add_argument("--auto-replay", action="store_true",
+                       help="replay a capability's dead letters when it gets a healthy agent "
+                            "again (each letter once)")
+    serve.add_argument("--admin-token", default=None,
+                       help="token the admin feed and reach-dash need (default: a random one, "
+                            "printed at start)")
+    serve.add_argument("--metrics-public", action="store_true",
+                       help="answer GET /metrics from any peer, not only loopback")
+    serve.add_argument("--json-logs", action="store_true",
+                       help="one JSON line per task transition and admin action (logger "
+                            "reach.events)")
     serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
     demo = sub.add_parser("demo", help="a coordinator, three agents and a mix of calls, live",
@@ -64,12 +77,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.json_logs:  # bare JSON lines on stdout, for a log shipper to read as they are
+            handler = logging.StreamHandler(sys.stdout)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            events = logging.getLogger("reach.events")
+            events.addHandler(handler)
+            events.setLevel(logging.INFO)
+            events.propagate = False
         settings = Settings(
             host=args.host, port=args.port, store=args.store,
             heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
             offline_after=args.offline_after, ack_timeout=args.ack_timeout,
             queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
-            recovery_grace=args.recovery_grace, admin_token=args.admin_token)
+            recovery_grace=args.recovery_grace, admin_token=args.admin_token,
+            retry_budget=args.retry_budget, auto_replay=args.auto_replay,
+            metrics_public=args.metrics_public, json_logs=args.json_logs)
         try:
             asyncio.run(_serve(settings))
         except KeyboardInterrupt:
@@ -97,6 +119,9 @@ async def _serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"reach: coordinator listening on {reach.url} (store {settings.store})", flush=True)
+    http = reach.url.replace("ws://", "http://", 1)
+    print(f"reach: metrics at {http}/metrics; dashboard: "
+          f"reach-dash --url {reach.url} --token {reach.admin_token}", flush=True)
     try:
         await stop.wait()
     finally:

@@ -227,7 +227,7 @@ class Gateway:
             "attempt": None if last is None else last.number, "state": task.state.value,
             "note": note, "cost_ms": round((task.updated_at - env.created_at) * 1000, 3)})
 
-    def _breaker_moved(self, record: AgentRecord, before: BreakerState) -> None:
+    def breaker_moved(self, record: AgentRecord, before: BreakerState) -> None:
         after = record.breaker.state
         if after is not before:
             self.events.publish(BREAKER, {"agent": record.name, "agent_id": record.agent_id,
@@ -512,7 +512,7 @@ class Gateway:
         record.calls += 1
         before = record.breaker.state
         record.breaker.on_dispatch(now)
-        self._breaker_moved(record, before)
+        self.breaker_moved(record, before)
         self.metrics.dispatched(env.capability, record.name)
         started = loop.time()
         finished = False
@@ -571,7 +571,7 @@ class Gateway:
                                    "lost": "connection lost"}.get(kind, kind))
         before = record.breaker.state
         record.breaker.record(kind == "ok" or answer, ended)
-        self._breaker_moved(record, before)
+        self.breaker_moved(record, before)
         return kind, payload, attempt
 
     def _acknowledged(self, task: Task) -> None:

@@ -35,7 +35,6 @@ from .liveness import LivenessPolicy
 from .prom import CONTENT_TYPE_LATEST, Exporter
 from .protocol import Register
 from .registry import AgentRecord, Registry
-from .resilience import BreakerState
 from .routing import Permissions, Router
 from .store import Store
 from .tasks import Task, TaskState
@@ -303,10 +302,8 @@ class Reach:
         """Close ``agent``'s breaker and forget its window (after a fix, without waiting)."""
         record = self._agent(agent)
         before = record.breaker.state
-        record.breaker.state = BreakerState.CLOSED
-        record.breaker.outcomes.clear()
-        record.breaker.probing = False
-        self.gateway._breaker_moved(record, before)
+        record.breaker.reset()
+        self.gateway.breaker_moved(record, before)
         self.gateway.agents_changed()
         return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
 

@@ -121,8 +121,12 @@ class Registry:
             record.breaker.open_for = self.breaker_open_for
             self.by_id[agent_id] = record
         else:
-            # Same identity coming back (reconnect or restart): keep its counters and breaker.
+            # Same identity coming back (reconnect or restart): keep its counters and breaker,
+            # unless it comes back as another version: a fixed deploy starts with a clean
+            # breaker instead of waiting out the faults of the code it replaced.
             self._unindex(record)
+            if version != record.version:
+                record.breaker.reset()
             record.name, record.version = name, version
             record.max_concurrency, record.capabilities = max_concurrency, caps
         record.session, record.connected, record.draining = session, True, False

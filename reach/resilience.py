@@ -92,6 +92,12 @@ class Breaker:
                 self.state, self.opened_at = BreakerState.OPEN, now
         return self.state
 
+    def reset(self) -> None:
+        """Closed, with an empty window (an operator's reset, or a new version)."""
+        self.state = BreakerState.CLOSED
+        self.outcomes.clear()
+        self.probing = False
+
     def fault_rate(self) -> float:
         if not self.outcomes:
             return 0.0

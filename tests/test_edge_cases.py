@@ -595,3 +595,19 @@ async def test_a_callers_short_deadline_does_not_open_the_agents_breaker(
     agent = next(a for a in reach_cluster.reach.agents() if a["name"] == "steady")
     assert agent["breaker"] == "closed" and agent["faults"] == 0
     assert await client.call("report.make", timeout=2) == "done"
+
+
+async def test_a_task_error_may_carry_any_detail_name(reach_cluster) -> None:
+    """Found by the trace tests: ``TaskError("...", code="missing")`` crashed the agent's
+    reply (a keyword clash), so the caller waited for a completion timeout instead."""
+    from reach import TaskError
+
+    async def query() -> None:
+        raise TaskError("table missing", code="missing", message="shadow", agent="me")
+
+    await reach_cluster.add_agent("C", {"c.query": query})
+    client = await reach_cluster.client()
+    with pytest.raises(TaskError) as info:
+        await client.call("c.query", {}, timeout=5)
+    assert info.value.message == "table missing"
+    assert info.value.details["code"] == "missing"
