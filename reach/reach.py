@@ -315,7 +315,8 @@ class Reach:
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
                      error: str | None = None, since: float | None = None,
                      until: float | None = None) -> list[dict[str, Any]]:
-        """Unresolved dead letters (envelope, error, attempts), oldest first. Filters: the
+        """Unresolved dead letters (envelope, error, attempts), oldest first; a letter being
+        replayed stays listed (its ``state`` says so) until the replay succeeds. Filters: the
         capability, an agent that made an attempt, a substring of the error (any case), and
         the time it became a dead letter."""
         return [_letter(t) for t in self._letters(capability, agent, error, since, until)]
@@ -329,8 +330,6 @@ class Reach:
         needle = None if error is None else error.lower()
         out = []
         for task in sorted(self.gateway.dead.values(), key=lambda t: t.envelope.created_at):
-            if task.state is not TaskState.DEAD:
-                continue  # being replayed right now
             if capability is not None and task.envelope.capability != capability:
                 continue
             if agent is not None and not any(agent in (a.agent, a.agent_id)
@@ -366,7 +365,8 @@ class Reach:
                     until: float | None = None) -> list[str]:
         """Replay every dead letter matching the filter (as ``dead_letters``); returns their
         task ids at once. Each is a tracked task: follow it with ``task()`` or ``trace()``."""
-        letters = self._letters(capability, agent, error, since, until)
+        letters = [t for t in self._letters(capability, agent, error, since, until)
+                   if t.state is TaskState.DEAD]  # not those being replayed already
         for task in letters:
             self.gateway.replay(task)
         return [t.task_id for t in letters]
@@ -438,7 +438,7 @@ def _letter(task: Task) -> dict[str, Any]:
     env = task.envelope
     return {"task_id": task.task_id, "capability": env.capability, "caller": env.caller,
             "agent": task.attempts[-1].agent if task.attempts else None,
-            "envelope": env.to_dict(), "error": task.error,
+            "state": task.state.value, "envelope": env.to_dict(), "error": task.error,
             "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at}
 
 
