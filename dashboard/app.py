@@ -20,7 +20,7 @@ from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
 from .feed import AdminRefused, Connector, FeedConnection, FeedError, connect
 from .model import JSON, Change, Model
-from .rows import short
+from .rows import plural, short
 from .screens import ConfirmScreen, HelpScreen
 from .views.agents import AgentsView, AgentTableView, BreakersView
 from .views.base import TableView
@@ -98,29 +98,25 @@ class ReachDashboard(App[None]):
     # ------------------------------------------------------------ views
 
     @property
-    def views(self) -> dict[str, TableView]:
-        return {tab: self.query_one(f"#{tab}-view", TableView) for tab in TABS}
-
-    @property
     def current_view(self) -> TableView:
         active = self.query_one(TabbedContent).active or "agents"
         return self.query_one(f"#{active}-view", TableView)
 
     def watch_link(self, link: Link) -> None:
-        self.query_one(StatusLine).link = link
+        for status in self.query(StatusLine):
+            status.link = link
 
     def apply(self, frame: JSON) -> Change:
         """Merge one feed frame and bring the tabs that it touched up to date."""
         change = self.model.apply(frame)
-        views = self.views
-        if change.agents:
-            views["agents"].show(self.model)
-            views["breakers"].show(self.model)
-        if change.traces:
-            views["traces"].show(self.model)
-        if change.dead_letters:
-            views["dead-letters"].show(self.model)
-        self.query_one(StatusLine).show(self.model)
+        touched = {"agents": change.agents, "breakers": change.agents,
+                   "traces": change.traces, "dead-letters": change.dead_letters}
+        # query, not query_one: a worker may finish while the app is shutting down.
+        for view in self.query(TableView):
+            if touched.get((view.id or "").removesuffix("-view")):
+                view.show(self.model)
+        for status in self.query(StatusLine):
+            status.show(self.model)
         return change
 
     # ------------------------------------------------------------ the feed
@@ -166,7 +162,8 @@ class ReachDashboard(App[None]):
 
     def report(self, note: str, *, error: bool = False) -> None:
         """Show a command's outcome as a notification and on the status line."""
-        self.query_one(StatusLine).note = note
+        for status in self.query(StatusLine):
+            status.note = note
         self.notify(note, severity="error" if error else "information")
 
     # ------------------------------------------------------------ traces
@@ -213,7 +210,7 @@ class ReachDashboard(App[None]):
             self.replay(ids, everything=everything)
             return
         which = "every dead letter" if everything else "the letters the filter shows"
-        question = f"Replay {len(ids)} dead letter{'s' * (len(ids) != 1)} ({which})?"
+        question = f"Replay {plural(len(ids), 'dead letter')} ({which})?"
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -230,7 +227,7 @@ class ReachDashboard(App[None]):
             if everything:
                 result = await self.command("replay_filter", {})
                 started = len(result.get("replayed") or []) if isinstance(result, dict) else 0
-                self.report(f"replaying {started} dead letters")
+                self.report(f"replaying {plural(started, 'dead letter')}")
                 return
             wait = REPLAY_WAIT_S if len(task_ids) == 1 else BULK_REPLAY_WAIT_S
             views = await asyncio.gather(*(
@@ -242,7 +239,8 @@ class ReachDashboard(App[None]):
         states = Counter(str(v.get("state", "?")) if isinstance(v, dict) else "?"
                          for v in views)
         outcome = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-        what = f"letter {short(task_ids[0])}" if len(task_ids) == 1 else f"{len(task_ids)} letters"
+        what = f"letter {short(task_ids[0])}" if len(task_ids) == 1 else plural(len(task_ids),
+                                                                                 "letter")
         self.report(f"replayed {what}: {outcome}", error=set(states) != {"succeeded"})
 
     # ------------------------------------------------------------ keys

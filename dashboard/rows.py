@@ -74,6 +74,11 @@ def millis(ms: float | None) -> str:
     return f"{ms / 1000:.2f} s"
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 dead letter``, ``3 dead letters``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def short(ident: str | None, width: int = 10) -> str:
     """The head of a long hex id, enough to tell rows apart by eye."""
     return (ident or DASH)[:width]

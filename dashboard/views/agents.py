@@ -14,7 +14,7 @@ from .base import TableView
 class AgentTableView(TableView):
     """A table of agents with the agent commands bound to keys."""
 
-    NOUN = "agents"
+    NOUN = "agent"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "drain", "Drain/undrain"),
         Binding("b", "reset_breaker", "Reset breaker"),

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from ..filtering import Filter
 from ..model import Model
-from ..rows import Column, Row
+from ..rows import Column, Row, plural
 from .table import LiveTable
 
 
@@ -24,7 +24,7 @@ class TableView(Vertical):
     """One tab's table of feed objects."""
 
     COLUMNS: ClassVar[tuple[Column, ...]] = ()
-    NOUN: ClassVar[str] = "rows"
+    NOUN: ClassVar[str] = "row"
 
     filter_text: reactive[str] = reactive("")
     """The `/` filter of this tab; each tab keeps its own."""
@@ -68,8 +68,8 @@ class TableView(Vertical):
 
     def caption(self, total: int, wanted: Filter) -> str:
         if wanted:
-            return f"{len(self.shown)} of {total} {self.NOUN} match “{wanted.text}”"
-        return f"{total} {self.NOUN}"
+            return f"{len(self.shown)} of {plural(total, self.NOUN)} match “{wanted.text}”"
+        return plural(total, self.NOUN)
 
     @property
     def selected_key(self) -> str | None:

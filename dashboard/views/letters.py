@@ -58,7 +58,7 @@ class DeadLettersView(TableView):
     """Dead letters, oldest first, with the selected one's envelope and attempts."""
 
     COLUMNS = LETTER_COLUMNS
-    NOUN = "dead letters"
+    NOUN = "dead letter"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "replay", "Replay"),
         Binding("R", "replay_shown", "Replay all shown"),

@@ -9,7 +9,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from ..model import Model
-from ..rows import age, millis
+from ..rows import age, millis, plural
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ def summary(model: Model) -> str:
         return ""
     online = sum(1 for a in model.agents.values() if a.get("state") == "online")
     totals = model.totals()
-    parts = [f"{len(model.agents)} agents ({online} online)",
-             f"{len(model.dead_letters)} dead letters"]
+    parts = [f"{plural(len(model.agents), 'agent')} ({online} online)",
+             plural(len(model.dead_letters), "dead letter")]
     if totals:
         parts.append(f"{totals.get('calls', 0)} calls, {totals.get('faults', 0)} faults")
         parts.append(f"p50 {millis(totals.get('p50_ms'))}")

@@ -31,7 +31,7 @@ class TracesView(TableView):
     """Trace summaries; moving the cursor asks the app for the trace's timeline."""
 
     COLUMNS = TRACE_COLUMNS
-    NOUN = "traces"
+    NOUN = "trace"
 
     class TraceSelected(Message):
         """The cursor is on ``trace_id`` (or its summary changed): fetch its timeline."""
@@ -71,6 +71,7 @@ class TracesView(TableView):
 
     def show_timeline(self, timeline: JSON | None, message: str = "") -> None:
         """Called by the app with the fetched timeline (or why there is none)."""
-        if message:
-            self.waterfall.message = message
-        self.waterfall.timeline = timeline
+        for waterfall in self.query(Waterfall):  # none once the app is shutting down
+            if message:
+                waterfall.message = message
+            waterfall.timeline = timeline
