@@ -28,6 +28,17 @@ EXPECTED: dict[str, list[str]] = {
         "task_failed | unknown region 'north' | known regions: ['east', 'west']",
         "stopped",
     ],
+    "failure-drills.ipynb": [
+        "report failed: task_failed | TaskFailed: agent 'fetcher' went away while running",
+        "| gets new work: False",  # suspected at once, offline after 3 missed beats
+        "trace state: dead | tasks: 2 | failed hop: data.fetch",
+        "data.fetch    processing fetcher   <-- failed",
+        "dead letters: 6",
+        "replayed: 6 of 6 succeeded",
+        "dead letters left: 0",
+        "report on orders: 42 rows",
+        "stopped",
+    ],
 }
 
 
