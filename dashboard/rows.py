@@ -173,7 +173,8 @@ def breaker_row(view: JSON, at: float) -> Row:
     state = str(detail.get("state") or view.get("breaker", "closed"))
     rate = float(detail.get("fault_rate") or 0.0)
     window = detail.get("window")
-    rate_text = Text(f"{rate:4.0%}", style="red" if rate >= 0.5 else "yellow" if rate else "")
+    rate_text = Text()
+    rate_text.append(f"{rate:4.0%}", style="red" if rate >= 0.5 else "yellow" if rate else "")
     rate_text.append(f" of last {window}" if window is not None else "")
     agent_state = str(view.get("state", "offline"))
     return Row(
@@ -227,8 +228,17 @@ def trace_row(summary: JSON, at: float) -> Row:
 LETTER_COLUMNS = (
     Column("task", "Task", 10), Column("capability", "Capability", 18),
     Column("agent", "Agent", 14), Column("error", "Error", 40),
-    Column("attempts", "Tries", 5), Column("age", "Age", 7),
+    Column("attempts", "Tries", 5), Column("state", "State", 9), Column("age", "Age", 7),
 )
+
+def letter_state(letter: JSON) -> Text:
+    """``dead``, or ``replaying`` while a replay of the letter runs (it stays listed until
+    the replay succeeds)."""
+    state = str(letter.get("state") or "dead")
+    if state == "dead":
+        return Text("dead", style="red")
+    return Text("replaying", style="cyan")
+
 
 def letter_row(letter: JSON, at: float) -> Row:
     dead_since = letter.get("dead_since")
@@ -239,10 +249,10 @@ def letter_row(letter: JSON, at: float) -> Row:
         cells=(
             Text(short(letter["task_id"])), Text(str(letter.get("capability", ""))),
             Text(str(letter.get("agent") or DASH)), Text(error_text(error, 40), style="red"),
-            Text(str(len(letter.get("attempts") or [])), justify="right"),
+            Text(str(len(letter.get("attempts") or [])), justify="right"), letter_state(letter),
             Text(age(at - dead_since if dead_since is not None else None), justify="right"),
         ),
         fields={"task": letter["task_id"], "capability": str(letter.get("capability", "")),
                 "agent": str(letter.get("agent") or ""), "caller": str(letter.get("caller", "")),
-                "error": error_full},
+                "error": error_full, "state": letter_state(letter).plain},
     )

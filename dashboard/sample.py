@@ -115,14 +115,14 @@ def _attempt(n: int, agent: str, started: float, took: float, outcome: str,
              message: str) -> JSON:
     return {"number": n, "agent_id": f"ag-{0:016x}", "agent": agent, "started_at": started,
             "ended_at": started + took / 1000, "duration_ms": took, "outcome": outcome,
-            "error": {"code": outcome, "message": message}}
+            "error": message}
 
 
 def _letter(n: int, cap: str, agent: str | None, code: str, message: str, age: float,
             attempts: list[JSON], caller: str = "planner") -> JSON:
     task_id = f"{n:02x}" * 16
     return {"task_id": task_id, "capability": cap, "caller": caller, "agent": agent,
-            "error": {"code": code, "message": message}, "attempts": attempts,
+            "state": "dead", "error": {"code": code, "message": message}, "attempts": attempts,
             "dead_since": AT - age,
             "envelope": {"task_id": task_id, "capability": cap, "params": {"order": n},
                          "caller": caller, "idempotency_key": f"key-{n}", "priority": 5,

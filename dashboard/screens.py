@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 KEYS = (
     ("1 2 3 4", "Agents · Traces · Breakers · Dead letters"),
-    ("/", "filter the current table: words, or field:value (enter keeps, esc clears)"),
+    ("/", "filter this table (words, field:value); enter keeps, esc clears"),
     ("↑ ↓ pgup pgdn", "move the cursor; the detail pane follows it"),
     ("d", "Agents, Breakers: drain the selected agent (again: undrain)"),
     ("b", "Agents, Breakers: reset the selected agent's breaker"),

@@ -66,7 +66,9 @@ def test_letter_row() -> None:
     row = rows.letter_row(sample.DEAD_LETTERS[1], sample.AT)
     assert [c.plain for c in row.cells] == [
         "2222222222", "orders.write", "orders-2", "task_failed: RuntimeError: db locked", "2",
-        "12s"]
+        "dead", "12s"]
+    replaying = rows.letter_row(dict(sample.DEAD_LETTERS[1], state="running"), sample.AT)
+    assert replaying.cells[5].plain == "replaying"
     assert row.fields["error"] == "task_failed: RuntimeError: db locked"
 
 
