@@ -332,7 +332,10 @@ class Gateway:
                             continue
                         if retries < env.max_retries and hops < max_hops:
                             retries += 1
-                            if not await self._back_off(task, retries, deadline, str(exc)):
+                            # Nothing was sent: waiting for an agent adds no load, so it
+                            # does not spend the coordinator-wide retry budget.
+                            if not await self._back_off(task, retries, deadline, str(exc),
+                                                        charge=False):
                                 return
                             exclude.clear()
                             continue
@@ -408,11 +411,11 @@ class Gateway:
                           remote={"code": kind, "agent": record.name})
 
     async def _back_off(self, task: Task, retry: int, deadline: float | None,
-                        why: str) -> bool:
+                        why: str, *, charge: bool = True) -> bool:
         """Wait before retry number ``retry``; False (the task is dead-lettered) when the
-        coordinator-wide retry budget refuses it."""
+        coordinator-wide retry budget refuses it (``charge``: the retry re-sends work)."""
         env = task.envelope
-        if not self.budget.spend(self.clock()):
+        if charge and not self.budget.spend(self.clock()):
             s = self.settings
             self._finish(task, S.DEAD, error=Unavailable(
                 f"{env.capability!r} not retried: the coordinator's retry budget "
