@@ -91,7 +91,8 @@ def load_bar(inflight: int, limit: int, width: int = 6) -> Text:
     if inflight and not filled:
         filled = 1
     style = "green" if share < 0.5 else "yellow" if share < 0.9 else "red"
-    bar = Text("█" * filled, style=style)
+    bar = Text()
+    bar.append("█" * filled, style=style)
     bar.append("░" * (width - filled), style="grey35")
     bar.append(f" {inflight}/{limit}")
     return bar
