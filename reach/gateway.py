@@ -1,8 +1,8 @@
 """The gateway: accepts tasks durably, routes them, delivers them, and sees each one to an end.
 
 Every accepted task is driven by one coroutine the gateway owns (``_drive``): pick an agent,
-deliver, wait for ack and completion under timers, then finish, fail over, back off and retry,
-or dead-letter. Decisions come from the pure core (routing, resilience, tasks); this module
+have the ``Dispatcher`` (reach.dispatch) carry out an attempt, then finish, fail over, back off
+and retry (within the retry budget), or dead-letter. Decisions come from the pure core (routing, resilience, tasks); this module
 only applies them.
 
 Retry rules (DESIGN.md, "Agent faults vs answers"): a delivery that was never acknowledged fails
@@ -23,7 +23,7 @@ from typing import Any
 from . import intent as intents
 from . import names
 from .config import Settings
-from .delivery import Delivery
+from .dispatch import Dispatcher
 from .errors import (
     InvalidParams,
     NoRoute,
@@ -35,13 +35,12 @@ from .errors import (
 )
 from .events import BREAKER, DEAD_LETTER, TASK, EventBus
 from .metrics import Metrics
-from .protocol import encode
 from .registry import AgentRecord, Registry
-from .resilience import BreakerState, LatencyWindow, RetryBudget, completion_timeout
+from .resilience import BreakerState, RetryBudget
 from .routing import Router, Saturated
 from .slots import SlotQueue
 from .store import Store
-from .tasks import Attempt, Envelope, Task, TaskState, new_task
+from .tasks import Envelope, Task, TaskState, new_task
 
 S = TaskState
 
@@ -72,8 +71,6 @@ class Gateway:
         self.dead: dict[str, Task] = {}
         self.keys: dict[str, str] = {}
         self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
-        self.latency: dict[str, LatencyWindow] = {}
-        self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
         self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
         self._watchers: dict[str, list[Callable[[Task], None]]] = {}
@@ -86,6 +83,10 @@ class Gateway:
         self.metrics = Metrics()
         self.budget = RetryBudget(settings.retry_budget, settings.retry_budget_min,
                                   settings.retry_budget_window)
+        self.dispatch = Dispatcher(settings, registry, router, store, clock, self.metrics,
+                                   self.budget, move=self._move,
+                                   breaker_moved=self.breaker_moved, slot_freed=self.slot_freed,
+                                   emit_chunk=self._emit_chunk)
         self._agents_changed = asyncio.Event()
         self.accepting = True
 
@@ -345,7 +346,7 @@ class Gateway:
                         self.metrics.rejected(env.capability)
                         self._finish(task, S.FAILED, error=exc)
                         return
-                kind, payload, attempt, record = await self._run(task, record, deadline)
+                kind, payload, attempt, record = await self.dispatch.run(task, record, deadline)
                 if attempt.outcome == "ok":
                     self._finish(task, S.SUCCEEDED, result=payload)
                     return
@@ -423,8 +424,9 @@ class Gateway:
                 f"is spent, many tasks are failing at once; last failure: {why}. Replay it "
                 f"from the dead letters once the cause is fixed", capability=env.capability))
             return False
-        last = task.attempts[-1].agent if task.attempts else None
-        self.metrics.retried(env.capability, last)
+        if charge:  # the metric counts retries that send work again, as the budget does
+            last = task.attempts[-1].agent if task.attempts else None
+            self.metrics.retried(env.capability, last)
         delay = self.settings.backoff.delay(retry - 1, self.rng)
         if deadline is not None:
             delay = min(delay, max(0.0, deadline - asyncio.get_running_loop().time()))
@@ -454,7 +456,7 @@ class Gateway:
             try:
                 try:
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.observed)
+                                            now, exclude, self.dispatch.observed)
                 except (Unavailable, Saturated):
                     if not exclude:
                         raise
@@ -462,7 +464,7 @@ class Gateway:
                     # better than waiting (and being rejected).
                     exclude = frozenset()
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.observed)
+                                            now, exclude, self.dispatch.observed)
             except Saturated as sat:
                 left = wait_until - loop.time()
                 if deadline is not None:
@@ -490,155 +492,6 @@ class Gateway:
         """A slot at ``record`` opened: wake a waiter for each capability it serves."""
         self.slots.wake(record.capabilities, asyncio.get_running_loop().time())
 
-    async def _attempt(self, task: Task, record: AgentRecord,
-                       deadline: float | None) -> tuple[str, Any, Attempt]:
-        env = task.envelope
-        loop = asyncio.get_running_loop()
-        now = self.clock()
-        cap = record.capabilities[env.capability]
-        window = self.latency.setdefault(env.capability, LatencyWindow())
-        # The caller's deadline, when given, overrides the adaptive completion timeout.
-        left = None if deadline is None else max(0.0, deadline - loop.time())
-        completion = completion_timeout(cap.spec.latency_ms, window, left)
-        # A caller's deadline shorter than the agent's own timeout is not the agent's fault.
-        caller_bound = left is not None and left < completion_timeout(
-            cap.spec.latency_ms, window, None)
-        attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
-                          agent=record.name, started_at=now)
-        task.attempts.append(attempt)
-        self._move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}")
-        tid = env.task_id
-        delivery = Delivery(loop, self.settings.ack_timeout, completion,
-                            lambda seq, data: self._emit_chunk(tid, seq, data),
-                            lambda: self._acknowledged(task))
-        record.inflight += 1
-        record.calls += 1
-        before = record.breaker.state
-        record.breaker.on_dispatch(now)
-        self.breaker_moved(record, before)
-        self.metrics.dispatched(env.capability, record.name)
-        started = loop.time()
-        finished = False
-        try:
-            # Which agent holds the key is committed before the work leaves (for a first
-            # attempt, by the submit's own commit): after a crash the task goes back to that
-            # agent, whose cache knows the key, and is never run a second time elsewhere.
-            await self.store.persist(task)
-            # The agent may have started draining or gone while the commit was written.
-            session = record.session if not record.draining else None
-            invoke = encode(
-                "invoke", task_id=env.task_id, attempt=attempt.number,
-                capability=env.capability, params=env.params,
-                idempotency_key=env.idempotency_key, trace_id=env.trace_id,
-                parent_task_id=env.parent_task_id, traceparent=env.traceparent,
-                deadline_ms=None if left is None else left * 1000, caller=env.caller)
-            if session is None or not session.deliver(tid, attempt.number, delivery, invoke):
-                delivery.resolve("lost")
-            kind, payload = await delivery.fut
-            if kind == "lost" and not delivery.acked:
-                kind = "undelivered"
-            elif kind == "error" and (payload or {}).get("code") == "unavailable":
-                kind = "undelivered"  # the agent refused it before running it (shutting down)
-            finished = True
-        finally:
-            record.inflight -= 1
-            if record.session is not None:
-                record.session.forget(env.task_id, attempt.number)
-            if not finished:  # cancelled (stop, a hedge lost) or the store failed: not judged
-                delivery.resolve("lost")
-                record.breaker.probing = False
-                self.metrics.ended(env.capability, record.name, "cancelled", 0.0)
-            self.slot_freed(record)
-        ended = self.clock()
-        attempt.ended_at = ended
-        answer = kind == "error" and bool((payload or {}).get("details", {}).get("answer"))
-        attempt.outcome = ("ok" if kind == "ok" else "answer" if answer
-                           else "fault" if kind == "error" else kind)
-        took = loop.time() - started
-        caller_deadline = kind == "timeout" and caller_bound
-        self.metrics.ended(env.capability, record.name,
-                           "caller_deadline" if caller_deadline else attempt.outcome, took)
-        if kind == "ok":
-            window.add(took)
-            prev = self.observed.get(record.agent_id)
-            self.observed[record.agent_id] = took if prev is None else 0.8 * prev + 0.2 * took
-        elif caller_deadline:
-            attempt.error = "the caller's deadline passed"
-            record.breaker.probing = False  # neither success nor fault for the breaker
-            return kind, payload, attempt
-        elif not answer:
-            record.faults += 1
-            attempt.error = (str((payload or {}).get("message")) if kind == "error"
-                             else {"timeout": "completion timeout",
-                                   "undelivered": "not acknowledged",
-                                   "lost": "connection lost"}.get(kind, kind))
-        before = record.breaker.state
-        record.breaker.record(kind == "ok" or answer, ended)
-        self.breaker_moved(record, before)
-        return kind, payload, attempt
-
-    def _acknowledged(self, task: Task) -> None:
-        # With a hedge in flight, the second agent's ack finds the task already running.
-        if task.state is S.DISPATCHED:
-            self._move(task, S.RUNNING, "acknowledged")
-
-    # ------------------------------------------------------------ hedged reads
-
-    async def _run(self, task: Task, record: AgentRecord, deadline: float | None
-                   ) -> tuple[str, Any, Attempt, AgentRecord]:
-        """One attempt at ``record``; for a hedged idempotent read still running past the
-        capability's P95, a second attempt at another agent, and the first answer wins (the
-        other is cancelled). A hedge spends the retry budget like a retry."""
-        after = self._hedge_after(task, record)
-        if after is None:
-            kind, payload, attempt = await self._attempt(task, record, deadline)
-            return kind, payload, attempt, record
-        loop = asyncio.get_running_loop()
-        first = loop.create_task(self._attempt(task, record, deadline))
-        pending: dict[asyncio.Task[tuple[str, Any, Attempt]], AgentRecord] = {first: record}
-        try:
-            done, _ = await asyncio.wait({first}, timeout=after)
-            if not done:
-                other = self._hedge_target(task, record)
-                if other is not None and self.budget.spend(self.clock()):
-                    self.metrics.retried(task.envelope.capability, None)
-                    pending[loop.create_task(self._attempt(task, other, deadline))] = other
-            while True:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for fut in done:
-                    rec = pending.pop(fut)
-                    kind, payload, attempt = fut.result()
-                    if attempt.outcome in ("ok", "answer") or not pending:
-                        return kind, payload, attempt, rec
-                    # this one failed: the other may still answer
-        finally:
-            for fut in pending:
-                fut.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
-                now = self.clock()
-                for att in task.attempts:
-                    if att.outcome == "running":
-                        att.outcome, att.ended_at, att.error = "cancelled", now, "hedge lost"
-
-    def _hedge_after(self, task: Task, record: AgentRecord) -> float | None:
-        env = task.envelope
-        cap = record.capabilities.get(env.capability)
-        if cap is None or not cap.spec.idempotent:
-            return None
-        if not (cap.spec.hedge if env.hedge is None else env.hedge):
-            return None
-        window = self.latency.get(env.capability)
-        return None if window is None else window.p95()
-
-    def _hedge_target(self, task: Task, record: AgentRecord) -> AgentRecord | None:
-        env = task.envelope
-        try:
-            return self.router.pick(env.capability, env.params, env.caller,
-                                    self.registry.declaring(env.capability), self.clock(),
-                                    frozenset({record.agent_id}), self.observed)
-        except (Unavailable, Saturated):
-            return None
 
     # ------------------------------------------------------------ finishing
 

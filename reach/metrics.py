@@ -6,7 +6,8 @@ only when somebody reads them. ``reach.metrics()``, the admin feed and the Prome
 
     calls       attempts dispatched          answers     deliberate TaskError answers
     succeeded   attempts that returned       faults      agent faults, timeouts, lost connections
-    retries     backoff rounds started       rejections  tasks refused for back-pressure
+    retries     retries that send work again, and hedges
+    rejections  tasks refused for back-pressure
 """
 
 from __future__ import annotations
