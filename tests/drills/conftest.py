@@ -86,7 +86,7 @@ class StateWatch:
         self.seen: list[tuple[float, str, str, str]] = []  # (monotonic, state, id, breaker)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         view = agent_view(self.reach, self.name)
         if view is None:
             return
@@ -96,7 +96,7 @@ class StateWatch:
 
     async def _run(self) -> None:
         while True:
-            self._sample()
+            self.sample()
             await asyncio.sleep(self.every)
 
     @property
@@ -121,7 +121,7 @@ class StateWatch:
         return {agent_id for _, _, agent_id, _ in self.seen}
 
     def current(self) -> str | None:
-        self._sample()
+        self.sample()
         return self.seen[-1][1] if self.seen else None
 
     async def stop(self) -> None:

@@ -77,7 +77,10 @@ async def test_blip_shorter_than_offline_only_suspects_and_reruns_nothing(
         assert {r["agent"] for r in results} == {"edge"}
         await wait_until(lambda: watch.current() == "online", timeout=3)
 
-        assert watch.states == ["online", "suspected", "online"], (held, watch.seen)
+        # Suspected, never offline. (Only suspected is asserted, not "exactly once": a loop
+        # stall on a busy machine can add a flicker of its own.)
+        assert watch.states[0] == watch.states[-1] == "online", (held, watch.seen)
+        assert "suspected" in watch.states and "offline" not in watch.states, (held, watch.seen)
         assert watch.ids == {edge_id}
         assert reach.registry.by_name["edge"].registered_at == registered_at  # no re-register
         assert runs.twice() == {}, runs.twice()

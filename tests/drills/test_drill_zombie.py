@@ -80,15 +80,16 @@ async def test_zombie_breaker_opens_traffic_moves_and_a_probe_brings_it_back(
         for _, task_id in served[before:]:
             view = await client.status(task_id)
             assert [a["agent"] for a in view["attempts"]] == ["healthy"], view["attempts"]
-        assert agent_view(reach, "zombie")["state"] == "online"  # heartbeats were fine
+        assert agent_view(reach, "zombie")["state"] != "offline"  # heartbeats were fine
 
         # 3. The fix: after the open period a half-open probe succeeds and closes the breaker.
         fixed.set()
         await load(lambda: agent_view(reach, "zombie")["breaker"] == "closed"
                    and any(agent == "zombie" for agent, _ in served), width=2)
+        watch.sample()
         assert watch.breakers[:2] == ["closed", "open"], watch.seen
         assert watch.breakers[-1] == "closed"
-        assert set(watch.states) == {"online"}, watch.seen
+        assert "offline" not in watch.states, watch.seen  # its heartbeats never stopped
         # The first run after the hung ones is the half-open probe: not before the open period
         # was over (less the few ms it took to see the breaker open), and it answered.
         probe = zombie_runs[hung]
