@@ -74,9 +74,9 @@ async def test_three_agents_failing_at_once_retry_within_budget_and_spread_by_ji
 
     # Within the budget: without it, each of the 60 would have retried (60 retries or more).
     assert 0 < retries <= allowance, (retries, allowance)
-    # The coordinator counts backoff rounds; a round that found no agent (a heartbeat missed
-    # on a busy machine) sends nothing, so it can count one more than the attempts show.
-    assert retries <= reach.metrics()["totals"]["retries"] <= allowance
+    # The coordinator's own count agrees (it counts retries that send work again; a fail-over
+    # of a never-acknowledged delivery is not one, so it may count fewer than attempts show).
+    assert 0 < reach.metrics()["totals"]["retries"] <= retries
     # The budget's refusals are dead letters that say why, not silent losses.
     for v, outcome in zip(views, outcomes, strict=True):
         if len(v["attempts"]) > 1:
