@@ -16,9 +16,18 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import reactive
+from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
-from .feed import AdminRefused, Connector, FeedConnection, FeedError, connect
+from .feed import (
+    AdminRefused,
+    CommandFailed,
+    Connector,
+    FeedClosed,
+    FeedConnection,
+    FeedError,
+    connect,
+)
 from .model import JSON, Change, Model
 from .rows import plural, short
 from .screens import ConfirmScreen, HelpScreen
@@ -29,8 +38,11 @@ from .views.letters import DeadLettersView
 from .views.status import Link, StatusLine
 from .views.traces import TracesView
 
-TABS = {"agents": "Agents", "traces": "Traces", "breakers": "Breakers",
-        "dead-letters": "Dead letters"}
+TABS: dict[str, tuple[str, type[TableView]]] = {
+    "agents": ("Agents", AgentsView), "traces": ("Traces", TracesView),
+    "breakers": ("Breakers", BreakersView), "dead-letters": ("Dead letters", DeadLettersView),
+}
+"""Tab id → title and view; keys 1-4 in this order."""
 REPLAY_WAIT_S = 30.0
 """How long one replay command waits for the replayed task's outcome."""
 BULK_REPLAY_WAIT_S = 10.0
@@ -39,6 +51,26 @@ BULK_REPLAY_WAIT_S = 10.0
 def backoff(failures: int, base: float, cap: float) -> float:
     """Seconds to wait before reconnect attempt ``failures`` (1, 2, ...): doubling, capped."""
     return float(min(cap, base * 2 ** max(0, failures - 1)))
+
+
+def replay_outcome(task_ids: list[str], results: list[Any]) -> tuple[str, bool]:
+    """One line for replays by id, e.g. ``replayed 3 letters: 2 succeeded, 1 dead``, and
+    whether it is bad news (anything but success)."""
+    if len(results) == 1 and isinstance(results[0], BaseException):
+        error = results[0]
+        return f"replay of letter {short(task_ids[0])} failed: {error or 'timed out'}", True
+    states: Counter[str] = Counter()
+    for result in results:
+        if isinstance(result, CommandFailed):
+            states[f"refused ({result.code})"] += 1
+        elif isinstance(result, BaseException):
+            states[f"failed ({result or 'timed out'})"] += 1
+        else:
+            states[str(result.get("state", "?")) if isinstance(result, dict) else "?"] += 1
+    outcome = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    what = f"letter {short(task_ids[0])}" if len(task_ids) == 1 else plural(len(task_ids),
+                                                                             "letter")
+    return f"replayed {what}: {outcome}", set(states) != {"succeeded"}
 
 
 class ReachDashboard(App[None]):
@@ -79,14 +111,9 @@ class ReachDashboard(App[None]):
         yield Header()
         yield StatusLine(self.url, id="status")
         with TabbedContent(id="tabs"):
-            with TabPane("Agents", id="agents"):
-                yield AgentsView(id="agents-view")
-            with TabPane("Traces", id="traces"):
-                yield TracesView(id="traces-view")
-            with TabPane("Breakers", id="breakers"):
-                yield BreakersView(id="breakers-view")
-            with TabPane("Dead letters", id="dead-letters"):
-                yield DeadLettersView(id="dead-letters-view")
+            for tab, (title, view) in TABS.items():
+                with TabPane(title, id=tab):
+                    yield view(id=f"{tab}-view")
         yield FilterBox(id="filter", placeholder="filter: words or field:value — enter keeps, "
                                                  "esc clears")
         yield Footer()
@@ -136,7 +163,12 @@ class ReachDashboard(App[None]):
                             self.feed = feed
                             failures = 0
                             self.link = Link("connected", "connected")
-                        self.apply(frame)
+                        try:
+                            self.apply(frame)
+                        except (KeyError, TypeError, ValueError) as exc:
+                            # A frame off the contract is the coordinator's bug: say so and
+                            # start over from a fresh snapshot rather than crash.
+                            raise FeedClosed(f"bad frame from the coordinator: {exc!r}") from exc
                 finally:
                     self.feed = None
                     await feed.close()
@@ -160,7 +192,7 @@ class ReachDashboard(App[None]):
         async with asyncio.timeout(timeout):
             return await feed.command(action, args)
 
-    def report(self, note: str, *, error: bool = False) -> None:
+    def report(self, note: str, error: bool = False) -> None:
         """Show a command's outcome as a notification and on the status line."""
         for status in self.query(StatusLine):
             status.note = note
@@ -189,9 +221,12 @@ class ReachDashboard(App[None]):
     def agent_command(self, message: AgentTableView.AgentCommand) -> None:
         self.run_agent_command(message.action, message.agent)
 
+    # Command workers are not exclusive: commands run concurrently on the feed, and
+    # cancelling one would lose its outcome, not stop the coordinator's work.
     @work(group="commands")
     async def run_agent_command(self, action: str, agent: str) -> None:
-        done = {"drain": "drained", "undrain": "undrained", "reset_breaker": "breaker reset:"}
+        done = {"drain": "drained {}", "undrain": "undrained {}",
+                "reset_breaker": "reset the breaker of {}"}
         try:
             view = await self.command(action, {"agent": agent})
         except (FeedError, TimeoutError) as exc:
@@ -199,7 +234,7 @@ class ReachDashboard(App[None]):
             return
         if isinstance(view, dict) and "agent_id" in view:
             self.apply({"type": "delta", "agents": [view]})
-        self.report(f"{done.get(action, action)} {agent}")
+        self.report(done.get(action, action + " {}").format(agent))
 
     # ------------------------------------------------------------ dead letters
 
@@ -230,20 +265,23 @@ class ReachDashboard(App[None]):
                 self.report(f"replaying {plural(started, 'dead letter')}")
                 return
             wait = REPLAY_WAIT_S if len(task_ids) == 1 else BULK_REPLAY_WAIT_S
-            views = await asyncio.gather(*(
-                self.command("replay", {"task_id": t, "wait": wait}, timeout=wait + 5)
-                for t in task_ids))
+            results = await asyncio.gather(
+                *(self.command("replay", {"task_id": t, "wait": wait}, timeout=wait + 5)
+                  for t in task_ids),
+                return_exceptions=True)
         except (FeedError, TimeoutError) as exc:
             self.report(f"replay failed: {exc or 'timed out'}", error=True)
             return
-        states = Counter(str(v.get("state", "?")) if isinstance(v, dict) else "?"
-                         for v in views)
-        outcome = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-        what = f"letter {short(task_ids[0])}" if len(task_ids) == 1 else plural(len(task_ids),
-                                                                                 "letter")
-        self.report(f"replayed {what}: {outcome}", error=set(states) != {"succeeded"})
+        self.report(*replay_outcome(task_ids, results))
 
     # ------------------------------------------------------------ keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Tab, filter and help keys wait while a question or the help is open over the
+        tables (the app's keys would otherwise reach through the modal screen)."""
+        if action in ("show_tab", "filter", "help") and isinstance(self.screen, ModalScreen):
+            return False
+        return True
 
     def action_show_tab(self, tab: str) -> None:
         """Switch to a tab and put the keyboard on its table."""

@@ -17,7 +17,7 @@ from rich.console import Console
 from textual.widgets import TabbedContent
 
 from dashboard import ReachDashboard, sample
-from dashboard.feed import AdminRefused, FeedClosed, FeedConnection
+from dashboard.feed import AdminRefused, CommandFailed, FeedClosed, FeedConnection
 from dashboard.screens import ConfirmScreen, HelpScreen
 from dashboard.views.base import TableView
 from dashboard.views.status import StatusLine
@@ -221,6 +221,17 @@ async def test_capital_r_replays_what_the_filter_shows_after_confirming(running:
     assert replays(feed) == [("replay", sample.DEAD_LETTERS[1]["task_id"])]
 
 
+async def test_tab_keys_wait_while_a_question_is_open(running: Any) -> None:
+    app, pilot, feed = running
+    await pilot.press("4", "R")
+    assert isinstance(app.screen, ConfirmScreen)
+    await pilot.press("2", "slash", "question_mark")
+    assert isinstance(app.screen, ConfirmScreen)
+    assert app.query_one(TabbedContent).active == "dead-letters"
+    await pilot.press("escape")
+    assert not isinstance(app.screen, ConfirmScreen) and replays(feed) == []
+
+
 async def test_capital_r_without_a_filter_uses_replay_filter(running: Any) -> None:
     app, pilot, feed = running
     await pilot.press("4", "R", "n")
@@ -231,9 +242,27 @@ async def test_capital_r_without_a_filter_uses_replay_filter(running: Any) -> No
     await wait_until(lambda: status.note == "replaying 3 dead letters")
 
 
+async def test_bulk_replay_counts_each_outcome() -> None:
+    refused = sample.DEAD_LETTERS[0]["task_id"]
+
+    def reply(action: str, args: dict[str, Any]) -> Any:
+        if action == "replay" and args["task_id"] == refused:
+            raise CommandFailed("invalid_params", "not an unresolved dead letter")
+        if action == "replay":
+            return {"task_id": args["task_id"], "state": "dead"}
+        return sample.sample_reply(action, args)
+
+    app, _ = dashboard(sample.ScriptedFeed(reply=reply))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(lambda: app.model.frames == 1)
+        await pilot.press("4", "slash", *"o", "enter", "R", "y")  # "o" matches all three
+        status = app.query_one(StatusLine)
+        await wait_until(lambda: status.note.startswith("replayed 3 letters"))
+        assert status.note == "replayed 3 letters: 2 dead, 1 refused (invalid_params)"
+
+
 async def test_a_failed_command_is_reported_not_raised() -> None:
     def refuse(action: str, args: dict[str, Any]) -> Any:
-        from dashboard.feed import CommandFailed
         raise CommandFailed("not_found", "no such dead letter")
 
     feed = sample.ScriptedFeed(reply=refuse)
@@ -273,6 +302,16 @@ async def test_reconnects_with_backoff_and_rereads_the_snapshot() -> None:
         await wait_until(lambda: app.link.state == "connected")
         assert connect.calls == 3 and app.model.frames == 2
         assert view(app, "agents").table.selected_key == "ag-0000000000000003"
+
+
+async def test_a_frame_off_the_contract_reconnects_instead_of_crashing() -> None:
+    first, second = sample.ScriptedFeed(), sample.ScriptedFeed()
+    app, connect = dashboard(first, second)
+    async with app.run_test(size=SIZE):
+        await wait_until(lambda: app.model.frames == 1)
+        first.push(delta(agents=[{"name": "no id"}]))
+        await wait_until(lambda: connect.calls == 2 and app.link.state == "connected")
+        assert app.is_running and app.model.frames == 2
 
 
 async def test_a_refused_token_is_shown_and_not_retried() -> None:
