@@ -129,7 +129,7 @@ def agent_row(view: JSON, at: float) -> Row:
     if view.get("draining"):
         label += " · draining"
     if not view.get("connected", True) and state != "offline":
-        label += " · gone"
+        label += " · lost"  # its connection, that is: the outcome name for it
     last_beat = view.get("last_beat")
     beat = at - last_beat if last_beat is not None else view.get("since_heartbeat_s")
     caps = ", ".join(view.get("capabilities") or [])

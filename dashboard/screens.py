@@ -14,6 +14,7 @@ from textual.widgets import Static
 KEYS = (
     ("1 2 3 4", "Agents · Traces · Breakers · Dead letters"),
     ("/", "filter this table (words, field:value); enter keeps, esc clears"),
+    ("  fields", "agent state breaker capability error caller root trace task"),
     ("↑ ↓ pgup pgdn", "move the cursor; the detail pane follows it"),
     ("d", "Agents, Breakers: drain the selected agent (again: undrain)"),
     ("b", "Agents, Breakers: reset the selected agent's breaker"),

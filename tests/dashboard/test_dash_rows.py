@@ -45,6 +45,8 @@ def test_agent_row_shows_draining_and_state_colours() -> None:
     states = {a["name"]: rows.agent_row(a, sample.AT).cells[1] for a in sample.AGENTS}
     assert states["reports"].plain == "online · draining"
     assert states["billing"].style == "green" and states["search"].style == "red"
+    closed = dict(sample.AGENTS[2], connected=False)  # a closed socket: suspected at once
+    assert rows.agent_row(closed, sample.AT).cells[1].plain == "suspected · lost"
 
 
 def test_breaker_row_fault_rate_and_next_probe() -> None:
