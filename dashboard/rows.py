@@ -18,7 +18,8 @@ from .model import JSON
 STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
 BREAKER_STYLE = {"closed": "green", "half_open": "yellow", "open": "bold red"}
 TRACE_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "dead": "bold red"}
-OUTCOME_STYLE = {"ok": "green", "answer": "yellow", "running": "cyan"}
+OUTCOME_STYLE = {"ok": "green", "answer": "yellow", "running": "cyan", "cancelled": "grey50"}
+"""Attempt outcomes; the others (fault, timeout, lost, undelivered) are red."""
 
 DASH = "—"
 
