@@ -65,7 +65,7 @@ class AgentRecord:
             "breaker": b.state.value,
             "breaker_detail": {
                 "state": b.state.value, "fault_rate": round(b.fault_rate(), 3),
-                "window": len(b.outcomes),
+                "window": len(b.outcomes), "window_size": b.window,
                 "next_probe_in_s": round(max(0.0, b.opened_at + b.open_for - now), 3)
                 if b.state.value == "open" else None},
             "p95_ms": p95_ms,
