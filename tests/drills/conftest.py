@@ -278,9 +278,11 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., Proc]]:
 
 
 def start_fault_agent(spawn: Callable[..., Proc], url: str, name: str, log: Path,
-                      *options: Any) -> Proc:
-    """An agent process serving ``soak.read`` (idempotent) and ``soak.write`` (not)."""
-    return spawn(name, PROCS / "fault_agent.py", url, name, "--log", log, *options)
+                      *options: Any, incarnation: int = 1) -> Proc:
+    """An agent process serving ``soak.read`` (idempotent) and ``soak.write`` (not).
+    A restart under the same agent name passes a new ``incarnation`` (its own output file)."""
+    return spawn(f"{name}.{incarnation}", PROCS / "fault_agent.py", url, name, "--log", log,
+                 *options)
 
 
 def start_coordinator(spawn: Callable[..., Proc], name: str, port: int, db: Path,

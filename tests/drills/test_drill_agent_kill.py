@@ -81,7 +81,7 @@ async def test_agent_sigkill_under_load_loses_no_call(
             await wait_until(lambda: agent_view(reach, "victim")["state"] != "online",
                              timeout=5)
             victim = start_fault_agent(spawn, reach.url, "victim", log, "--min-ms", 5,
-                                       "--max-ms", 20)
+                                       "--max-ms", 20, incarnation=2)
             assert (await victim.wait_for("ready ")).split()[1] == victim_id
             events["back_after"] = len(results)
 
