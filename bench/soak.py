@@ -262,6 +262,10 @@ async def chaos(cluster: Cluster, load: Load, rng: random.Random, kills: int,
                 await asyncio.sleep(0.01)
             if stop.is_set():
                 continue
+            if what == "coordinator":
+                # Agents killed earlier are back first: an agent that dies while the
+                # coordinator is down is another drill (tests/drills/test_drill_double_crash).
+                await asyncio.gather(*restarts)
             at = f"{load.finished}/{total} done"
             if what == "coordinator":
                 begun = time.monotonic()

@@ -2,7 +2,7 @@
 
     python tests/procs/fault_agent.py URL NAME [--log FILE] [--min-ms 2] [--max-ms 10]
                                      [--max-concurrency 32] [--fault-rate 0.0] [--seed 0]
-                                     [--latency-ms 200]
+                                     [--latency-ms 200] [--connect-for 30]
 
 Serves two capabilities with the same handler:
 
@@ -19,7 +19,8 @@ handler begins, then ``done`` or ``fault``), each with one unbuffered ``write`` 
 descriptor, so several processes can share one log and a line survives a SIGKILL right after.
 Duplicates answered from the SDK's idempotency cache never reach the handler and write nothing.
 
-Prints ``ready AGENT_ID`` once registered; exits on SIGTERM/SIGINT.
+Prints ``ready AGENT_ID`` once registered (a first connection refused is tried again for
+``--connect-for`` seconds); exits on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 # Run from a checkout without installing: make ``import reach`` find this repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from reach import Agent, Context  # noqa: E402
+from reach import Agent, Context, Unavailable  # noqa: E402
 
 
 def _args() -> argparse.Namespace:
@@ -49,6 +50,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--fault-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--connect-for", type=float, default=30.0)
     return parser.parse_args()
 
 
@@ -88,7 +90,17 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await agent.connect(args.url)
+    # Started while the coordinator is down (it is being restarted too): keep trying, as a
+    # supervisor restarting this process would. Once connected, the SDK reconnects by itself.
+    give_up = loop.time() + args.connect_for
+    while True:
+        try:
+            await agent.connect(args.url)
+            break
+        except Unavailable:
+            if loop.time() > give_up:
+                raise
+            await asyncio.sleep(0.1)
     print(f"ready {agent.agent_id}", flush=True)
     try:
         await stop.wait()
