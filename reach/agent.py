@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import random
 import time
 from collections import OrderedDict
@@ -113,6 +114,7 @@ class Agent:
         self.frame_limit = max_frame_bytes  # the coordinator's, once it has said (welcome)
         self.warnings: list[str] = []
         self.executions = 0  # handler runs started (duplicates answered from cache excluded)
+        self.instance = os.urandom(8).hex()  # this object's key cache; see Register.instance
         self.url: str | None = None
         self._ws: ClientConnection | None = None
         self._out: Outbox | None = None
@@ -239,7 +241,7 @@ class Agent:
         try:
             await ws.send(p.dump(p.Register(
                 name=self.name, token=self.token, version=self.version,
-                max_concurrency=self.max_concurrency,
+                max_concurrency=self.max_concurrency, instance=self.instance,
                 capabilities=[h.spec for h in self.handlers.values()])))
             async with asyncio.timeout(10):  # a coordinator that accepts but never answers
                 frame = p.parse(await ws.recv())

@@ -139,7 +139,7 @@ class AgentSession(_Session):
             registration = reach.registry.register(
                 agent_id=agent_id, name=reg.name, version=reg.version,
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, session=self,
-                now=reach.clock())
+                now=reach.clock(), instance=reg.instance)
         except (SchemaError, ValueError) as exc:
             await refuse(self.ws, InvalidParams(f"registration refused: {exc}"))
             await self.out.aclose()

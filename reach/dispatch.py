@@ -65,7 +65,7 @@ class Dispatcher:
         caller_bound = left is not None and left < completion_timeout(
             cap.spec.latency_ms, window, None)
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
-                          agent=record.name, started_at=now)
+                          agent=record.name, started_at=now, instance=record.instance)
         task.attempts.append(attempt)
         self.move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}")
         tid = env.task_id

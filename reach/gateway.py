@@ -2,8 +2,8 @@
 
 Every accepted task is driven by one coroutine the gateway owns (``_drive``): pick an agent,
 have the ``Dispatcher`` (reach.dispatch) carry out an attempt, then finish, fail over, back off
-and retry (within the retry budget), or dead-letter. Decisions come from the pure core (routing, resilience, tasks); this module
-only applies them.
+and retry (within the retry budget), or dead-letter. Decisions come from the pure core
+(routing, resilience, tasks); this module only applies them.
 
 Retry rules (DESIGN.md, "Agent faults vs answers"): a delivery that was never acknowledged fails
 over to another candidate at once; a fault, lost connection or completion timeout after the ack
@@ -294,8 +294,9 @@ class Gateway:
         recovering_until = loop.time() + self.settings.recovery_grace if resumed else 0.0
         # A task interrupted by a crash goes back to the agent that was running it: only that
         # agent's cache knows the key, so another agent would run it a second time.
-        sticky = task.attempts[-1].agent_id if resumed and task.attempts and \
+        lost = task.attempts[-1] if resumed and task.attempts and \
             task.attempts[-1].outcome == "lost" else None
+        sticky = None if lost is None else lost.agent_id
         retries = 0
         exclude: set[str] = set()
         hops = 0
@@ -309,6 +310,20 @@ class Gateway:
                     return
                 if sticky is not None:
                     found = self.registry.by_id.get(sticky)
+                    if found is not None and lost is not None and lost.instance is not None \
+                            and found.instance != lost.instance:
+                        # Back under its name, but as a new process: the key cache that knew
+                        # this task is gone with the old one, and the work may have been done.
+                        if not self._idempotent(env.capability):
+                            self._finish(task, S.DEAD, error=Unavailable(
+                                f"agent {found.name!r} restarted while it was running "
+                                f"{env.capability!r} and the coordinator was down; it may have "
+                                f"done the work, and its new process cannot tell (not "
+                                f"idempotent, so not re-run). Check, then replay if it did not "
+                                f"run", agent_id=sticky))
+                            return
+                        sticky = None  # idempotent: safe to run again anywhere
+                        continue
                     if found is None or not self._ready(found, env.capability):
                         if loop.time() < recovering_until:
                             await self._wait_for_agents(min(0.5, recovering_until - loop.time()))

@@ -67,6 +67,9 @@ class Register(Frame):
     version: str = "0"
     max_concurrency: int = Field(default=20, ge=1, le=100_000)
     capabilities: list[CapabilitySpec] = Field(min_length=1)
+    # New for every agent process (the SDK: per Agent object). A known agent coming back with
+    # another instance has lost its idempotency cache, so work it may have done is not re-sent.
+    instance: str | None = Field(default=None, max_length=200)
 
 
 class Heartbeat(Frame):

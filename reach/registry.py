@@ -35,6 +35,7 @@ class AgentRecord:
     max_concurrency: int
     capabilities: dict[str, Capability]
     session: Any = None  # the channel's connection object; opaque here
+    instance: str | None = None  # the agent process's own id (Register.instance)
     connected: bool = True
     draining: bool = False
     last_beat: float = 0.0
@@ -97,7 +98,8 @@ class Registry:
     # ------------------------------------------------------------ membership
 
     def register(self, *, agent_id: str, name: str, version: str, max_concurrency: int,
-                 specs: list[CapabilitySpec], session: Any, now: float) -> Registration:
+                 specs: list[CapabilitySpec], session: Any, now: float,
+                 instance: str | None = None) -> Registration:
         """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration."""
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
@@ -130,6 +132,7 @@ class Registry:
             record.name, record.version = name, version
             record.max_concurrency, record.capabilities = max_concurrency, caps
         record.session, record.connected, record.draining = session, True, False
+        record.instance = instance
         record.last_beat = record.registered_at = now
         self._set(record, now)
         self.by_name[name] = record

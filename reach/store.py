@@ -116,7 +116,8 @@ def task_from_row(row: Any) -> Task:
         task.attempts.append(Attempt(
             number=a["number"], agent_id=a["agent_id"], agent=a["agent"],
             started_at=a["started_at"], ended_at=a.get("ended_at"),
-            outcome=a.get("outcome", "lost"), error=a.get("error")))
+            outcome=a.get("outcome", "lost"), error=a.get("error"),
+            instance=a.get("instance")))
     task.history = [(str(st), float(at), str(note)) for st, at, note in json.loads(row.history)]
     return task
 

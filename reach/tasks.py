@@ -97,13 +97,15 @@ class Attempt:
     ended_at: float | None = None
     outcome: str = "running"  # ok | answer | fault | timeout | lost | undelivered | cancelled
     error: str | None = None
+    instance: str | None = None  # the agent process it went to (Register.instance)
 
     def to_dict(self) -> dict[str, Any]:
         duration = None if self.ended_at is None else round(
             (self.ended_at - self.started_at) * 1000, 3)
         return {"number": self.number, "agent_id": self.agent_id, "agent": self.agent,
                 "started_at": self.started_at, "ended_at": self.ended_at,
-                "duration_ms": duration, "outcome": self.outcome, "error": self.error}
+                "duration_ms": duration, "outcome": self.outcome, "error": self.error,
+                "instance": self.instance}
 
 
 @dataclass(slots=True)
