@@ -22,12 +22,6 @@ from reach.testing import wait_until
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reach/gateway.py _drive: a resumed task is 'sticky' to attempts[-1].agent_id, and the "
-    "agent_id is stable per agent *name* (Reach.identity), so a restarted agent process "
-    "with an empty idempotency cache counts as 'the agent that holds the key' and runs the "
-    "non-idempotent write again; register carries no per-process instance id to tell them "
-    "apart"))
 async def test_write_done_before_both_crashed_is_not_run_again_by_the_restarted_agent(
         spawn: Callable[..., Proc], tmp_path: Path) -> None:
     """Field: "The coordinator leaked memory and died" and "the coordinator retried a write
