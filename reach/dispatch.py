@@ -11,6 +11,7 @@ answer wins, the loser is cancelled.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,7 @@ from .store import Store
 from .tasks import Attempt, Task, TaskState
 
 S = TaskState
+HEALTH_WINDOW = 50
 
 
 class Dispatcher:
@@ -49,6 +51,9 @@ class Dispatcher:
         self.slot_freed = slot_freed
         self.emit_chunk = emit_chunk
         self.latency: dict[str, LatencyWindow] = {}  # capability → recent successes
+        # capability → its last attempts across all agents (True: not a fault); tells a
+        # capability that is failing as a whole from agents whose breakers tripped on noise
+        self.health: dict[str, deque[bool]] = {}
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
 
     async def attempt(self, task: Task, record: AgentRecord,
@@ -136,7 +141,16 @@ class Dispatcher:
         before = record.breaker.state
         record.breaker.record(kind == "ok" or answer, ended)
         self.breaker_moved(record, before)
+        health = self.health.get(env.capability)
+        if health is None:
+            health = self.health[env.capability] = deque(maxlen=HEALTH_WINDOW)
+        health.append(kind == "ok" or answer)
         return kind, payload, attempt
+
+    def mostly_healthy(self, capability: str) -> bool:
+        """Did most of the capability's recent attempts, at any agent, work?"""
+        health = self.health.get(capability)
+        return health is not None and len(health) > 0 and sum(health) * 2 >= len(health)
 
     def _acknowledged(self, task: Task) -> None:
         # With a hedge in flight, the second agent's ack finds the task already running.

@@ -231,6 +231,7 @@ class Gateway:
     def breaker_moved(self, record: AgentRecord, before: BreakerState) -> None:
         after = record.breaker.state
         if after is not before:
+            self._wake()
             self.events.publish(BREAKER, {"agent": record.name, "agent_id": record.agent_id,
                                           "from": before.value, "to": after.value,
                                           "fault_rate": record.breaker.fault_rate()})
@@ -277,10 +278,14 @@ class Gateway:
         for sink in self._chunk_sinks.get(task_id, ()):
             sink(task_id, seq, data)
 
-    def agents_changed(self) -> None:
-        """The registry gained or lost healthy agents: wake tasks waiting for one."""
+    def _wake(self) -> None:
+        """Wake tasks waiting for an agent (``_wait_for_agents``)."""
         self._agents_changed.set()
         self._agents_changed = asyncio.Event()
+
+    def agents_changed(self) -> None:
+        """The registry gained or lost healthy agents: wake tasks waiting for one."""
+        self._wake()
         for record in self.registry.by_id.values():
             self.slot_freed(record)
 
@@ -298,6 +303,9 @@ class Gateway:
             task.attempts[-1].outcome == "lost" else None
         sticky = None if lost is None else lost.agent_id
         retries = 0
+        # How long this task may wait for breakers to let work through instead of spending a
+        # retry on "no healthy agent" (see _breaker_wait).
+        probe_wait = self.settings.breaker_open_for
         exclude: set[str] = set()
         hops = 0
         max_hops = env.max_retries + 1 + 16
@@ -345,6 +353,15 @@ class Gateway:
                     except Unavailable as exc:
                         if loop.time() < recovering_until:
                             await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
+                            continue
+                        wait = self._breaker_wait(env.capability) if probe_wait > 0 else None
+                        if wait is not None:
+                            waited = loop.time()
+                            limit = min(wait, probe_wait)
+                            if deadline is not None:
+                                limit = min(limit, deadline - waited)
+                            await self._wait_for_agents(max(0.0, limit))
+                            probe_wait -= loop.time() - waited
                             continue
                         if retries < env.max_retries and hops < max_hops:
                             retries += 1
@@ -407,6 +424,25 @@ class Gateway:
     def _ready(record: AgentRecord, capability: str) -> bool:
         return (record.reachable and capability in record.capabilities
                 and record.inflight < record.max_concurrency)
+
+    def _breaker_wait(self, capability: str) -> float | None:
+        """When only breakers keep ``capability``'s agents from work: how long to wait for
+        one to let work through, rather than spend a retry on a moment's "no healthy agent".
+
+        - a half-open probe is out: until its verdict (a breaker change wakes waiters);
+        - every breaker is resting, but most of the capability's recent attempts worked (the
+          breakers tripped on noise): until the first one turns half-open;
+        - otherwise (the capability is failing as a whole): None, fail fast."""
+        now = self.clock()
+        blocked = [r for r in self.registry.declaring(capability).values()
+                   if r.reachable and not r.breaker.allows(now)]
+        if not blocked:
+            return None
+        if any(r.breaker.probing for r in blocked):
+            return self.settings.breaker_open_for
+        if not self.dispatch.mostly_healthy(capability):
+            return None
+        return max(0.0, min(r.breaker.opened_at + r.breaker.open_for - now for r in blocked))
 
     def _idempotent(self, capability: str) -> bool:
         return any(r.capabilities[capability].spec.idempotent

@@ -57,6 +57,9 @@ class Breaker:
     state: BreakerState = BreakerState.CLOSED
     opened_at: float = 0.0
     probing: bool = False
+    # A half-open probe failed: the agent rests the whole ``open_for`` before the next one
+    # (no early probe; a struggling agent is not kept busy by probes).
+    rested: bool = False
     outcomes: deque[bool] = field(default_factory=deque)
 
     def allows(self, now: float) -> bool:
@@ -67,9 +70,17 @@ class Breaker:
             return now - self.opened_at >= self.open_for
         return not self.probing
 
+    def early_probe(self, now: float) -> bool:
+        """May this open breaker be probed before its wait is over, as the last resort of a
+        capability whose agents are all open? Once per open period, never after a failed
+        probe."""
+        return self.state is BreakerState.OPEN and not self.rested
+
     def on_dispatch(self, now: float) -> None:
-        """A call is being sent: an open breaker past its wait becomes half-open with a probe."""
-        if self.state is BreakerState.OPEN and now - self.opened_at >= self.open_for:
+        """A call is being sent: to an open breaker, it is the half-open probe. Routing sends
+        one only past the wait, or early as the last resort when every agent of the capability
+        is open (``Router.pick``, ``early_probe``)."""
+        if self.state is BreakerState.OPEN:
             self.state = BreakerState.HALF_OPEN
         if self.state is BreakerState.HALF_OPEN:
             self.probing = True
@@ -80,9 +91,9 @@ class Breaker:
             self.probing = False
             self.outcomes.clear()
             if ok:
-                self.state = BreakerState.CLOSED
+                self.state, self.rested = BreakerState.CLOSED, False
             else:
-                self.state, self.opened_at = BreakerState.OPEN, now
+                self.state, self.opened_at, self.rested = BreakerState.OPEN, now, True
             return self.state
         self.outcomes.append(ok)
         while len(self.outcomes) > self.window:
@@ -96,7 +107,7 @@ class Breaker:
         """Closed, with an empty window (an operator's reset, or a new version)."""
         self.state = BreakerState.CLOSED
         self.outcomes.clear()
-        self.probing = False
+        self.probing = self.rested = False
 
     def fault_rate(self) -> float:
         if not self.outcomes:

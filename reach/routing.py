@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from . import names
 from .errors import InvalidParams, NoRoute, Unauthorized, Unavailable
 from .registry import AgentRecord
+from .resilience import BreakerState
 from .schemas import check
 
 STRATEGIES = ("weighted", "least_load", "lowest_latency", "round_robin", "random")
@@ -95,18 +96,31 @@ class Router:
              declaring: Mapping[str, AgentRecord], now: float,
              exclude: frozenset[str] = frozenset(),
              latency: Mapping[str, float] | None = None) -> AgentRecord:
-        """Choose one agent, or raise ``Unavailable`` / ``Saturated``."""
+        """Choose one agent, or raise ``Unavailable`` / ``Saturated``.
+
+        When every otherwise fit agent is held back only by an open breaker, the one open the
+        longest is chosen as an early half-open probe (the dispatch makes it one): per-agent
+        breakers tripping on noise must not add up to an outage of the whole capability, while
+        one probe at a time per agent keeps a real outage failing fast."""
         ready: list[AgentRecord] = []
+        tripped: AgentRecord | None = None
         healthy = 0
         for record in declaring.values():
             if record.agent_id in exclude or not record.reachable:
                 continue
-            if not record.breaker.allows(now):
-                continue
+            breaker = record.breaker
+            allowed = breaker.allows(now)
+            if not allowed and breaker.state is not BreakerState.OPEN:
+                continue  # half-open with its probe out
             cap = record.capabilities[capability]
             if not self.permissions.allows(caller, capability, cap.spec.scope):
                 continue
             if check(cap.validator, params) is not None:
+                continue
+            if not allowed:
+                if record.inflight < record.max_concurrency and breaker.early_probe(now) and (
+                        tripped is None or breaker.opened_at < tripped.breaker.opened_at):
+                    tripped = record
                 continue
             healthy += 1
             if record.inflight < record.max_concurrency:
@@ -114,6 +128,8 @@ class Router:
         if not ready:
             if healthy:
                 raise Saturated(level=1.0)
+            if tripped is not None:
+                return tripped
             raise Unavailable(
                 f"no healthy agent can take {capability!r} now "
                 f"({len(declaring)} declare it); retry later or check `reach.agents()`",

@@ -280,3 +280,25 @@ def test_backoff_jitter_spreads_three_synchronized_failures() -> None:
     delays = [Backoff().delay(0, rng) for _ in range(3)]
     assert len({round(d, 4) for d in delays}) == 3
     assert all(0.4 <= d <= 0.6 for d in delays)
+
+
+async def test_a_capability_failing_as_a_whole_still_fails_fast() -> None:
+    """Waiting for breakers is only for breakers tripped on noise: when most recent attempts
+    of the capability failed everywhere, a call with every breaker resting fails at once."""
+    cluster = await Cluster.start(max_retries=2, backoff=FAST, breaker_open_for=60.0)
+    try:
+        async def broken() -> None:
+            raise RuntimeError("database down")
+
+        for name in ("a", "b"):
+            await cluster.add_agent(name, {"x.read": broken}, idempotent=True)
+        client = await cluster.client()
+        for _ in range(12):
+            with pytest.raises((TaskFailed, Unavailable)):
+                await client.call("x.read", {})
+        assert {a["breaker"] for a in cluster.reach.agents()} == {"open"}
+        async with asyncio.timeout(5):  # far below the 60 s a wait for half-open would take
+            with pytest.raises(Unavailable):
+                await client.call("x.read", {})
+    finally:
+        await cluster.close()

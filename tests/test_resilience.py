@@ -172,11 +172,19 @@ def test_open_breaker_refuses_until_open_for_has_passed():
     assert b.state is B.OPEN  # allows() only looks, it does not change state
 
 
-def test_dispatch_while_open_and_waiting_changes_nothing():
+def test_a_dispatch_while_open_is_an_early_probe_once_per_open_period():
+    # Routing sends one only as the last resort (every agent of the capability open).
     b = Breaker(open_for=5.0)
     fail(b, 5, now=100.0)
+    assert b.early_probe(101.0)
     b.on_dispatch(101.0)
-    assert b.state is B.OPEN and not b.probing
+    assert b.state is B.HALF_OPEN and b.probing and not b.allows(101.0)
+    b.record(False, 101.5)  # the probe failed: the agent rests the whole open period
+    assert b.state is B.OPEN and not b.early_probe(102.0) and not b.allows(106.0)
+    assert b.allows(106.5)
+    b.on_dispatch(106.5)
+    b.record(True, 106.6)
+    assert b.state is B.CLOSED and not b.rested
 
 
 def test_half_open_admits_exactly_one_probe():

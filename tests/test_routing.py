@@ -201,9 +201,21 @@ def test_saturated_when_every_healthy_agent_is_full():
     assert info.value.level == 1.0
 
 
+def test_every_breaker_open_sends_an_early_probe_to_the_longest_open():
+    declaring = by_id(agent("a", breaker=open_breaker(at=NOW - 1.0)),
+                      agent("b", breaker=open_breaker(at=NOW - 3.0)),
+                      agent("c", breaker=open_breaker(at=NOW - 4.0), inflight=4,
+                            max_concurrency=4),
+                      agent("d", breaker=probing_breaker()))
+    assert Router().pick(CAP, GOOD, "alice", declaring, NOW) is declaring["b"]
+    # one closed agent with room: no early probe
+    declaring["e"] = agent("e")
+    assert Router().pick(CAP, GOOD, "alice", declaring, NOW) is declaring["e"]
+
+
 def test_unavailable_when_no_agent_is_healthy():
     declaring = by_id(agent("a", state=Liveness.SUSPECTED), agent("b", connected=False),
-                      agent("c", breaker=open_breaker()))
+                      agent("c", breaker=probing_breaker()))
     with pytest.raises(Unavailable) as info:
         Router().pick(CAP, GOOD, "alice", declaring, NOW)
     assert info.value.details == {"capability": CAP}
@@ -369,6 +381,9 @@ def test_every_strategy_only_picks_an_eligible_agent(declaring, strategy, caller
     full = [r for r in declaring.values()
             if r.inflight >= r.max_concurrency
             and eligible(_with_room(r), caller, params, exclude)]
+    last_resort = [r for r in declaring.values()
+                   if r.breaker.early_probe(NOW) and not r.breaker.allows(NOW)
+                   and eligible(_closed(r), caller, params, exclude)]
     breaker_states = {aid: (r.breaker.state, r.breaker.probing) for aid, r in declaring.items()}
     for _ in range(3):
         try:
@@ -377,13 +392,24 @@ def test_every_strategy_only_picks_an_eligible_agent(declaring, strategy, caller
         except Saturated:
             assert not ok and full
         except Unavailable:
-            assert not ok and not full
+            assert not ok and not full and not last_resort
         else:
-            assert chosen in ok
-            assert eligible(chosen, caller, params, exclude)
+            if ok:
+                assert chosen in ok
+                assert eligible(chosen, caller, params, exclude)
+            else:  # every fit agent is held back by an open breaker: an early probe
+                assert chosen is min(last_resort, key=lambda r: r.breaker.opened_at)
     # Picking decides; it does not change the agents (no probe reserved, no counters moved).
     assert {aid: (r.breaker.state, r.breaker.probing)
             for aid, r in declaring.items()} == breaker_states
+
+
+def _closed(record: AgentRecord) -> AgentRecord:
+    clone = agent(record.agent_id, state=record.state, connected=record.connected,
+                  inflight=record.inflight, max_concurrency=record.max_concurrency,
+                  scope=record.capabilities[CAP].spec.scope,
+                  schema=record.capabilities[CAP].spec.params)
+    return clone
 
 
 def _with_room(record: AgentRecord) -> AgentRecord:

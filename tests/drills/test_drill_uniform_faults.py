@@ -8,8 +8,6 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
-
 from reach import Context, ReachError
 from reach.testing import Cluster
 
@@ -17,13 +15,6 @@ CAP = "text.embed"
 TASKS, WIDTH, FAULT_RATE = 300, 32, 0.2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reach/resilience.py Breaker: 'open at >= 50 % of the last 10 calls, at least 5' trips on "
-    "noise at a 20 % fault rate (P(>=5 of 10) = 3.3 % per window, and the window slides on "
-    "every call), so every agent's breaker is open most of the time; reach/gateway.py _drive "
-    "then spends the task's retries waiting for 'no healthy agent' and dead-letters it with "
-    "no attempt. The soak (bench/soak.py) shows the same: ~30 % dead letters, 'no healthy "
-    "agent'"))
 async def test_uniform_faults_are_hidden_by_retries_not_turned_into_an_outage(
         cluster_factory: Callable[..., Awaitable[Cluster]]) -> None:
     """Field: "A failing text-embedding service; a global breaker would have cut healthy
@@ -34,7 +25,11 @@ async def test_uniform_faults_are_hidden_by_retries_not_turned_into_an_outage(
     retry budget). Retries should hide almost all of it (a read fails three times in a row
     0.8 % of the time; the budget refuses a few more). What must not happen is that the
     breakers, opening on the noise of 10-call windows, take all three agents out at once and
-    turn a 20 % fault rate into an outage."""
+    turn a 20 % fault rate into an outage: when every agent is open, one early probe per agent
+    goes out and tasks wait for its verdict (reach/routing.py, reach/gateway.py _probe_out).
+
+    A 20 % fault rate needs about 25 % retries (0.2 + 0.04 + ...), more than the 20 % budget:
+    the budget's refusals are the expected cost, each a replayable dead letter saying so."""
     cluster = await cluster_factory(breaker_open_for=0.5)
     rng = random.Random(20)
 
@@ -61,9 +56,16 @@ async def test_uniform_faults_are_hidden_by_retries_not_turned_into_an_outage(
                 outcomes["ok"] += 1
             except ReachError as exc:
                 outcomes["no healthy agent" if "no healthy agent" in exc.message
+                         else "retry budget" if "retry budget" in exc.message
                          else exc.code] += 1
 
     await asyncio.gather(*(worker() for _ in range(WIDTH)))
     opened = {a["name"]: a["breaker"] for a in cluster.reach.agents()}
     print(f"\nuniform faults: {dict(outcomes)}; breakers at the end {opened}")
-    assert outcomes["ok"] >= 0.95 * TASKS, dict(outcomes)
+    assert outcomes["ok"] >= 0.9 * TASKS, dict(outcomes)
+    # What is not ok is the budget at work, a read that faulted on all three attempts, or at
+    # most a moment when every breaker rested at once (before the fix: ~50 % of all reads).
+    moments = TASKS - outcomes["ok"] - outcomes["retry budget"] - outcomes["task_failed"]
+    assert moments <= 0.02 * TASKS, dict(outcomes)
+    retries = cluster.reach.metrics()["totals"]["retries"]
+    assert retries <= 10 + 0.2 * TASKS, retries  # the default minimum and share
