@@ -318,34 +318,31 @@ class Gateway:
                     return
                 if sticky is not None:
                     found = self.registry.by_id.get(sticky)
+                    why = None
                     if found is not None and lost is not None and lost.instance is not None \
                             and found.instance != lost.instance:
                         # Back under its name, but as a new process: the key cache that knew
                         # this task is gone with the old one, and the work may have been done.
-                        if not self._idempotent(env.capability):
-                            self._finish(task, S.DEAD, error=Unavailable(
-                                f"agent {found.name!r} restarted while it was running "
-                                f"{env.capability!r} and the coordinator was down; it may have "
-                                f"done the work, and its new process cannot tell (not "
-                                f"idempotent, so not re-run). Check, then replay if it did not "
-                                f"run", agent_id=sticky))
-                            return
-                        sticky = None  # idempotent: safe to run again anywhere
-                        continue
-                    if found is None or not self._ready(found, env.capability):
+                        why = (f"agent {found.name!r} restarted while it was running "
+                               f"{env.capability!r} and the coordinator was down; it may have "
+                               f"done the work, and its new process cannot tell")
+                    elif found is None or not self._ready(found, env.capability):
                         if loop.time() < recovering_until:
                             await self._wait_for_agents(min(0.5, recovering_until - loop.time()))
                             continue
+                        why = (f"the agent that was running {env.capability!r} when the "
+                               f"coordinator stopped did not come back within "
+                               f"{self.settings.recovery_grace}s")
+                    if why is not None:
                         if not self._idempotent(env.capability):
                             self._finish(task, S.DEAD, error=Unavailable(
-                                f"the agent that was running {env.capability!r} when the "
-                                f"coordinator stopped did not come back within "
-                                f"{self.settings.recovery_grace}s; not re-run elsewhere because "
-                                f"the capability is not idempotent (replay it if it did not "
-                                f"run)", agent_id=sticky))
+                                f"{why}; not re-run elsewhere because the capability is not "
+                                f"idempotent (check, then replay it if it did not run)",
+                                agent_id=sticky))
                             return
-                        sticky = None  # idempotent: safe to run again elsewhere
+                        sticky = None  # idempotent: safe to run again anywhere
                         continue
+                    assert found is not None  # a missing agent set `why` above
                     record, sticky = found, None
                 else:
                     try:

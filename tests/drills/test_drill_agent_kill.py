@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, Proc, StateWatch, agent_view, log_lines, start_fault_agent
+from conftest import FAST, StateWatch, log_lines, start_fault_agent
+from subprocs import Proc, agent_view
 
 from reach import Client, Reach, ReachError
 from reach.testing import wait_until

@@ -7,7 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conftest import Blip, Runs, StateWatch, agent_view
+from conftest import Blip, Runs, StateWatch
+from subprocs import agent_view
 
 from reach import Agent, Context
 from reach.testing import Cluster, wait_until

@@ -12,14 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import (
-    TERMINAL,
-    Proc,
-    free_port,
-    log_lines,
-    start_coordinator,
-    start_fault_agent,
-)
+from conftest import TERMINAL, log_lines, start_fault_agent
+from subprocs import Proc, free_port, start_coordinator
 
 from reach import Client, ReachError
 from reach.testing import wait_until

@@ -8,7 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conftest import StateWatch, agent_view
+from conftest import StateWatch
+from subprocs import agent_view
 
 from reach import Context
 from reach.testing import Cluster
