@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import intent as intents
-from . import names
+from . import names, traces
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import (
@@ -146,8 +146,11 @@ class Gateway:
                 f"see `reach.agents()`", capability=cap)
         now = self.clock()
         task_id = os.urandom(16).hex()
+        # A W3C traceparent from the caller names the trace; agents get one naming this task.
+        trace_id = trace_id or traces.trace_id_of(traceparent) or os.urandom(16).hex()
+        traceparent = traces.child_traceparent(trace_id, task_id, traceparent)
         env = Envelope(
-            task_id=task_id, trace_id=trace_id or os.urandom(16).hex(), capability=cap,
+            task_id=task_id, trace_id=trace_id, capability=cap,
             params=params, caller=caller, idempotency_key=idempotency_key or task_id,
             priority=priority, timeout=timeout,
             max_retries=self.settings.max_retries if max_retries is None else max_retries,

@@ -14,13 +14,35 @@ Shapes are those of docs/admin-feed.md ("TraceSummary", "Timeline").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from .tasks import TERMINAL, Task, TaskState
 
 S = TaskState
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _SEVERITY = {"succeeded": 0, "running": 1, "failed": 2, "dead": 3}
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id inside a W3C ``traceparent`` header, or None if it is not a valid one."""
+    m = _TRACEPARENT.match((traceparent or "").strip().lower())
+    if m is None or m.group(1) == "ff" or set(m.group(2)) == {"0"}:
+        return None
+    return m.group(2)
+
+
+def child_traceparent(trace_id: str, task_id: str, given: str | None) -> str | None:
+    """The ``traceparent`` an agent receives for a task: the trace, with the task as the
+    parent span (its id's first 16 hex digits), keeping the caller's sampling flags.
+    None when the trace id is not W3C-shaped (a caller-chosen one) and none was given."""
+    if not _HEX32.match(trace_id) or not _HEX32.match(task_id):
+        return given
+    m = _TRACEPARENT.match((given or "").strip().lower())
+    flags = m.group(4) if m is not None else "01"
+    return f"00-{trace_id}-{task_id[:16]}-{flags}"
 
 
 def _state(task: Task) -> str:

@@ -291,3 +291,50 @@ async def test_events_see_every_kind_of_change() -> None:
         sub.close()
     finally:
         await cluster.close()
+
+
+# ---------------------------------------------------------------- W3C traceparent
+
+
+def test_traceparent_parsing_and_the_child_header() -> None:
+    from reach.traces import child_traceparent, trace_id_of
+
+    tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert trace_id_of(f"00-{tid}-00f067aa0ba902b7-01") == tid
+    for bad in (None, "", "00-abc-def-01", f"ff-{tid}-00f067aa0ba902b7-01",
+                f"00-{'0' * 32}-00f067aa0ba902b7-01"):
+        assert trace_id_of(bad) is None
+    task = "a" * 32
+    assert child_traceparent(tid, task, None) == f"00-{tid}-{'a' * 16}-01"
+    assert child_traceparent(tid, task, f"00-{tid}-00f067aa0ba902b7-00") == \
+        f"00-{tid}-{'a' * 16}-00"  # the caller's sampling decision is kept
+    assert child_traceparent("my-trace", task, "x") == "x"  # not W3C-shaped: as given
+
+
+async def test_a_callers_traceparent_names_the_trace_and_agents_get_their_own() -> None:
+    cluster = await Cluster.start()
+    try:
+        seen: list[Context] = []
+
+        async def outer(ctx: Context) -> Any:
+            seen.append(ctx)
+            return await ctx.call("x.inner", {})
+
+        async def inner(ctx: Context) -> str:
+            seen.append(ctx)
+            return "ok"
+
+        await cluster.add_agent("one", {"x.outer": outer, "x.inner": inner})
+        client = await cluster.client()
+        tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+        handle = await client.submit("x.outer", {},
+                                     traceparent=f"00-{tid}-00f067aa0ba902b7-01")
+        assert await handle.result(timeout=5) == "ok"
+        assert handle.trace_id == tid
+        outer_ctx, inner_ctx = seen
+        assert outer_ctx.traceparent == f"00-{tid}-{handle.task_id[:16]}-01"
+        assert inner_ctx.trace_id == tid
+        assert inner_ctx.traceparent == f"00-{tid}-{inner_ctx.task_id[:16]}-01"
+        assert inner_ctx.parent_task_id == handle.task_id
+    finally:
+        await cluster.close()
