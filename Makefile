@@ -27,7 +27,7 @@ check: $(STAMP)
 	$(BIN)/python -m mypy
 
 bench: $(STAMP)
-	$(BIN)/python bench/relay.py
+	$(BIN)/python bench/all.py    # every benchmark; the tables land in docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache
