@@ -249,6 +249,8 @@ class Client:
         kind = frame.type
         if kind in ("accepted", "result", "error") and frame.id is not None:
             self._submits.pop(frame.id, None)
+        if kind in ("accepted", "result") and self._pacer.delay:
+            self._pacer.accepted()  # taken again: ease off the back-pressure wait
         if kind == "accepted":
             entry = self._outcomes.get(frame.id)
             if entry is not None:
@@ -258,8 +260,6 @@ class Client:
             if fut is not None and not fut.done():
                 fut.set_result(frame)
         elif kind == "result":
-            if self._pacer.delay:
-                self._pacer.accepted()
             self._accept_with_outcome(frame)
             self._settle(frame.id, frame.result, None)
         elif kind == "error":
