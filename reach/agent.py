@@ -327,7 +327,14 @@ class Agent:
             work.add_done_callback(self._work.discard)
             work.add_done_callback(lambda w: self._cancelled_early(w, f, outcome))
             running = outcome
-        loop.call_later(self.ack_grace, self._ack, f, running)
+        handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
+        if handler is not None and not handler.spec.idempotent:
+            # A write is acknowledged before it starts: were this process to die unacked, the
+            # coordinator takes the work as never delivered and sends it elsewhere, which is
+            # only safe if it really did not start here.
+            self._ack(f, running)
+        else:  # a quick read answers within the grace, sparing the ack frame
+            loop.call_later(self.ack_grace, self._ack, f, running)
 
     def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke,
                          outcome: asyncio.Future[Outcome]) -> None:

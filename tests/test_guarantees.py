@@ -302,3 +302,32 @@ async def test_a_capability_failing_as_a_whole_still_fails_fast() -> None:
                 await client.call("x.read", {})
     finally:
         await cluster.close()
+
+
+async def test_a_write_is_acknowledged_before_it_starts_a_read_within_the_grace() -> None:
+    """An unacknowledged attempt that is lost is sent elsewhere: for a write that is only safe
+    if it never started, so the agent acknowledges writes at once. Reads answer quickly
+    without the extra ack frame (here the grace is made long to tell the two apart)."""
+    cluster = await Cluster.start()
+    try:
+        gate = asyncio.Event()
+
+        async def hang() -> str:
+            await gate.wait()
+            return "done"
+
+        agent = Agent("a", ack_grace=30.0, reconnect_base=0.02)
+        agent.capability("x.write", scope="write")(hang)
+        agent.capability("x.read", idempotent=True)(hang)
+        await agent.connect(cluster.url)
+        cluster.agents.append(agent)
+        client = await cluster.client()
+        write = await client.submit("x.write", {})
+        read = await client.submit("x.read", {})
+        reach = cluster.reach
+        await wait_until(lambda: reach.gateway.find(write.task_id).state.value == "running")
+        assert reach.gateway.find(read.task_id).state.value == "dispatched"
+        gate.set()
+        assert await write.result(timeout=5) == "done" and await read.result(timeout=5) == "done"
+    finally:
+        await cluster.close()
