@@ -2,20 +2,24 @@
 
 Pure bookkeeping (times come in as arguments); the channel feeds it frames' contents and the
 gateway reads candidates from it. Capabilities are indexed, so finding the agents for one
-capability never scans every agent.
+capability never scans every agent, and within a capability the agents routing may send work
+to now are kept apart from the rest (``Declared``), so picking one never scans them all either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import names
 from .liveness import Liveness, LivenessPolicy, judge
 from .protocol import CapabilitySpec
-from .resilience import Breaker
+from .resilience import Breaker, BreakerState
 from .schemas import Validator, compile_schema
+
+# Where an agent stands for routing (``routable``); one shelf of a ``Group`` per value but OUT.
+READY, FULL, HELD, OUT = 0, 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -41,18 +45,40 @@ class AgentRecord:
     last_beat: float = 0.0
     registered_at: float = 0.0
     state: Liveness = Liveness.ONLINE
-    inflight: int = 0
+    _inflight: int = 0
     reported_inflight: int = 0
     queue_depth: int = 0
     load: float = 0.0
     calls: int = 0
     faults: int = 0
     breaker: Breaker = field(default_factory=Breaker)
+    # The registry's routing groups this agent belongs to (one per declared capability),
+    # re-shelved whenever its liveness or in-flight count changes.
+    groups: list[Group] = field(default_factory=list, repr=False)
+
+    @property
+    def inflight(self) -> int:
+        """Attempts the coordinator has in flight at this agent."""
+        return self._inflight
+
+    @inflight.setter
+    def inflight(self, value: int) -> None:
+        # A slot taken or freed moves the agent between full and ready at once: routing
+        # trusts the shelves for slots (and re-checks breakers itself, see ``Group``).
+        self._inflight = value
+        if self.groups:
+            self.reshelve()
 
     @property
     def reachable(self) -> bool:
         """Online and connected: may be sent new work (breaker and slots permitting)."""
         return self.state is Liveness.ONLINE and self.connected
+
+    def reshelve(self) -> None:
+        """Put this agent on the right shelf of each of its routing groups."""
+        status = routable(self)
+        for group in self.groups:
+            group.place(self, status)
 
     def view(self, now: float, p95_ms: float | None = None) -> dict[str, Any]:
         """The AgentView of docs/admin-feed.md (``p95_ms`` comes from the metrics)."""
@@ -76,6 +102,135 @@ class AgentRecord:
         }
 
 
+def routable(record: AgentRecord) -> int:
+    """READY (may be sent work now), FULL (healthy, no free slot), HELD (its breaker is not
+    closed: whether it may be sent work depends on the time) or OUT (not online)."""
+    if record.state is not Liveness.ONLINE or not record.connected:
+        return OUT
+    if record.breaker.state is not BreakerState.CLOSED:
+        return HELD
+    return READY if record._inflight < record.max_concurrency else FULL
+
+
+class Shelf:
+    """Records in a list, each knowing its position: add, remove and index in O(1)."""
+
+    __slots__ = ("items", "_pos")
+
+    def __init__(self) -> None:
+        self.items: list[AgentRecord] = []
+        self._pos: dict[AgentRecord, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __contains__(self, record: object) -> bool:
+        return record in self._pos
+
+    def add(self, record: AgentRecord) -> None:
+        self._pos[record] = len(self.items)
+        self.items.append(record)
+
+    def remove(self, record: AgentRecord) -> None:
+        at = self._pos.pop(record)
+        last = self.items.pop()
+        if last is not record:  # the last one fills the hole
+            self.items[at] = last
+            self._pos[last] = at
+
+
+@dataclass(slots=True, eq=False)
+class Group:
+    """The agents declaring one capability under one scope and one params schema (agents of a
+    capability usually share both), shelved by whether routing may send them work now.
+
+    Liveness and slot changes re-shelve an agent at once (the registry and the ``inflight``
+    setter do it). Breaker changes are not announced: an agent on ``ready`` or ``full`` whose
+    breaker is found not closed is moved to ``held`` by whoever finds it (routing checks
+    every agent it considers), and ``held`` is re-checked on every pick, which costs as many
+    agents as have an open breaker, not as many as declare the capability."""
+
+    capability: str
+    scope: str
+    validator: Validator
+    members: int = 0
+    ready: Shelf = field(default_factory=Shelf)
+    full: Shelf = field(default_factory=Shelf)
+    held: Shelf = field(default_factory=Shelf)
+    where: dict[AgentRecord, int] = field(default_factory=dict)
+
+    def shelf(self, status: int) -> Shelf:
+        return self.ready if status == READY else self.full if status == FULL else self.held
+
+    def place(self, record: AgentRecord, status: int | None = None) -> int:
+        """Move ``record`` to the shelf its state calls for; returns that status."""
+        if status is None:
+            status = routable(record)
+        old = self.where.get(record, OUT)
+        if status != old:
+            if old != OUT:
+                self.shelf(old).remove(record)
+            if status == OUT:
+                del self.where[record]
+            else:
+                self.shelf(status).add(record)
+                self.where[record] = status
+        return status
+
+
+class Declared(Mapping[str, AgentRecord]):
+    """The agents declaring one capability: a read-only mapping agent id → record, and the
+    routing ``groups`` by (scope, params validator)."""
+
+    __slots__ = ("capability", "agents", "groups")
+
+    def __init__(self, capability: str) -> None:
+        self.capability = capability
+        self.agents: dict[str, AgentRecord] = {}
+        self.groups: dict[tuple[str, Validator], Group] = {}
+
+    @classmethod
+    def of(cls, capability: str, agents: Mapping[str, AgentRecord]) -> Declared:
+        """A one-off index over a plain mapping (its records are not told about it)."""
+        declared = cls(capability)
+        for record in agents.values():
+            declared.join(record)
+        return declared
+
+    def __getitem__(self, agent_id: str) -> AgentRecord:
+        return self.agents[agent_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.agents)
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    def join(self, record: AgentRecord) -> Group:
+        """Add ``record`` (it declares this capability); returns its group, already placed."""
+        cap = record.capabilities[self.capability]
+        key = (cap.spec.scope, cap.validator)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = Group(self.capability, cap.spec.scope, cap.validator)
+        group.members += 1
+        self.agents[record.agent_id] = record
+        group.place(record)
+        return group
+
+    def leave(self, record: AgentRecord) -> None:
+        """Remove ``record``, as it joined (before its capabilities change)."""
+        if self.agents.pop(record.agent_id, None) is None:
+            return
+        cap = record.capabilities[self.capability]
+        key = (cap.spec.scope, cap.validator)
+        group = self.groups[key]
+        group.place(record, OUT)
+        group.members -= 1
+        if not group.members:
+            del self.groups[key]
+
+
 @dataclass(slots=True)
 class Registration:
     record: AgentRecord
@@ -84,14 +239,14 @@ class Registration:
 
 
 class Registry:
-    """Agents by id and name, and an index capability → agents declaring it."""
+    """Agents by id and name, and an index capability → agents declaring it (``Declared``)."""
 
     def __init__(self, policy: LivenessPolicy, breaker_open_for: float = 5.0) -> None:
         self.policy = policy
         self.breaker_open_for = breaker_open_for
         self.by_id: dict[str, AgentRecord] = {}
         self.by_name: dict[str, AgentRecord] = {}
-        self.index: dict[str, dict[str, AgentRecord]] = {}
+        self.index: dict[str, Declared] = {}
         # Told of every registration and liveness change (the coordinator publishes events).
         self.on_change: Callable[[AgentRecord], None] | None = None
 
@@ -104,7 +259,8 @@ class Registry:
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
         # Look-alikes are judged against other agents' names, not this agent's previous ones.
-        others = [c for c, agents in self.index.items() if agents.keys() - {agent_id}]
+        others = [c for c, agents in self.index.items()
+                  if len(agents) > 1 or agent_id not in agents]
         for spec in specs:
             canonical = names.normalize(spec.name)
             if canonical in caps:
@@ -137,18 +293,22 @@ class Registry:
         self._set(record, now)
         self.by_name[name] = record
         for cap in caps:
-            self.index.setdefault(cap, {})[agent_id] = record
+            declared = self.index.get(cap)
+            if declared is None:
+                declared = self.index[cap] = Declared(cap)
+            record.groups.append(declared.join(record))
         if self.on_change is not None:
             self.on_change(record)
         return Registration(record, list(caps), warnings)
 
     def _unindex(self, record: AgentRecord) -> None:
         for cap in record.capabilities:
-            agents = self.index.get(cap)
-            if agents is not None:
-                agents.pop(record.agent_id, None)
-                if not agents:
+            declared = self.index.get(cap)
+            if declared is not None:
+                declared.leave(record)
+                if not declared:
                     del self.index[cap]
+        record.groups.clear()
 
     def heartbeat(self, record: AgentRecord, now: float, *, inflight: int, queue_depth: int,
                   load: float) -> Liveness | None:
@@ -184,14 +344,16 @@ class Registry:
         if new is record.state:
             return None
         record.state = new
+        record.reshelve()
         if self.on_change is not None:
             self.on_change(record)
         return new
 
     # ------------------------------------------------------------ queries
 
-    def declaring(self, capability: str) -> dict[str, AgentRecord]:
-        return self.index.get(capability, {})
+    def declaring(self, capability: str) -> Declared:
+        found = self.index.get(capability)
+        return Declared(capability) if found is None else found
 
     def capability_names(self) -> list[str]:
         return sorted(self.index)
@@ -208,3 +370,4 @@ class Registry:
                     phrases.append(spec.description)
             out[cap] = phrases
         return out
+

@@ -3,20 +3,29 @@
 Candidates are the agents that declare the capability, are online and connected, accept the
 params under their own schema, are permitted to this caller, have a breaker that lets the call
 through, and have a free slot under ``max_concurrency``. A strategy picks among them.
+
+A pick costs the same at 10 agents as at 10,000: the registry keeps each capability's agents
+in groups by (scope, schema) and, within a group, on shelves by whether they may take work now
+(``registry.Declared``). Permission and params are checked once per group; only agents whose
+breaker is not closed are looked at one by one (their verdict depends on the time). Up to
+``exact`` ready agents every one is scored, as the strategy says; past that a few are drawn at
+random and the best of them wins (``sample`` of them: the power of two choices), round-robin
+walks a cursor, and random draws one. Either way only a fit agent is ever chosen, and
+``Unavailable`` / ``Saturated`` / the early probe are decided exactly.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from . import names
 from .errors import InvalidParams, NoRoute, Unauthorized, Unavailable
-from .registry import AgentRecord
+from .registry import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from .resilience import BreakerState
-from .schemas import check
+from .schemas import Validator, check
 
 STRATEGIES = ("weighted", "least_load", "lowest_latency", "round_robin", "random")
 
@@ -56,11 +65,19 @@ class Router:
     strategy: str = "weighted"
     permissions: Permissions = field(default_factory=Permissions)
     rng: random.Random = field(default_factory=random.Random)
+    # Up to this many ready agents (plus those excluded), each is scored; past it, ``sample``
+    # drawn at random are (two choices already spread load almost as well as all of them).
+    exact: int = 32
+    sample: int = 2
+    # Agents ``pick`` looked at, in total: the cost of routing, counted for tests and benches.
+    examined: int = 0
     _turn: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose from {STRATEGIES}")
+        if self.exact < 0 or self.sample < 1:
+            raise ValueError("need exact >= 0 and sample >= 1")
 
     def admit(self, capability: str, params: dict[str, object], caller: str,
               declaring: Mapping[str, AgentRecord], known: Iterable[str]) -> None:
@@ -72,19 +89,17 @@ class Router:
                 suggestions=names.closest(capability, known))
         scope_ok = valid = False
         reason = ""
-        seen: dict[int, str | None] = {}
-        for record in declaring.values():
-            cap = record.capabilities[capability]
-            if not self.permissions.allows(caller, capability, cap.spec.scope):
+        seen: dict[Validator, str | None] = {}
+        for group in _indexed(capability, declaring).groups.values():
+            if not self.permissions.allows(caller, capability, group.scope):
                 continue
             scope_ok = True
-            key = id(cap.validator)
-            if key not in seen:
-                seen[key] = check(cap.validator, params)
-            if seen[key] is None:
+            verdict = seen[group.validator] if group.validator in seen else \
+                seen.setdefault(group.validator, check(group.validator, params))
+            if verdict is None:
                 valid = True
                 break
-            reason = seen[key] or reason
+            reason = verdict or reason
         if not scope_ok:
             raise Unauthorized(f"caller {caller!r} may not use {capability!r}",
                                capability=capability, caller=caller)
@@ -99,37 +114,37 @@ class Router:
         """Choose one agent, or raise ``Unavailable`` / ``Saturated``.
 
         When every otherwise fit agent is held back only by an open breaker, the one open the
-        longest is chosen as an early half-open probe (the dispatch makes it one): per-agent
-        breakers tripping on noise must not add up to an outage of the whole capability, while
-        one probe at a time per agent keeps a real outage failing fast."""
-        ready: list[AgentRecord] = []
-        tripped: AgentRecord | None = None
-        healthy = 0
-        for record in declaring.values():
-            if record.agent_id in exclude or not record.reachable:
-                continue
-            breaker = record.breaker
-            allowed = breaker.allows(now)
-            if not allowed and breaker.state is not BreakerState.OPEN:
-                continue  # half-open with its probe out
-            cap = record.capabilities[capability]
-            if not self.permissions.allows(caller, capability, cap.spec.scope):
-                continue
-            if check(cap.validator, params) is not None:
-                continue
-            if not allowed:
-                if record.inflight < record.max_concurrency and breaker.early_probe(now) and (
-                        tripped is None or breaker.opened_at < tripped.breaker.opened_at):
-                    tripped = record
-                continue
-            healthy += 1
-            if record.inflight < record.max_concurrency:
-                ready.append(record)
+        longest (ties: the lowest agent id) is chosen as an early half-open probe (the dispatch
+        makes it one): per-agent breakers tripping on noise must not add up to an outage of the
+        whole capability, while one probe at a time per agent keeps a real outage failing fast.
+
+        ``declaring`` is normally the registry's ``Declared`` index; any other mapping is
+        indexed for this one call (which costs a pass over it)."""
+        index = _indexed(capability, declaring)
+        groups = self._fit(capability, params, caller, index)
+        found = _Found(now, exclude)
+        for group in groups:
+            if group.held.items:
+                for record in group.held.items[:]:
+                    found.held(group, record)
+        ready = self._ready(capability, groups, found)
+        if not ready and not found.healthy:
+            # Saturated or unavailable: one full agent that is still fit decides it.
+            for group in groups:
+                for record in group.full.items[:]:
+                    if found.check(group, record):  # a slot opened without a re-shelve
+                        found.extra.append(record)
+                    if found.healthy or found.extra:
+                        break
+                if found.healthy or found.extra:
+                    break
+            ready = found.extra
+        self.examined += found.examined
         if not ready:
-            if healthy:
+            if found.healthy:
                 raise Saturated(level=1.0)
-            if tripped is not None:
-                return tripped
+            if found.tripped is not None:
+                return found.tripped
             raise Unavailable(
                 f"no healthy agent can take {capability!r} now "
                 f"({len(declaring)} declare it); retry later or check `reach.agents()`",
@@ -137,6 +152,67 @@ class Router:
         if len(ready) == 1:
             return ready[0]
         return self._choose(capability, ready, latency or {})
+
+    def _fit(self, capability: str, params: dict[str, object], caller: str,
+             index: Declared) -> list[Group]:
+        """The groups this caller may use whose schema accepts the params."""
+        fit: list[Group] = []
+        seen: dict[Validator, bool] = {}
+        for group in index.groups.values():
+            if not self.permissions.allows(caller, capability, group.scope):
+                continue
+            ok = seen.get(group.validator)
+            if ok is None:
+                ok = seen[group.validator] = check(group.validator, params) is None
+            if ok:
+                fit.append(group)
+        return fit
+
+    def _ready(self, capability: str, groups: list[Group], found: _Found) -> list[AgentRecord]:
+        """Ready agents to choose from: all of them when few, else a drawn handful."""
+        shelves = [g for g in groups if g.ready.items]
+        total = sum(len(g.ready.items) for g in shelves)
+        if total + len(found.extra) <= self.exact + len(found.exclude):
+            return self._every(shelves, found)
+        want = 1 if self.strategy in ("random", "round_robin") else self.sample
+        cursor = None
+        if self.strategy == "round_robin":
+            cursor = self._turn.get(capability, 0)
+            self._turn[capability] = cursor + 1
+        drawn: list[AgentRecord] = []
+        misses = 0
+        while len(drawn) < want:
+            extra = found.extra
+            total = sum(len(g.ready.items) for g in shelves) + len(extra)
+            if not total:
+                break
+            if cursor is None:
+                at = self.rng.randrange(total)
+            else:
+                at, cursor = cursor % total, cursor + 1
+            if at < len(extra):
+                drawn.append(extra[at])
+                continue
+            at -= len(extra)
+            for group in shelves:
+                if at < len(group.ready.items):
+                    record = group.ready.items[at]
+                    if found.check(group, record):
+                        drawn.append(record)
+                    else:
+                        misses += 1
+                    break
+                at -= len(group.ready.items)
+            # Excluded or stale agents keep being drawn: past a few, score everyone (which
+            # also re-shelves every stale one, so this stays rare).
+            if misses > 4 + 2 * len(found.exclude):
+                return drawn + [r for r in self._every(shelves, found) if r not in drawn]
+        return drawn
+
+    @staticmethod
+    def _every(shelves: list[Group], found: _Found) -> list[AgentRecord]:
+        ready = [r for g in shelves for r in g.ready.items[:] if found.check(g, r)]
+        return ready + found.extra
 
     def _choose(self, capability: str, ready: list[AgentRecord],
                 latency: Mapping[str, float]) -> AgentRecord:
@@ -146,14 +222,83 @@ class Router:
             turn = self._turn.get(capability, 0)
             self._turn[capability] = turn + 1
             return sorted(ready, key=lambda r: r.agent_id)[turn % len(ready)]
+        key = self._key(capability, latency)
+        return min(ready, key=key)
+
+    def _key(self, capability: str, latency: Mapping[str, float]
+             ) -> Callable[[AgentRecord], tuple[float, float]]:
+        """The strategy's order: the lowest key wins."""
         if self.strategy == "least_load":
-            return min(ready, key=lambda r: r.inflight / (
-                r.max_concurrency * r.capabilities[capability].spec.weight))
+            return lambda r: (r.inflight / (
+                r.max_concurrency * r.capabilities[capability].spec.weight), 0.0)
         if self.strategy == "lowest_latency":
-            return min(ready, key=lambda r: latency.get(
-                r.agent_id, r.capabilities[capability].spec.latency_ms / 1000.0))
+            return lambda r: (latency.get(
+                r.agent_id, r.capabilities[capability].spec.latency_ms / 1000.0), 0.0)
         # weighted: declared weight scaled by free capacity; ties broken at random so equal
         # agents share the work instead of the first one taking it all.
-        return max(ready, key=lambda r: (
-            r.capabilities[capability].spec.weight * (1.0 - r.inflight / r.max_concurrency),
-            self.rng.random()))
+        rng = self.rng
+        return lambda r: (
+            -r.capabilities[capability].spec.weight * (1.0 - r.inflight / r.max_concurrency),
+            rng.random())
+
+
+def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:
+    if isinstance(declaring, Declared):
+        return declaring
+    return Declared.of(capability, declaring)
+
+
+class _Found:
+    """What one pick learned while looking at agents, beyond the ready ones it drew."""
+
+    __slots__ = ("now", "exclude", "extra", "healthy", "tripped", "examined")
+
+    def __init__(self, now: float, exclude: frozenset[str]) -> None:
+        self.now = now
+        self.exclude = exclude
+        self.extra: list[AgentRecord] = []  # breaker not closed, yet letting calls through
+        self.healthy = False  # some fit agent lets calls through but has no free slot
+        self.tripped: AgentRecord | None = None  # the early-probe choice so far
+        self.examined = 0
+
+    def check(self, group: Group, record: AgentRecord) -> bool:
+        """Is this agent (from ``ready`` or ``full``) ready and not excluded? One found on the
+        wrong shelf is moved (its breaker changed since) and counted where it belongs."""
+        self.examined += 1
+        status = routable(record)
+        if group.where.get(record) != status:
+            group.place(record, status)
+            if status == HELD:
+                self.held(group, record, counted=True)
+                return False
+        if record.agent_id in self.exclude:
+            return False
+        if status == FULL:
+            self.healthy = True
+        return status == READY
+
+    def held(self, group: Group, record: AgentRecord, counted: bool = False) -> None:
+        """An agent whose breaker is not closed: a candidate, a full one, an early-probe
+        candidate, or nothing now (half-open with its probe out)."""
+        if not counted:
+            self.examined += 1
+            status = routable(record)
+            if status != HELD:  # its breaker closed since: back on ready or full
+                group.place(record, status)
+                return
+        if record.agent_id in self.exclude:
+            return
+        breaker = record.breaker
+        if breaker.allows(self.now):
+            if record.inflight < record.max_concurrency:
+                self.extra.append(record)
+            else:
+                self.healthy = True
+            return
+        if breaker.state is not BreakerState.OPEN:
+            return  # half-open with its probe out
+        if record.inflight < record.max_concurrency and breaker.early_probe(self.now):
+            best = self.tripped
+            if best is None or (breaker.opened_at, record.agent_id) < (
+                    best.breaker.opened_at, best.agent_id):
+                self.tripped = record

@@ -300,14 +300,15 @@ def test_random_uses_the_given_rng_and_reaches_everyone():
 
 # ------------------------------------------------------------------ the routing property
 
-SCOPES = ("read", "write")
 PERMISSIONS = Permissions({"alice": ("scope:read",), "bob": ("inventory.*",), "eve": ()})
 
 
 @st.composite
 def breakers(draw):
-    kind = draw(st.sampled_from(["closed", "open", "open_expired", "half_open_idle",
-                                 "half_open_probing"]))
+    # Mostly closed, so that fit agents are common and the interesting cases (which one,
+    # saturated or not) come up often; every other state still shows up.
+    kind = draw(st.sampled_from(["closed"] * 4 + ["open", "open_expired", "half_open_idle",
+                                                  "half_open_probing"]))
     b = Breaker(open_for=5.0)
     if kind == "closed":
         return b
@@ -323,20 +324,20 @@ def breakers(draw):
 
 @st.composite
 def agent_sets(draw):
-    n = draw(st.integers(min_value=0, max_value=8))
+    n = draw(st.integers(min_value=0, max_value=12))
     records = []
     for i in range(n):
         max_c = draw(st.integers(min_value=1, max_value=5))
         records.append(agent(
             f"agent-{i}",
-            state=draw(st.sampled_from(list(Liveness))),
-            connected=draw(st.booleans()),
+            state=draw(st.sampled_from([Liveness.ONLINE] * 3 + list(Liveness))),
+            connected=draw(st.sampled_from([True, True, True, False])),
             inflight=draw(st.integers(min_value=0, max_value=max_c + 1)),
             max_concurrency=max_c,
             weight=draw(st.floats(min_value=0.5, max_value=1000)),
             latency_ms=draw(st.floats(min_value=1, max_value=5000)),
-            scope=draw(st.sampled_from(SCOPES)),
-            schema=draw(st.sampled_from([SCHEMA, {"type": "object"},
+            scope=draw(st.sampled_from(("read", "read", "write"))),
+            schema=draw(st.sampled_from([SCHEMA, SCHEMA, {"type": "object"},
                                          {"type": "object", "required": ["qty"]}])),
             breaker=draw(breakers()),
         ))
@@ -362,21 +363,27 @@ def _valid(validator, params) -> bool:
     return True
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     declaring=agent_sets(),
     strategy=st.sampled_from(STRATEGIES),
-    caller=st.sampled_from(["alice", "bob", "eve", "zed"]),
-    params=st.sampled_from([GOOD, {"sku": "x", "qty": 2}, {"qty": 1}, {}]),
-    excluded=st.sets(st.integers(min_value=0, max_value=8), max_size=3),
+    caller=st.sampled_from(["alice", "alice", "bob", "eve", "zed"]),
+    params=st.sampled_from([GOOD, GOOD, {"sku": "x", "qty": 2}, {"qty": 1}, {}]),
+    excluded=st.sets(st.integers(min_value=0, max_value=12), max_size=3),
     seed=st.integers(min_value=0, max_value=2**32),
-    latency=st.dictionaries(st.sampled_from([f"agent-{i}" for i in range(8)]),
+    latency=st.dictionaries(st.sampled_from([f"agent-{i}" for i in range(12)]),
                             st.floats(min_value=0.001, max_value=10), max_size=4),
+    exact=st.sampled_from([0, 1, 3, 32]),
+    sample=st.integers(min_value=1, max_value=3),
 )
 def test_every_strategy_only_picks_an_eligible_agent(declaring, strategy, caller, params,
-                                                     excluded, seed, latency):
+                                                     excluded, seed, latency, exact, sample):
+    """Whether every ready agent is scored (``exact`` or fewer of them) or a few are drawn
+    (more than ``exact``): the choice is always eligible, and "saturated", "unavailable" and
+    the early probe are decided over all agents, never over a sample."""
     exclude = frozenset(f"agent-{i}" for i in excluded)
-    router = Router(strategy=strategy, permissions=PERMISSIONS, rng=random.Random(seed))
+    router = Router(strategy=strategy, permissions=PERMISSIONS, rng=random.Random(seed),
+                    exact=exact, sample=sample)
     ok = [r for r in declaring.values() if eligible(r, caller, params, exclude)]
     full = [r for r in declaring.values()
             if r.inflight >= r.max_concurrency
@@ -397,8 +404,10 @@ def test_every_strategy_only_picks_an_eligible_agent(declaring, strategy, caller
             if ok:
                 assert chosen in ok
                 assert eligible(chosen, caller, params, exclude)
-            else:  # every fit agent is held back by an open breaker: an early probe
-                assert chosen is min(last_resort, key=lambda r: r.breaker.opened_at)
+            else:  # every fit agent is held back by an open breaker: an early probe to the
+                # longest-open one (ties: the lowest agent id)
+                assert chosen is min(last_resort,
+                                     key=lambda r: (r.breaker.opened_at, r.agent_id))
     # Picking decides; it does not change the agents (no probe reserved, no counters moved).
     assert {aid: (r.breaker.state, r.breaker.probing)
             for aid, r in declaring.items()} == breaker_states
@@ -418,3 +427,37 @@ def _with_room(record: AgentRecord) -> AgentRecord:
                   scope=record.capabilities[CAP].spec.scope,
                   schema=record.capabilities[CAP].spec.params, breaker=record.breaker)
     return clone
+
+
+def test_router_refuses_a_bad_sample_size():
+    with pytest.raises(ValueError):
+        Router(sample=0)
+    with pytest.raises(ValueError):
+        Router(exact=-1)
+
+
+def test_early_probe_ties_go_to_the_lowest_agent_id():
+    declaring = by_id(agent("b", breaker=open_breaker(at=NOW - 2.0)),
+                      agent("a", breaker=open_breaker(at=NOW - 2.0), scope="write"),
+                      agent("c", breaker=open_breaker(at=NOW - 2.0)))
+    assert Router().pick(CAP, GOOD, "alice", declaring, NOW) is declaring["a"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_past_exact_a_drawn_few_still_spread_the_work(strategy):
+    # 40 equal agents, exact=8: every pick draws; over many picks everyone gets work.
+    declaring = by_id(*(agent(f"a{i:02}") for i in range(40)))
+    router = Router(strategy=strategy, rng=random.Random(5), exact=8)
+    counts = Counter(router.pick(CAP, GOOD, "x", declaring, NOW).agent_id for _ in range(800))
+    assert set(counts) == set(declaring)
+
+
+def test_sampled_least_load_prefers_the_less_loaded_of_its_draw():
+    # Half the agents are nearly full: two choices avoid them far more often than chance.
+    busy = [agent(f"busy{i:02}", inflight=3, max_concurrency=4) for i in range(20)]
+    idle = [agent(f"idle{i:02}", inflight=0, max_concurrency=4) for i in range(20)]
+    router = Router(strategy="least_load", rng=random.Random(3), exact=0, sample=2)
+    declaring = by_id(*busy, *idle)
+    picks = [router.pick(CAP, GOOD, "x", declaring, NOW).agent_id for _ in range(400)]
+    # By chance 50 % would be idle; with two choices ~75 % (both busy only 1 in 4).
+    assert sum(p.startswith("idle") for p in picks) > 0.65 * len(picks)
