@@ -1,922 +1,308 @@
 #!/usr/bin/env python3
-"""Relay benchmark: caller → Reach → agent, beside a raw websockets relay, in one run.
+"""Relay benchmark: caller → Reach → agent beside a raw websockets relay and the peers a team
+would pick instead (Celery + Redis, NATS request-reply, direct HTTP), in one run, one table.
 
-    python bench/relay.py                 # full run: 3 rounds, median per row
-    python bench/relay.py --quick         # a tiny smoke run (a few seconds)
-    python bench/relay.py --profile cprofile --profile-dir /tmp/prof   # + a profiled batch
+    python bench/relay.py                  # full run: 3 rounds, median per row (~2-3 min)
+    python bench/relay.py --quick          # a tiny smoke run (a few seconds, no peers)
+    python bench/relay.py --quick --peers --no-matrix      # ... with the peers (~10 s)
+    python bench/relay.py --no-peers --no-matrix           # floor and the two Reach rows
+    python bench/relay.py --only 'reach-file-*' nats-reqrep  # some rows (the floor is kept)
+    python bench/relay.py --only reach-sqlite-file --profile pyinstrument --profile-dir /tmp/p
 
-Every chain is three OS processes — caller, middle, agent — all of them this script started
-with a ``--role``:
+Every row is a chain of OS processes this script started (``--role``), driven over stdin, with
+the same ~200-byte payload over loopback, 1 and 64 calls in flight:
 
-    raw:       caller ──ws──▶ raw relay (correlation ids only) ──ws──▶ echo agent
-    raw-eager: the same, every send written at once like Reach's outbox (not `await ws.send`)
-    reach:     caller (Client) ──ws──▶ Reach coordinator ──ws──▶ Agent SDK echo capability
+    raw, raw-eager     caller ──ws──▶ raw relay (correlation ids only) ──ws──▶ echo agent
+    reach-*            caller (Client) ──ws──▶ Reach coordinator ──ws──▶ Agent SDK echo
+    celery-redis       caller ──▶ Redis ──▶ Celery worker ──▶ Redis ──▶ caller
+    nats-reqrep        caller ──▶ nats-server ──▶ responders (queue group) ──▶ caller
+    http-direct        caller (httpx) ──HTTP/1.1──▶ uvicorn echo app (-split: a client per call)
 
-Ratios are taken against the *floor*: the best of the two raw relays in this run, column by
-column, so Reach gains nothing from a write technique the floor did not also get.
-
-Reach is measured with durable tasks on a SQLite *file* store (a temp dir) and on the in-memory
-store. Each configuration runs with 1 and with 64 calls in flight; a row is the median over
-``--rounds`` rounds (configurations interleaved inside each round, order rotated per round).
-Targets are printed with PASS/MISS; a miss never makes the exit status non-zero. Below them,
-the CPU time each process spent per call (from ``time.process_time`` around the batch) shows
-where the cost sits; ``-v`` adds per-round numbers and coordinator stats (GC pauses, group
-commits, attempt outcomes, breaker state), ``--profile`` profiles the three Reach processes
-during one extra, uncounted batch.
-
-The echo capability declares ``latency_ms=50`` (``--latency-ms``): Reach derives its
-completion timeout from it, so a pause in any process can turn into timeouts and retries, and
-those show up in the ``errors`` column rather than being hidden.
-
-Children are driven over their stdin (one command per line) and answer on stdout with lines
-starting ``BENCH``. A child whose stdin closes exits, so the parent dying (even by SIGKILL)
-leaves no orphan behind; the parent also terminates and then kills every child in ``finally``.
+(floor.py, reach_chain.py and peers.py say how each is built; harness.py and report.py hold the
+plumbing and the printing.) Ratios are taken against the *floor*, the best of the two raw
+relays in this run, column by column. A row is the median over ``--rounds`` rounds; rows are
+interleaved inside each round, their order rotated per round. Targets are printed with
+PASS/MISS; a miss never makes the exit status non-zero. A peer whose service (Redis, NATS) is
+not reachable is skipped with the reason; a peer that fails mid-run is dropped with a note.
+Below the targets, the CPU time each process spent per call shows where the cost sits; ``-v``
+adds per-round numbers and coordinator stats, ``--profile`` profiles the three processes of
+each selected Reach row during one extra, uncounted batch at 64 in flight.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import datetime
-import gc
-import itertools
+import fnmatch
 import json
 import math
 import os
-import platform
 import signal
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-PAYLOAD: dict[str, Any] = {"data": "x" * 200}  # ~200 bytes, the same for both chains
-WS_OPTIONS: dict[str, Any] = {"compression": None, "max_size": 1 << 20, "ping_interval": None}
-TAG = "BENCH"
-STARTUP_TIMEOUT = 60.0
-STOP_GRACE = 5.0
-MAX_STRAY_LINES = 10_000
-TARGET_THROUGHPUT = 0.40  # Reach calls/s at 64 in flight ≥ 40 % of raw
-TARGET_P50 = 2.0          # Reach p50 at 1 in flight ≤ 2× raw
-
-
-# =====================================================================================
-# children: shared plumbing
-# =====================================================================================
-
-
-def _say(*parts: Any) -> None:
-    """One protocol line to the parent."""
-    sys.stdout.write(" ".join([TAG, *(str(p) for p in parts)]) + "\n")
-    sys.stdout.flush()
-
-
-def _commands() -> tuple[asyncio.Queue[str], asyncio.Event]:
-    """Lines from stdin as a queue, and an event set when stdin closes or on SIGINT/SIGTERM."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    stop = asyncio.Event()
-
-    def call(fn: Callable[..., Any], *a: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # loop already closed: we are exiting anyway
-            loop.call_soon_threadsafe(fn, *a)
-
-    def read() -> None:
-        try:
-            for line in sys.stdin:
-                call(queue.put_nowait, line.strip())
-        except (OSError, ValueError):
-            pass
-        call(stop.set)
-
-    threading.Thread(target=read, name="bench-stdin", daemon=True).start()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    return queue, stop
-
-
-async def _serve_commands(handle: Callable[[list[str]], Awaitable[None]] | None = None) -> None:
-    """Answer commands until stdin closes, a signal comes, or ``quit``; a stop also cancels
-    the command in progress (a batch against a dead coordinator must not hold us)."""
-    queue, stop = _commands()
-    loop = asyncio.get_running_loop()
-    stopping = loop.create_task(stop.wait())
-    profiler: _Profiler | None = None
-
-    async def until_stop(aw: Awaitable[Any]) -> tuple[bool, Any]:
-        work = asyncio.ensure_future(aw)
-        await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            return False, None
-        return True, work
-
-    try:
-        while True:
-            ok, got = await until_stop(queue.get())
-            if not ok:
-                return
-            words = got.result().split()
-            if not words:
-                continue
-            if words[0] == "quit":
-                return
-            if words[0] == "cpu":  # this process's CPU seconds so far, all threads
-                _say("CPU", time.process_time())
-                continue
-            if words[0] == "profile-start":  # profile-start pyinstrument|cprofile
-                profiler = _Profiler(words[1])
-                profiler.start()
-                _say("OK")
-                continue
-            if words[0] == "profile-stop" and profiler is not None:  # profile-stop PATH
-                profiler.stop(words[1])
-                profiler = None
-                _say("OK", words[1])
-                continue
-            if handle is None:
-                _say("ERR", "unknown-command", words[0])
-                continue
-            ok, work = await until_stop(handle(words))
-            if not ok:
-                return
-            if work.exception() is not None:  # report it, keep serving: the parent decides
-                exc = work.exception()
-                _say("ERR", type(exc).__name__, json.dumps(str(exc)))
-    finally:
-        stopping.cancel()
-        await asyncio.gather(stopping, return_exceptions=True)
-
-
-# -------------------------------------------------------------------- raw relay (middle)
-
-
-def _sender(ws: Any, eager: bool) -> Callable[[str], Awaitable[None]]:
-    """``await ws.send`` (websockets' own way), or with ``eager`` the write path Reach uses
-    (reach.outbox.Outbox: write at once when the socket is free, coalesce when busy), so the
-    floor is measured with the same technique as the thing compared against it."""
-    if not eager:
-        return ws.send  # type: ignore[no-any-return]
-    from reach.outbox import Outbox
-    out = Outbox(ws)
-
-    async def send(text: str) -> None:
-        out.post(text)
-    return send
-
-
-async def role_relay(args: argparse.Namespace) -> None:
-    """Caller frames ``{"id", "payload"}`` go to the agent under a relay-wide id; the agent's
-    echo goes back to the caller that sent it, under that caller's own id. Nothing else."""
-    from websockets.asyncio.server import ServerConnection, serve
-    from websockets.exceptions import ConnectionClosed
-
-    agents: list[ServerConnection] = []
-    pending: dict[int, tuple[ServerConnection, Any]] = {}
-    ids = itertools.count(1)
-    senders: dict[Any, Callable[[str], Awaitable[None]]] = {}
-
-    def sender(ws: Any) -> Callable[[str], Awaitable[None]]:
-        if ws not in senders:
-            senders[ws] = _sender(ws, args.eager)
-        return senders[ws]
-
-    async def agent_session(ws: ServerConnection) -> None:
-        agents.append(ws)
-        try:
-            async for raw in ws:
-                msg = json.loads(raw)
-                route = pending.pop(msg["id"], None)
-                if route is None:
-                    continue
-                caller, msg["id"] = route
-                with contextlib.suppress(ConnectionClosed):
-                    await sender(caller)(json.dumps(msg))
-        finally:
-            agents.remove(ws)
-
-    async def caller_session(ws: ServerConnection) -> None:
-        mine: set[int] = set()
-        try:
-            async for raw in ws:
-                msg = json.loads(raw)
-                if not agents:
-                    await sender(ws)(json.dumps({"id": msg["id"], "error": "no agent"}))
-                    continue
-                rid = next(ids)
-                pending[rid] = (ws, msg["id"])
-                mine.add(rid)
-                msg["id"] = rid
-                await sender(agents[0])(json.dumps(msg))
-                if len(mine) > 4096:  # forget answered ids now and then (bounded memory)
-                    mine.intersection_update(pending)
-        finally:
-            for rid in mine:
-                pending.pop(rid, None)
-
-    async def handler(ws: ServerConnection) -> None:
-        path = ws.request.path if ws.request is not None else ""
-        try:
-            if path == "/agent":
-                await agent_session(ws)
-            else:
-                await caller_session(ws)
-        except ConnectionClosed:
-            pass
-
-    async with serve(handler, "127.0.0.1", args.port, **WS_OPTIONS) as server:
-        port = server.sockets[0].getsockname()[1]
-        _say("READY", f"ws://127.0.0.1:{port}")
-        await _serve_commands()
-
-
-# -------------------------------------------------------------------- raw echo agent
-
-
-async def role_echo(args: argparse.Namespace) -> None:
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed
-
-    async with connect(args.url + "/agent", open_timeout=10, **WS_OPTIONS) as ws:
-        send = _sender(ws, args.eager)
-
-        async def echo() -> None:
-            with contextlib.suppress(ConnectionClosed):
-                async for raw in ws:
-                    msg = json.loads(raw)
-                    await send(json.dumps({"id": msg["id"], "payload": msg["payload"]}))
-
-        worker = asyncio.get_running_loop().create_task(echo())
-        _say("READY", args.url)
-        try:
-            await _serve_commands()
-        finally:
-            worker.cancel()
-            await asyncio.gather(worker, return_exceptions=True)
-
-
-# -------------------------------------------------------------------- Reach coordinator
-
-
-class _Profiler:
-    """pyinstrument or cProfile over the coordinator's event-loop thread, on command."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        if kind == "pyinstrument":
-            from pyinstrument import Profiler
-            self._prof: Any = Profiler(interval=0.0005, async_mode="disabled")
-        elif kind == "cprofile":
-            import cProfile
-            self._prof = cProfile.Profile()
-        else:
-            raise ValueError(f"unknown profiler {kind!r}; use pyinstrument or cprofile")
-        self._cpu = 0.0
-
-    def start(self) -> None:
-        self._cpu = time.process_time()
-        if self.kind == "pyinstrument":
-            self._prof.start()
-        else:
-            self._prof.enable()
-
-    def stop(self, path: str) -> None:
-        cpu = time.process_time() - self._cpu
-        if self.kind == "pyinstrument":
-            self._prof.stop()
-            text = self._prof.output_text(unicode=False, color=False, show_all=False)
-        else:
-            import io
-            import pstats
-            self._prof.disable()
-            buf = io.StringIO()
-            stats = pstats.Stats(self._prof, stream=buf)
-            stats.sort_stats("tottime").print_stats(45)
-            stats.sort_stats("cumulative").print_stats(45)
-            text = buf.getvalue()
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(f"# process CPU time while profiled (all threads): {cpu:.3f} s\n")
-            fh.write(text)
-
-
-class _GcWatch:
-    """Counts the garbage collector's pauses per generation (a coordinator-side hot spot)."""
-
-    def __init__(self) -> None:
-        self.count = [0, 0, 0]
-        self.total = [0.0, 0.0, 0.0]
-        self.worst = [0.0, 0.0, 0.0]
-        self._t0 = 0.0
-        gc.callbacks.append(self._on_gc)
-
-    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-            return
-        gen = info.get("generation", 0)
-        took = time.perf_counter() - self._t0
-        self.count[gen] += 1
-        self.total[gen] += took
-        self.worst[gen] = max(self.worst[gen], took)
-
-    def view(self) -> dict[str, Any]:
-        return {"gc_count": self.count, "gc_total_ms": [round(t * 1000, 1) for t in self.total],
-                "gc_worst_ms": [round(t * 1000, 2) for t in self.worst]}
-
-
-async def role_reach(args: argparse.Namespace) -> None:
-    from reach import Reach
-
-    gc_watch = _GcWatch()
-    from reach.cli import tune_gc
-
-    reach = await Reach.start(store=args.store, port=args.port, heartbeat_interval=10.0)
-    tune_gc()  # as `reach serve` does
-    # Time each group commit (instrumentation only; the store's behaviour is unchanged).
-    commit_times: list[float] = []
-    commit = reach.store._commit
-
-    def timed_commit(*a: Any) -> None:
-        t0 = time.perf_counter()
-        try:
-            commit(*a)
-        finally:
-            commit_times.append(time.perf_counter() - t0)
-            if len(commit_times) > 200_000:
-                del commit_times[:100_000]
-
-    reach.store._commit = timed_commit  # type: ignore[method-assign]
-
-    async def handle(words: list[str]) -> None:
-        if words[0] == "stats":
-            gw, store = reach.gateway, reach.store
-            outcomes: dict[str, int] = {}
-            for task in list(gw.recent.values()):
-                for attempt in task.attempts:
-                    outcomes[attempt.outcome] = outcomes.get(attempt.outcome, 0) + 1
-            agents = [{k: a.get(k) for k in ("name", "state", "breaker", "calls", "faults")}
-                      for a in reach.agents()]
-            _say("STATS", json.dumps({
-                "attempt_outcomes": outcomes, "agents": agents,
-                "commits": store.commits, "rows_written": store.rows_written,
-                "live": len(gw.live), "recent": len(gw.recent), "traces": len(gw.traces),
-                "keys": len(gw.keys), "outcomes": len(gw._outcomes),
-                "commits_pending": len(gw._commits), "drivers": len(gw._drivers),
-                "cpu_s": round(time.process_time(), 3), **gc_watch.view(),
-                "commit_ms_total": round(sum(commit_times) * 1000, 1),
-                "commit_ms_p50": round(_percentile(sorted(commit_times), 0.5) * 1000, 3),
-                "commit_ms_worst": round(max(commit_times, default=0.0) * 1000, 2),
-                "commits_over_2ms": sum(1 for t in commit_times if t > 0.002)}))
-        else:
-            _say("ERR", "unknown-command", words[0])
-
-    try:
-        _say("READY", reach.url)
-        await _serve_commands(handle)
-    finally:
-        await reach.stop()
-
-
-# -------------------------------------------------------------------- Reach agent (SDK)
-
-
-async def role_reach_agent(args: argparse.Namespace) -> None:
-    from reach import Agent
-
-    agent = Agent("echo", max_concurrency=256)
-
-    @agent.capability("echo.run", params={"type": "object"}, idempotent=True,
-                      latency_ms=args.latency_ms)
-    async def echo(**params: Any) -> dict[str, Any]:
-        return params
-
-    await agent.connect(args.url)
-    try:
-        _say("READY", args.url)
-        await _serve_commands()
-    finally:
-        await agent.close(drain=2.0)
-
-
-# -------------------------------------------------------------------- caller
-
-
-class _RawCaller:
-    def __init__(self, eager: bool = False) -> None:
-        self._eager = eager
-        self._send: Any = None
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._ws: Any = None
-        self._reader: asyncio.Task[None] | None = None
-
-    async def open(self, url: str) -> None:
-        from websockets.asyncio.client import connect
-        self._ws = await connect(url + "/caller", open_timeout=10, **WS_OPTIONS)
-        self._send = _sender(self._ws, self._eager)
-        self._reader = asyncio.get_running_loop().create_task(self._read())
-
-    async def _read(self) -> None:
-        from websockets.exceptions import ConnectionClosed
-        try:
-            async for raw in self._ws:
-                msg = json.loads(raw)
-                fut = self._pending.pop(msg["id"], None)
-                if fut is None or fut.done():
-                    continue
-                if "error" in msg:
-                    fut.set_exception(RuntimeError(msg["error"]))
-                else:
-                    fut.set_result(msg["payload"])
-        except ConnectionClosed:
-            pass
-        finally:
-            for fut in self._pending.values():
-                if not fut.done():
-                    fut.set_exception(ConnectionError("relay connection lost"))
-            self._pending.clear()
-
-    async def call(self) -> Any:
-        req = next(self._ids)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[req] = fut
-        try:
-            await self._send(json.dumps({"id": req, "payload": PAYLOAD}))
-            return await fut
-        finally:
-            self._pending.pop(req, None)
-
-    async def close(self) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
-
-
-class _ReachCaller:
-    def __init__(self) -> None:
-        self._client: Any = None
-
-    async def open(self, url: str) -> None:
-        from reach import Client
-        # A coordinator that died mid-run shows up as errors within seconds, not a minute.
-        self._client = await Client.connect(url, caller="bench", reconnect_for=5.0)
-
-    async def call(self) -> Any:
-        return await self._client.call("echo.run", PAYLOAD)
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not ordered:
-        return math.nan
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
-async def _batch(call: Callable[[], Awaitable[Any]], inflight: int, calls: int,
-                 limit: float) -> dict[str, Any]:
-    """``calls`` calls with ``inflight`` of them outstanding at any time, bounded by ``limit`` s."""
-    latencies: list[float] = []
-    errors: list[str] = []
-    todo = iter(range(calls))  # shared by the workers: each call is taken exactly once
-    clock = time.perf_counter
-
-    async def worker() -> None:
-        for _ in todo:
-            t0 = clock()
-            try:
-                result = await call()
-            except Exception as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            latencies.append(clock() - t0)
-            if result != PAYLOAD:
-                errors.append("wrong echo")
-
-    workers = [asyncio.get_running_loop().create_task(worker())
-               for _ in range(min(inflight, calls))]
-    started = clock()
-    timed_out = False
-    try:
-        async with asyncio.timeout(limit):
-            await asyncio.gather(*workers)
-    except TimeoutError:
-        timed_out = True
-    finally:
-        for w in workers:
-            w.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-    elapsed = clock() - started
-    latencies.sort()
-    return {"inflight": inflight, "calls": calls, "ok": len(latencies), "errors": len(errors),
-            "first_error": errors[0] if errors else None, "timed_out": timed_out,
-            "seconds": elapsed, "rate": len(latencies) / elapsed if elapsed > 0 else 0.0,
-            "p50_ms": _percentile(latencies, 0.50) * 1000,
-            "p99_ms": _percentile(latencies, 0.99) * 1000}
-
-
-async def role_caller(args: argparse.Namespace) -> None:
-    caller: _RawCaller | _ReachCaller = (_RawCaller(args.eager) if args.kind == "raw"
-                                         else _ReachCaller())
-    await caller.open(args.url)
-
-    async def handle(words: list[str]) -> None:
-        # run INFLIGHT CALLS LIMIT_S
-        if words[0] != "run":
-            _say("ERR", "unknown-command", words[0])
-            return
-        result = await _batch(caller.call, int(words[1]), int(words[2]), float(words[3]))
-        _say("RESULT", json.dumps(result))
-
-    try:
-        _say("READY", args.url)
-        await _serve_commands(handle)
-    finally:
-        await caller.close()
-
+import floor
+import reach_chain
+import report
+from harness import PAYLOAD, Chain, ChildFailed, Launcher, Skip
+from report import Summary, check, ratio
+
+TARGET_THROUGHPUT = 0.50  # Reach calls/s at 64 in flight ≥ 50 % of the floor's
+TARGET_P50 = 2.0          # Reach p50 at 1 in flight ≤ 2× the floor's
+TARGET_VS_CELERY_RATE = 3.0   # Reach calls/s ≥ 3× Celery's (64 in flight)
+TARGET_VS_CELERY_P50 = 1 / 3  # Reach p50 ≤ ⅓ of Celery's (1 in flight)
+TARGET_VS_NATS_RATE = 0.8     # Reach calls/s ≥ 0.8× nats-py request-reply's (64 in flight)
+TARGETED = ("reach-sqlite-file", "reach-memory")  # the rows the targets are checked for
+LOW, HIGH = 1, 64
+START_AT_ONCE = 6  # chains started concurrently (each is 2-3 Python processes importing)
 
 ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
-    "relay": role_relay, "echo": role_echo, "reach": role_reach,
-    "reach-agent": role_reach_agent, "caller": role_caller,
-}
+    **floor.ROLES, **reach_chain.ROLES}
 
 
 # =====================================================================================
-# parent: orchestration and the table
+# the rows and the run
 # =====================================================================================
 
 
-class ChildFailed(RuntimeError):
-    pass
+def all_chains(args: argparse.Namespace) -> list[Chain]:
+    """Every row this run would measure, in table order, before ``--only``."""
+    rows = floor.chains() + reach_chain.chains(args.matrix, args.quick, args.latency_ms)
+    return rows
 
 
-class Child:
-    """One subprocess of this script, driven over stdin, answering ``BENCH ...`` on stdout."""
+def select(chains: list[Chain], only: list[str] | None) -> list[Chain]:
+    """The rows ``--only`` names (globs); the floor rows stay when none of them is named,
+    because every ratio is taken against them."""
+    if not only:
+        return chains
+    unknown = [p for p in only if not any(fnmatch.fnmatchcase(c.name, p) for c in chains)]
+    if unknown:
+        raise SystemExit(f"--only: no row matches {unknown}; rows: "
+                         f"{' '.join(c.name for c in chains)} (see --list)")
+    chosen = [c for c in chains if any(fnmatch.fnmatchcase(c.name, p) for p in only)]
+    if not any(c.group == "floor" for c in chosen):
+        chosen = [c for c in chains if c.group == "floor"] + chosen
+    return chosen
 
-    def __init__(self, name: str, proc: asyncio.subprocess.Process, log_path: str) -> None:
-        self.name = name
-        self.proc = proc
-        self.log_path = log_path
 
-    @classmethod
-    async def spawn(cls, name: str, role_args: list[str], log_dir: str) -> Child:
-        log_path = os.path.join(log_dir, f"{name}.log")
-        with open(log_path, "wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, os.path.abspath(__file__), *role_args,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        return cls(name, proc, log_path)
+async def start(chains: list[Chain], launcher: Launcher) -> dict[str, str]:
+    """Start every chain (a few at a time); drops the peers that cannot run here and returns
+    why ({name: reason}). A floor or Reach chain that fails to start is fatal."""
+    gate = asyncio.Semaphore(START_AT_ONCE)
+    skipped: dict[str, str] = {}
 
-    def _log_tail(self, lines: int = 15) -> str:
+    async def one(chain: Chain) -> None:
+        async with gate:
+            try:
+                await chain.launch(chain, launcher)
+            except Skip as exc:
+                skipped[chain.name] = str(exc)
+            except ChildFailed as exc:
+                if chain.group != "peer":
+                    raise
+                skipped[chain.name] = f"did not start: {exc}"
+            if chain.name in skipped:
+                await launcher.stop(chain.children)
+
+    await asyncio.gather(*(one(c) for c in chains))
+    chains[:] = [c for c in chains if c.name not in skipped]
+    return skipped
+
+
+async def measure(chains: list[Chain], launcher: Launcher, args: argparse.Namespace,
+                  calls: dict[int, int], rounds: int, warmup: int) -> dict[str, str]:
+    """Warm every chain up, then ``rounds`` rounds of one batch per chain and level. A peer
+    that fails is dropped ({name: reason} returned); any other failure is fatal."""
+    dropped: dict[str, str] = {}
+    limit = args.batch_timeout
+
+    async def batch(chain: Chain, level: int, n: int, pre: int) -> dict[str, object] | None:
         try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                return "".join(fh.readlines()[-lines:])
-        except OSError:
-            return ""
+            return await chain.run(level, n, pre, limit)
+        except ChildFailed as exc:
+            if chain.group != "peer":
+                raise
+            dropped[chain.name] = f"failed during a batch: {exc}"
+            chains.remove(chain)
+            await launcher.stop(chain.children)
+            return None
 
-    async def expect(self, word: str, timeout: float) -> str:
-        """The rest of the next ``BENCH <word> ...`` line (other lines are skipped)."""
-        assert self.proc.stdout is not None
-        try:
-            async with asyncio.timeout(timeout):
-                for _ in range(MAX_STRAY_LINES):
-                    raw = await self.proc.stdout.readline()
-                    if not raw:
-                        raise ChildFailed(f"{self.name} exited (code {await self.proc.wait()})"
-                                          f"; its stderr ends with:\n{self._log_tail()}")
-                    parts = raw.decode(errors="replace").rstrip("\n").split(" ", 2)
-                    if parts[0] != TAG or len(parts) < 2:
-                        continue
-                    if parts[1] == "ERR":
-                        raise ChildFailed(f"{self.name}: {' '.join(parts[2:])}")
-                    if parts[1] == word:
-                        return parts[2] if len(parts) > 2 else ""
-        except TimeoutError:
-            raise ChildFailed(f"{self.name} did not answer {word!r} within {timeout:.0f}s; "
-                              f"its stderr ends with:\n{self._log_tail()}") from None
-        raise ChildFailed(f"{self.name} printed too many lines")
-
-    async def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((line + "\n").encode())
-        await self.proc.stdin.drain()
-
-    async def request(self, line: str, word: str, timeout: float) -> str:
-        await self.send(line)
-        return await self.expect(word, timeout)
-
-    async def stop(self) -> None:
-        """Close stdin (the child exits by itself), then SIGTERM, then SIGKILL."""
-        proc = self.proc
-        if proc.returncode is None and proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                proc.stdin.close()
-        for escalate in (None, proc.terminate, proc.kill):
-            if proc.returncode is not None:
-                break
-            if escalate is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    escalate()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STOP_GRACE):
-                    await proc.wait()
-        # Reap the pipes so no transport is left open.
-        if proc.stdout is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    await proc.stdout.read()
+    for chain in list(chains):  # caches, pools, connections: all warm before measuring
+        if await batch(chain, HIGH, warmup, 0) is not None:
+            await batch(chain, LOW, max(1, warmup // 5), 0)
+    for r in range(rounds):
+        for level in (LOW, HIGH):
+            order = chains[r % len(chains):] + chains[:r % len(chains)]
+            for chain in order:
+                if chain not in chains:
+                    continue
+                res = await batch(chain, level, calls[level], max(1, calls[level] // 20))
+                if res is None:
+                    continue
+                chain.results.setdefault(level, []).append(res)
+                if args.verbose:
+                    print(f"  round {r + 1} {chain.name:<22} @{level:<3} {res['rate']:>8.0f}/s "
+                          f"p50 {res['p50_ms']:.3f} ms p99 {res['p99_ms']:.3f} ms "
+                          f"errors {res['errors']}", flush=True)
+    return dropped
 
 
-@dataclass
-class Config:
-    name: str       # row label: "raw", "raw-eager", "reach-sqlite-file", "reach-memory"
-    kind: str       # "raw" | "reach"
-    store: str | None = None
-    eager: bool = False  # raw only: write like Reach's outbox instead of `await ws.send`
-    caller: Child | None = None
-    middle: Child | None = None
-    agent: Child | None = None
-    results: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+# =====================================================================================
+# targets
+# =====================================================================================
 
 
-async def _start_chain(cfg: Config, log_dir: str, children: list[Child],
-                       latency_ms: float) -> None:
-    """Middle, then agent, then caller — each waited for by its READY line."""
-    tag = cfg.name
-    eager = ["--eager"] if cfg.eager else []
-    if cfg.kind == "raw":
-        middle_args = ["--role", "relay", "--port", "0", *eager]
-        agent_role = "echo"
-    else:
-        assert cfg.store is not None
-        middle_args = ["--role", "reach", "--port", "0", "--store", cfg.store]
-        agent_role = "reach-agent"
-    middle = await Child.spawn(f"{tag}-middle", middle_args, log_dir)
-    children.append(middle)
-    url = (await middle.expect("READY", STARTUP_TIMEOUT)).strip()
-    agent = await Child.spawn(f"{tag}-agent", ["--role", agent_role, "--url", url,
-                                               "--latency-ms", str(latency_ms), *eager],
-                              log_dir)
-    children.append(agent)
-    await agent.expect("READY", STARTUP_TIMEOUT)
-    caller = await Child.spawn(f"{tag}-caller",
-                               ["--role", "caller", "--kind", cfg.kind, "--url", url, *eager],
-                               log_dir)
-    children.append(caller)
-    await caller.expect("READY", STARTUP_TIMEOUT)
-    cfg.middle, cfg.agent, cfg.caller = middle, agent, caller
-
-
-async def _cpu(cfg: Config) -> list[float]:
-    procs = (cfg.caller, cfg.middle, cfg.agent)
-    return [float(await c.request("cpu", "CPU", 10)) for c in procs if c is not None]
-
-
-async def _guarded(cfg: Config, request: Awaitable[str]) -> str:
-    """``request`` to the caller, abandoned at once if the chain's middle or agent dies."""
-    work = asyncio.ensure_future(request)
-    others = [c for c in (cfg.middle, cfg.agent) if c is not None]
-    deaths = {asyncio.ensure_future(c.proc.wait()): c for c in others}
-    try:
-        await asyncio.wait({work, *deaths}, return_when=asyncio.FIRST_COMPLETED)
-        if work.done():
-            return work.result()
-        dead = next(c for t, c in deaths.items() if t.done())
-        raise ChildFailed(f"{dead.name} exited (code {dead.proc.returncode}) during a batch; "
-                          f"its stderr ends with:\n{dead._log_tail()}")
-    finally:
-        for t in (work, *deaths):
-            t.cancel()
-        await asyncio.gather(work, *deaths, return_exceptions=True)
-
-
-async def _run(cfg: Config, inflight: int, calls: int, warmup: int,
-               limit: float) -> dict[str, Any]:
-    """A warm-up batch (not counted), then the measured batch with each process's CPU time."""
-    caller = cfg.caller
-    assert caller is not None
-    if warmup:
-        await _guarded(cfg, caller.request(f"run {inflight} {warmup} {limit}", "RESULT",
-                                           limit + 30))
-    before = await _cpu(cfg)
-    result: dict[str, Any] = json.loads(await _guarded(
-        cfg, caller.request(f"run {inflight} {calls} {limit}", "RESULT", limit + 30)))
-    after = await _cpu(cfg)
-    # CPU microseconds per successful call: caller, middle, agent
-    result["cpu_us"] = [(a - b) * 1e6 / max(1, result["ok"])
-                        for a, b in zip(after, before, strict=True)]
-    return result
-
-
-def _median(rows: list[dict[str, Any]], key: str) -> float:
-    values = [r[key] for r in rows if not math.isnan(r[key])]
-    return statistics.median(values) if values else math.nan
-
-
-def _header() -> str:
-    try:
-        import websockets
-        ws_version = websockets.__version__
-    except ImportError:  # pragma: no cover
-        ws_version = "?"
-    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-    return (f"Agent-Reach relay benchmark  {now}\n"
-            f"python {platform.python_version()} ({platform.python_implementation()}), "
-            f"{os.cpu_count()} CPUs, {platform.system()} {platform.machine()}, "
-            f"websockets {ws_version}, load average {_load()}")
-
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:  # pragma: no cover - not on every platform
-        return "n/a"
-
-
-COLUMNS = (("config", "<18"), ("in-flight", ">9"), ("calls/s", ">9"), ("p50 ms", ">8"),
-           ("p99 ms", ">8"), ("calls/s vs floor", ">16"), ("p50 vs floor", ">12"), ("errors", ">6"))
-
-
-def _row(values: list[str]) -> str:
-    return "  ".join(f"{v:{fmt}}" for v, (_, fmt) in zip(values, COLUMNS, strict=True))
-
-
-def _floor(configs: list[Config], summary: dict[tuple[str, int], Any],
-           level: int) -> dict[str, float]:
-    """The best raw relay at ``level``: highest calls/s and lowest p50 of the raw rows."""
-    raws = [summary[c.name, level] for c in configs if c.kind == "raw"]
-    rates = [r["rate"] for r in raws if not math.isnan(r["rate"])]
-    p50s = [r["p50"] for r in raws if not math.isnan(r["p50"])]
-    return {"rate": max(rates) if rates else math.nan, "p50": min(p50s) if p50s else math.nan}
-
-
-def _table(configs: list[Config], levels: list[int]) -> tuple[str, dict[tuple[str, int], Any]]:
-    summary: dict[tuple[str, int], dict[str, float]] = {}
-    for cfg in configs:
-        for level in levels:
-            rows = cfg.results.get(level, [])
-            summary[cfg.name, level] = {
-                "rate": _median(rows, "rate"), "p50": _median(rows, "p50_ms"),
-                "p99": _median(rows, "p99_ms"), "errors": sum(r["errors"] for r in rows)}
-    out = [_row([name for name, _ in COLUMNS]),
-           _row(["-" * len(name) for name, _ in COLUMNS])]
-    for level in levels:
-        base = _floor(configs, summary, level)
-        for cfg in configs:
-            s = summary[cfg.name, level]
-            ratio_rate = f"{_ratio(s['rate'], base['rate']):.0%}"
-            ratio_p50 = f"{_ratio(s['p50'], base['p50']):.2f}x"
-            out.append(_row([cfg.name, str(level), f"{s['rate']:.0f}", f"{s['p50']:.3f}",
-                             f"{s['p99']:.3f}", ratio_rate, ratio_p50, str(s["errors"])]))
-    return "\n".join(out), summary
-
-
-def _ratio(a: float, b: float) -> float:
-    return a / b if b and not math.isnan(b) else math.nan
-
-
-def _targets(configs: list[Config], summary: dict[tuple[str, int], Any], high: int,
-             low: int) -> str:
+def targets(chains: list[Chain], summary: Summary, skipped: dict[str, str]) -> str:
+    """PASS/MISS lines: Reach against the floor, then against Celery and NATS."""
+    names = {c.name for c in chains}
+    top, bottom = report.floor(chains, summary, HIGH), report.floor(chains, summary, LOW)
     lines = ["targets (against the floor: the best raw relay of this run, per column):"]
-    top, bottom = _floor(configs, summary, high), _floor(configs, summary, low)
-    for cfg in configs:
-        if cfg.kind == "raw":
-            continue
-        rate = _ratio(summary[cfg.name, high]["rate"], top["rate"])
-        p50 = _ratio(summary[cfg.name, low]["p50"], bottom["p50"])
-        checks = (
-            (f"calls/s @{high} in flight >= {TARGET_THROUGHPUT:.0%} of raw", f"{rate:.0%}",
-             rate >= TARGET_THROUGHPUT),  # NaN (no data) compares False: MISS
-            (f"p50 @{low} in flight <= {TARGET_P50:g}x raw", f"{p50:.2f}x", p50 <= TARGET_P50),
-        )
-        for what, got, ok in checks:
-            lines.append(f"  {cfg.name:<18}  {what:<36}  {got:>6}  {'PASS' if ok else 'MISS'}")
+    for name in (n for n in TARGETED if n in names):
+        rate = ratio(summary[name, HIGH]["rate"], top["rate"])
+        p50 = ratio(summary[name, LOW]["p50"], bottom["p50"])
+        lines.append(check(name, f"calls/s @{HIGH} >= {TARGET_THROUGHPUT:.0%} of the floor",
+                           f"{rate:.0%}", rate >= TARGET_THROUGHPUT))
+        lines.append(check(name, f"p50 @{LOW} <= {TARGET_P50:g}x the floor", f"{p50:.2f}x",
+                           p50 <= TARGET_P50))
+    peer_checks = (
+        ("celery-redis", "rate", HIGH, TARGET_VS_CELERY_RATE,
+         f"calls/s @{HIGH} >= {TARGET_VS_CELERY_RATE:g}x celery-redis"),
+        ("celery-redis", "p50", LOW, TARGET_VS_CELERY_P50,
+         f"p50 @{LOW} <= 1/{1 / TARGET_VS_CELERY_P50:g} of celery-redis"),
+        ("nats-reqrep", "rate", HIGH, TARGET_VS_NATS_RATE,
+         f"calls/s @{HIGH} >= {TARGET_VS_NATS_RATE:g}x nats-reqrep"),
+    )
+    lines.append("targets against the peers (ratio = Reach / peer):")
+    for name in (n for n in TARGETED if n in names):
+        for peer, key, level, bound, what in peer_checks:
+            if peer not in names:
+                why = skipped.get(peer, "not selected")
+                lines.append(f"  {name:<22}  {what:<44}  {'n/a':>7}  SKIP ({why[:60]})")
+                continue
+            got = ratio(summary[name, level][key], summary[peer, level][key])
+            ok = got >= bound if key == "rate" else got <= bound
+            lines.append(check(name, what, f"{got:.2f}x", ok and not math.isnan(got)))
     return "\n".join(lines)
 
 
-def _cpu_table(configs: list[Config], levels: list[int]) -> str:
-    """Median CPU microseconds per call spent in each of the three processes."""
-    out = [f"{'CPU us per call':<18}  {'in-flight':>9}  {'caller':>8}  {'middle':>8}  "
-           f"{'agent':>8}  {'total':>8}"]
-    for level in levels:
-        for cfg in configs:
-            rows = [r["cpu_us"] for r in cfg.results.get(level, []) if len(r["cpu_us"]) == 3]
-            if not rows:
-                continue
-            per = [statistics.median(r[i] for r in rows) for i in range(3)]
-            out.append(f"{cfg.name:<18}  {level:>9}  {per[0]:>8.0f}  {per[1]:>8.0f}  "
-                       f"{per[2]:>8.0f}  {sum(per):>8.0f}")
-    return "\n".join(out)
+# =====================================================================================
+# the parent
+# =====================================================================================
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in ("websockets", "celery", "redis", "nats-py", "httpx", "uvicorn"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "-"
+    return out
 
 
 async def parent(args: argparse.Namespace) -> int:
     if args.quick:
-        calls = {1: args.calls_1 or 40, 64: args.calls or 200}
+        calls = {LOW: args.calls_1 or 40, HIGH: args.calls or 200}
         rounds, warmup = args.rounds or 1, args.warmup if args.warmup is not None else 64
     else:
-        calls = {1: args.calls_1 or 1000, 64: args.calls or 3000}
+        calls = {LOW: args.calls_1 or 1000, HIGH: args.calls or 3000}
         rounds, warmup = args.rounds or 3, args.warmup if args.warmup is not None else 500
-    low, high = 1, 64
-    levels = [low, high]
-    limit = args.batch_timeout
-    print(_header())
-    print(f"chains: caller -> middle -> agent, 3 processes each; payload ~{len(PAYLOAD['data'])}"
-          f" bytes; calls per batch: {calls[low]} @1, {calls[high]} @64; rounds: {rounds} "
-          f"(median); warm-up: {warmup} @64 + {max(1, warmup // 5)} @1 per config, then "
-          f"{max(1, calls[high] // 20)} before each batch; echo.run declares latency_ms="
-          f"{args.latency_ms:g}", flush=True)
-
-    children: list[Child] = []
+    chains = select(all_chains(args), args.only)
+    if args.list:
+        for chain in chains:
+            print(f"{chain.name:<24} {chain.setup}")
+        return 0
+    print(report.header("Agent-Reach relay benchmark", _versions()))
+    print(f"payload {len(json.dumps(PAYLOAD))} bytes of JSON; calls per batch: {calls[LOW]} "
+          f"@{LOW}, {calls[HIGH]} @{HIGH}; rounds: {rounds} (median); warm-up: {warmup} "
+          f"@{HIGH} + {max(1, warmup // 5)} @{LOW} per row, then 1/20 of a batch before each "
+          f"batch; echo.run declares latency_ms={args.latency_ms:g}", flush=True)
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
-        configs = [Config("raw", "raw"), Config("raw-eager", "raw", eager=True),
-                   Config("reach-sqlite-file", "reach",
-                          "sqlite:///" + os.path.join(tmp, "reach-bench.db")),
-                   Config("reach-memory", "reach", "sqlite://")]
         log_dir = tmp
         if args.log_dir:
             log_dir = os.path.abspath(args.log_dir)
             os.makedirs(log_dir, exist_ok=True)
+        launcher = Launcher(log_dir, tmp)
+        all_names = [c.name for c in chains]
         try:
-            started = time.perf_counter()
-            await asyncio.gather(*(_start_chain(c, log_dir, children, args.latency_ms)
-                                   for c in configs))
+            skipped = await start(chains, launcher)
+            for name, why in skipped.items():
+                print(f"skip {name}: {why}", flush=True)
             if args.verbose:
-                print(f"started {len(children)} processes in "
+                print(f"started {len(launcher.children)} processes in "
                       f"{time.perf_counter() - started:.1f}s", flush=True)
-            for cfg in configs:  # warm every chain up: JIT-free, but caches, pools, sockets
-                await _run(cfg, high, warmup, 0, limit)
-                await _run(cfg, low, max(1, warmup // 5), 0, limit)
-            for r in range(rounds):
-                for level in levels:
-                    order = configs[r % len(configs):] + configs[:r % len(configs)]
-                    for cfg in order:
-                        res = await _run(cfg, level, calls[level],
-                                         max(1, calls[high] // 20) if level == high
-                                         else max(1, calls[low] // 20), limit)
-                        cfg.results.setdefault(level, []).append(res)
-                        if args.verbose:
-                            print(f"  round {r + 1} {cfg.name:<18} @{level:<3} "
-                                  f"{res['rate']:>8.0f}/s p50 {res['p50_ms']:.3f} ms "
-                                  f"p99 {res['p99_ms']:.3f} ms errors {res['errors']}",
-                                  flush=True)
-            table, summary = _table(configs, levels)
+            dropped = await measure(chains, launcher, args, calls, rounds, warmup)
+            summary = report.summarize(chains, [LOW, HIGH])
             print()
-            print(table)
+            print(report.table(chains, [LOW, HIGH], summary))
+            for name, why in dropped.items():
+                print(f"dropped {name}: {why}")
             print()
-            print(_targets(configs, summary, high, low))
+            print(targets(chains, summary, {**skipped, **dropped}))
             print()
-            print(_cpu_table(configs, levels))
-            problems = [(c.name, lv, r["first_error"]) for c in configs
-                        for lv, rs in c.results.items() for r in rs if r["errors"]]
-            for name, lv, err in problems[:6]:
-                print(f"note: {name} @{lv} had errors, first: {err}")
-            if any(r["timed_out"] for c in configs for rs in c.results.values() for r in rs):
-                print(f"note: some batches hit the {limit:.0f}s batch limit (partial counts)")
+            print(report.cpu_table(chains, [LOW, HIGH]))
+            print("(middle for celery-redis / nats-reqrep: the redis-server / nats-server "
+                  "process; http-direct has none)")
+            print()
+            print("setup:")
+            for chain in chains:
+                print(f"  {chain.name:<22}  {chain.setup}")
+            _notes(chains, args.batch_timeout)
             if args.verbose or args.profile:
-                for cfg in [c for c in configs if c.kind == "reach"]:
-                    assert cfg.middle is not None
-                    print(f"{cfg.name} coordinator: "
-                          f"{await cfg.middle.request('stats', 'STATS', 10)}")
+                for chain in (c for c in chains if c.group == "reach"):
+                    assert chain.middle is not None
+                    print(f"{chain.name} coordinator: "
+                          f"{await chain.middle.request('stats', 'STATS', 10)}")
             if args.profile:
-                await _profile([c for c in configs if c.kind == "reach"], args, calls[high], limit)
+                await _profile([c for c in chains if c.group == "reach"], args, calls[HIGH])
+            missing = [n for n in all_names if n not in {c.name for c in chains}]
+            if missing:
+                print(f"not measured: {' '.join(missing)} (see skip/dropped lines)")
             print(f"\ntotal {time.perf_counter() - started:.1f}s", flush=True)
         finally:
-            await asyncio.gather(*(c.stop() for c in reversed(children)),
-                                 return_exceptions=True)
+            await launcher.stop()
+            for chain in chains:
+                if chain.cleanup is not None:
+                    try:
+                        await chain.cleanup()
+                    except Exception as exc:  # cleanup is best effort; say so
+                        print(f"note: cleanup of {chain.name} failed: {exc}", file=sys.stderr)
     return 0
 
 
-async def _profile(configs: list[Config], args: argparse.Namespace, calls: int,
-                   limit: float) -> None:
-    """One extra, uncounted 64-in-flight batch per Reach config, its three processes
-    profiled (the profiler's overhead slows that batch: its numbers are not comparable)."""
+def _notes(chains: list[Chain], limit: float) -> None:
+    problems = [(c.name, lv, r["first_error"]) for c in chains
+                for lv, rs in c.results.items() for r in rs if r["errors"]]
+    for name, lv, err in problems[:6]:
+        print(f"note: {name} @{lv} had errors, first: {err}")
+    if any(r["timed_out"] for c in chains for rs in c.results.values() for r in rs):
+        print(f"note: some batches hit the {limit:.0f}s batch limit (partial counts)")
+
+
+async def _profile(chains: list[Chain], args: argparse.Namespace, calls: int) -> None:
+    """One extra, uncounted 64-in-flight batch per Reach row, its three processes profiled
+    (the profiler's overhead slows that batch: its numbers are not comparable)."""
     out_dir = os.path.abspath(args.profile_dir or ".")
     os.makedirs(out_dir, exist_ok=True)
-    for cfg in configs:
-        procs = {"caller": cfg.caller, "coordinator": cfg.middle, "agent": cfg.agent}
+    for chain in chains:
+        procs = {"caller": chain.caller, "coordinator": chain.middle, "agent": chain.agent}
         paths = {}
-        for role, child in procs.items():
+        for name, child in procs.items():
             assert child is not None
-            paths[role] = os.path.join(out_dir, f"profile-{cfg.name}-{role}-{args.profile}.txt")
+            paths[name] = os.path.join(out_dir, f"profile-{chain.name}-{name}-{args.profile}.txt")
             await child.request(f"profile-start {args.profile}", "OK", 10)
-        res = await _run(cfg, 64, calls, 0, limit)
-        for role, child in procs.items():
+        res = await chain.run(HIGH, calls, 0, args.batch_timeout)
+        for name, child in procs.items():
             assert child is not None
-            await child.request(f"profile-stop {paths[role]}", "OK", 60)
-        print(f"profiled {cfg.name} @64 ({res['rate']:.0f} calls/s under the profiler):")
-        for role, path in paths.items():
-            print(f"  {role:<12} {path}")
+            await child.request(f"profile-stop {paths[name]}", "OK", 60)
+        print(f"profiled {chain.name} @{HIGH} ({res['rate']:.0f} calls/s under the profiler):")
+        for name, path in paths.items():
+            print(f"  {name:<12} {path}")
 
 
 async def _cancel_on_sigterm(main: Awaitable[int]) -> int:
@@ -933,41 +319,71 @@ async def _cancel_on_sigterm(main: Awaitable[int]) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=None,
-                    help="calls per batch at 64 in flight (default 3000; --quick 200)")
-    ap.add_argument("--calls-1", type=int, default=None,
-                    help="calls per batch at 1 in flight (default 1000; --quick 40)")
-    ap.add_argument("--rounds", type=int, default=None,
-                    help="rounds, the median is reported (default 3; --quick 1)")
-    ap.add_argument("--warmup", type=int, default=None,
-                    help="warm-up calls per config at 64 in flight (default 500; --quick 64)")
-    ap.add_argument("--batch-timeout", type=float, default=120.0,
-                    help="upper bound in seconds for one batch (default 120)")
-    ap.add_argument("--latency-ms", type=float, default=50.0,
-                    help="latency the Reach echo capability declares (default 50); Reach "
-                         "derives its completion timeout from it (x1.2)")
-    ap.add_argument("--quick", action="store_true", help="tiny smoke run")
-    ap.add_argument("--verbose", "-v", action="store_true", help="per-round numbers, stats")
-    ap.add_argument("--profile", choices=("pyinstrument", "cprofile"), default=None,
-                    help="after the run, profile the caller, coordinator and agent of each "
-                         "Reach chain during one extra 64-in-flight batch (not counted)")
-    ap.add_argument("--profile-dir", default=None, help="where profiles go (default .)")
-    ap.add_argument("--log-dir", default=None,
-                    help="keep each process's stderr here (default: a temp dir, removed)")
+    rows = ap.add_argument_group("which rows")
+    rows.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
+                      help="measure celery-redis, nats-reqrep, http-direct and http-direct-split "
+                           "(default: yes, but not with --quick, which stays a few seconds)")
+    rows.add_argument("--matrix", action=argparse.BooleanOptionalAction, default=True,
+                      help="measure the Reach matrix rows beside reach-sqlite-file and "
+                           "reach-memory: 8/32 agents, memory at 32 agents, a params schema "
+                           "at 1/32 agents (default: yes; --quick keeps only "
+                           "reach-file-32ag-schema)")
+    rows.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                      help="measure only these rows (names or globs such as 'reach-file-*'); "
+                           "the raw floor rows are kept unless one is named")
+    rows.add_argument("--list", action="store_true",
+                      help="print the rows that would run, with how each is set up, and exit")
+    size = ap.add_argument_group("how much")
+    size.add_argument("--quick", action="store_true",
+                      help="tiny smoke run (40 calls @1, 200 @64, 1 round): a few seconds")
+    size.add_argument("--calls", type=int, default=None,
+                      help="calls per batch at 64 in flight (default 3000; --quick 200)")
+    size.add_argument("--calls-1", type=int, default=None,
+                      help="calls per batch at 1 in flight (default 1000; --quick 40)")
+    size.add_argument("--rounds", type=int, default=None,
+                      help="rounds, the median is reported (default 3; --quick 1)")
+    size.add_argument("--warmup", type=int, default=None,
+                      help="warm-up calls per row at 64 in flight, a fifth of it at 1 "
+                           "(default 500; --quick 64)")
+    size.add_argument("--batch-timeout", type=float, default=120.0,
+                      help="upper bound in seconds for one batch (default 120)")
+    setup = ap.add_argument_group("set-up")
+    setup.add_argument("--latency-ms", type=float, default=50.0,
+                       help="latency the Reach echo capability declares (default 50); Reach "
+                            "derives its completion timeout from it (x1.2)")
+    setup.add_argument("--celery-pool", choices=("solo", "threads", "prefork"), default="solo",
+                       help="the Celery worker's pool (default solo: the fastest for a no-op "
+                            "task on 2 cores, measured against threads and prefork)")
+    setup.add_argument("--celery-concurrency", type=int, default=1,
+                       help="the Celery pool's size (default 1; solo is always 1)")
+    look = ap.add_argument_group("looking inside")
+    look.add_argument("--verbose", "-v", action="store_true",
+                      help="per-round numbers and coordinator stats (GC, commits, attempts)")
+    look.add_argument("--profile", choices=("pyinstrument", "cprofile"), default=None,
+                      help="after the run, profile the caller, coordinator and agent of each "
+                           "Reach row during one extra 64-in-flight batch (not counted)")
+    look.add_argument("--profile-dir", default=None, help="where profiles go (default .)")
+    look.add_argument("--log-dir", default=None,
+                      help="keep each process's stderr here (default: a temp dir, removed)")
     # internal: how the children are started
     ap.add_argument("--role", choices=sorted(ROLES), default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--store", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--kind", choices=("raw", "reach"), default="raw", help=argparse.SUPPRESS)
     ap.add_argument("--eager", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--agents", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--schema", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--subject", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--responders", type=int, default=2, help=argparse.SUPPRESS)
+    ap.add_argument("--split", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("calls", "calls_1", "rounds", "warmup"):
+    for name in ("calls", "calls_1", "rounds", "warmup", "celery_concurrency"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
