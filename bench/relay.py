@@ -44,6 +44,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import floor
+import peers
 import reach_chain
 import report
 from harness import PAYLOAD, Chain, ChildFailed, Launcher, Skip
@@ -59,7 +60,7 @@ LOW, HIGH = 1, 64
 START_AT_ONCE = 6  # chains started concurrently (each is 2-3 Python processes importing)
 
 ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
-    **floor.ROLES, **reach_chain.ROLES}
+    **floor.ROLES, **reach_chain.ROLES, **peers.ROLES}
 
 
 # =====================================================================================
@@ -70,6 +71,8 @@ ROLES: dict[str, Callable[[argparse.Namespace], Awaitable[None]]] = {
 def all_chains(args: argparse.Namespace) -> list[Chain]:
     """Every row this run would measure, in table order, before ``--only``."""
     rows = floor.chains() + reach_chain.chains(args.matrix, args.quick, args.latency_ms)
+    if args.peers if args.peers is not None else not args.quick:
+        rows += peers.chains(args.celery_pool, args.celery_concurrency)
     return rows
 
 
