@@ -44,3 +44,16 @@ def judge(policy: LivenessPolicy, *, last_beat: float, now: float, connected: bo
     if not connected or draining or missed > policy.suspect_after:
         return Liveness.SUSPECTED
     return Liveness.ONLINE
+
+
+def deadline(policy: LivenessPolicy, state: Liveness, last_beat: float) -> float | None:
+    """When ``judge`` may next give a worse state than ``state`` if no beat comes: an online
+    agent may be suspected after this time, a suspected one offline; None once offline.
+
+    (Only silence moves the state with time; connecting, draining and beats are events the
+    registry judges as they happen.)"""
+    if state is Liveness.ONLINE:
+        return last_beat + policy.suspect_after * policy.interval
+    if state is Liveness.SUSPECTED:
+        return last_beat + policy.offline_after * policy.interval
+    return None

@@ -8,12 +8,13 @@ to now are kept apart from the rest (``Declared``), so picking one never scans t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import names
-from .liveness import Liveness, LivenessPolicy, judge
+from .liveness import Liveness, LivenessPolicy, deadline, judge
 from .protocol import CapabilitySpec
 from .resilience import Breaker, BreakerState
 from .schemas import Validator, compile_schema
@@ -55,6 +56,8 @@ class AgentRecord:
     # The registry's routing groups this agent belongs to (one per declared capability),
     # re-shelved whenever its liveness or in-flight count changes.
     groups: list[Group] = field(default_factory=list, repr=False)
+    # When the registry's liveness wheel next looks at this agent (None: it does not).
+    due: float | None = field(default=None, repr=False)
 
     @property
     def inflight(self) -> int:
@@ -239,7 +242,13 @@ class Registration:
 
 
 class Registry:
-    """Agents by id and name, and an index capability → agents declaring it (``Declared``)."""
+    """Agents by id and name, and an index capability → agents declaring it (``Declared``).
+
+    ``sweep`` re-judges only the agents whose next liveness threshold has passed. Each agent
+    waits in one slot of a timing wheel (slots ``interval / 16`` wide, keyed by due time); a
+    beat does not move it, so beats stay cheap: when its slot comes up, an agent that beat
+    since is simply put in the slot of its new deadline. At 10,000 agents this costs a few
+    times less than judging every agent on every sweep (bench/registry.py measures both)."""
 
     def __init__(self, policy: LivenessPolicy, breaker_open_for: float = 5.0) -> None:
         self.policy = policy
@@ -249,6 +258,9 @@ class Registry:
         self.index: dict[str, Declared] = {}
         # Told of every registration and liveness change (the coordinator publishes events).
         self.on_change: Callable[[AgentRecord], None] | None = None
+        self._slot_width = policy.interval / 16
+        self._wheel: dict[int, list[tuple[float, AgentRecord]]] = {}
+        self._cursor: int | None = None  # the first slot the next sweep looks at
 
     # ------------------------------------------------------------ membership
 
@@ -331,23 +343,89 @@ class Registry:
         return self._set(record, now)
 
     def sweep(self, now: float) -> list[tuple[AgentRecord, Liveness]]:
-        """Re-judge every agent; returns those whose state changed."""
+        """Re-judge the agents whose next liveness threshold has passed; returns those whose
+        state changed."""
         changed = []
-        for record in self.by_id.values():
-            if self._set(record, now) is not None:
-                changed.append((record, record.state))
+        suspect_span = self.policy.suspect_after * self.policy.interval
+        horizon = now + _slack(now)
+        last = math.floor(horizon / self._slot_width)
+        wheel, first = self._wheel, self._cursor
+        if first is not None and last < first:
+            # The clock went back: re-file every entry by its own time (rare, O(agents)).
+            entries = [e for slot_entries in wheel.values() for e in slot_entries]
+            wheel.clear()
+            self._cursor = first = None
+            for at, record in entries:
+                if record.due == at:
+                    self._put(at, record)
+        if first is None or last - first > len(wheel):  # a long gap: only the slots in use
+            slots: Iterable[int] = sorted(k for k in wheel if k <= last)
+        else:
+            slots = range(first, last + 1)
+        self._cursor = last  # (its later part may still be ahead of the horizon)
+        for slot in slots:
+            if slot not in wheel:
+                continue
+            entries = wheel.pop(slot)
+            later = []
+            for entry in entries:
+                at, record = entry
+                if record.due != at:
+                    continue  # rescheduled earlier, elsewhere
+                if at > horizon:
+                    later.append(entry)
+                    continue
+                if record.state is Liveness.ONLINE:
+                    # The common case: it beat since. Online with its new deadline ahead
+                    # is what ``judge`` would say, without asking it.
+                    next_at = record.last_beat + suspect_span
+                    if next_at > horizon:
+                        record.due = next_at
+                        self._put(next_at, record)
+                        continue
+                record.due = None
+                if self._set(record, now) is not None:  # (which schedules the next look)
+                    changed.append((record, record.state))
+            if later:
+                wheel.setdefault(slot, []).extend(later)
         return changed
 
     def _set(self, record: AgentRecord, now: float) -> Liveness | None:
         new = judge(self.policy, last_beat=record.last_beat, now=now,
                     connected=record.connected, draining=record.draining)
         if new is record.state:
+            if record.due is None:
+                self._schedule(record, now)
             return None
         record.state = new
         record.reshelve()
+        self._schedule(record, now)
         if self.on_change is not None:
             self.on_change(record)
         return new
+
+    def _schedule(self, record: AgentRecord, now: float) -> None:
+        """Make sure the agent is looked at again once its next threshold passes."""
+        at = deadline(self.policy, record.state, record.last_beat)
+        if at is None:
+            return
+        # Past the sweep's horizon: an entry whose threshold rounding keeps from passing yet
+        # is looked at again by the next sweep, not again and again by this one.
+        at = max(at, math.nextafter(now + _slack(now), math.inf))
+        if record.due is not None and record.due <= at:
+            return  # an earlier look will reschedule it
+        record.due = at
+        self._put(at, record)
+
+    def _put(self, at: float, record: AgentRecord) -> None:
+        slot = math.floor(at / self._slot_width)
+        if self._cursor is not None and slot < self._cursor:
+            slot = self._cursor  # behind the wheel (the clock went back): the next sweep
+        entries = self._wheel.get(slot)
+        if entries is None:
+            self._wheel[slot] = [(at, record)]
+        else:
+            entries.append((at, record))
 
     # ------------------------------------------------------------ queries
 
@@ -371,3 +449,8 @@ class Registry:
             out[cap] = phrases
         return out
 
+
+def _slack(now: float) -> float:
+    """How far ahead of ``now`` a sweep looks: deadlines are sums and ``judge`` divides, so
+    the two can disagree by a few ulps at a threshold; this covers that many times over."""
+    return 1e-9 + abs(now) * 1e-12

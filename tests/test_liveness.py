@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from reach.liveness import Liveness, LivenessPolicy, judge
+from reach.liveness import Liveness, LivenessPolicy, deadline, judge
 from reach.protocol import CapabilitySpec
 from reach.registry import Registry
 from reach.resilience import BreakerState
@@ -324,3 +327,170 @@ def test_renaming_its_own_capability_does_not_warn_against_itself():
     assert again.warnings == []
     other = register(reg, agent_id="a2", name="other", caps=("inventory.query",))
     assert any("looks like existing 'query.inventory'" in w for w in other.warnings)
+
+
+# ------------------------------------------------------------------ the sweep's deadlines
+
+def test_deadline_is_when_judge_would_next_get_worse():
+    assert deadline(POLICY, L.ONLINE, 100.0) == 120.0
+    assert deadline(POLICY, L.SUSPECTED, 100.0) == 130.0
+    assert deadline(POLICY, L.OFFLINE, 100.0) is None
+    assert at(20.0) is L.ONLINE and at(20.001) is L.SUSPECTED
+    assert at(30.0, connected=False) is L.SUSPECTED and at(30.001, connected=False) is L.OFFLINE
+
+
+def test_a_sweep_looks_only_at_agents_whose_deadline_passed():
+    reg = registry()
+    records = [register(reg, agent_id=f"a{i}", name=f"a{i}", now=float(i)).record
+               for i in range(100)]
+    looked = []
+    real_set = reg._set
+
+    def counting_set(record, now):
+        looked.append(record.agent_id)
+        return real_set(record, now)
+    reg._set = counting_set
+    # Agents registered at 0..99 s, suspected 20 s after their last beat: at 30.5 s, those
+    # registered at 0..10 are due (and become suspected); nobody else is looked at.
+    changed = reg.sweep(30.5)
+    assert sorted(r.agent_id for r, _ in changed) == sorted(f"a{i}" for i in range(11))
+    assert sorted(looked) == sorted(f"a{i}" for i in range(11))
+    looked.clear()
+    # A beat does not touch the wheel: a1's entry (due at 31 s, to go offline) comes up,
+    # finds the beat and moves to the new deadline (51 s) without judging it again.
+    reg.heartbeat(records[1], 31.0, inflight=0, queue_depth=0, load=0.0)
+    looked.clear()
+    assert reg.sweep(31.5) == [(records[11], L.SUSPECTED)]
+    assert looked == ["a11"]
+    assert records[1].due == 51.0
+    looked.clear()
+    # Due by 40.5 s: a2..a10 (offline 30 s after their beat; a0 went straight there at
+    # 30.5 s) and a12..a20 (suspected).
+    changed = reg.sweep(40.5)
+    assert set(changed) == {(r, L.OFFLINE) for r in records[2:11]} | {
+        (r, L.SUSPECTED) for r in records[12:21]}
+    assert sorted(looked) == sorted(r.agent_id for r, _ in changed)
+    assert records[1].state is L.ONLINE
+
+
+def test_a_clock_that_went_back_does_not_lose_an_agent():
+    reg = registry()
+    register(reg, agent_id="a", name="a", now=100.0)
+    reg.sweep(110.0)
+    # The wall clock steps back 100 s: an agent registered "then" is still watched.
+    b = register(reg, agent_id="b", name="b", now=10.0).record
+    assert reg.sweep(35.0) == [(b, L.SUSPECTED)]
+
+
+def test_a_sweep_after_a_long_silence_looks_only_at_slots_in_use():
+    # (Walking every slot between 0 and 1e12 s would not finish.)
+    reg = registry()
+    a = register(reg, agent_id="a", name="a", now=0.0).record
+    reg.sweep(1.0)
+    assert reg.sweep(1e12) == [(a, L.OFFLINE)]
+    b = register(reg, agent_id="b", name="b", now=1e12).record
+    assert reg.sweep(1e12 + 25.0) == [(b, L.SUSPECTED)]
+
+
+class SweepMatchesJudgingEveryone(RuleBasedStateMachine):
+    """The heap of deadlines is an optimisation only: after any sweep, every agent is in the
+    state ``judge`` gives it (what re-judging every agent gave), and a sweep reports exactly
+    the agents whose state it changed. Times sit near a wall-clock epoch so thresholds are
+    met with real rounding."""
+
+    @initialize(interval=st.sampled_from([0.1, 1.0, 3.0, 10.0]),
+                suspect=st.sampled_from([1.0, 2.0, 2.5]), extra=st.sampled_from([0.0, 1.0]),
+                base=st.sampled_from([0.0, 1.7e9]))
+    def start(self, interval: float, suspect: float, extra: float, base: float) -> None:
+        self.policy = LivenessPolicy(interval, suspect, suspect + extra)
+        self.reg = Registry(self.policy)
+        self.now = base
+        self.records = [register(self.reg, agent_id=f"a{i}", name=f"a{i}", now=base).record
+                        for i in range(4)]
+
+    @rule(steps=st.integers(1, 40))
+    def time_passes(self, steps: int) -> None:
+        # In tenths of an interval, so that thresholds are hit exactly as often as not.
+        self.now += steps * self.policy.interval / 10
+
+    @rule(steps=st.integers(1, 3))
+    def a_moment_passes(self, steps: int) -> None:
+        self.now += steps * self.policy.interval / 1000
+
+    @rule(i=st.integers(0, 3))
+    def beat(self, i: int) -> None:
+        if self.records[i].connected:
+            self.reg.heartbeat(self.records[i], self.now, inflight=0, queue_depth=0, load=0.0)
+
+    @rule(i=st.integers(0, 3), what=st.sampled_from(["disconnect", "drain", "undrain",
+                                                    "register"]))
+    def change(self, i: int, what: str) -> None:
+        record = self.records[i]
+        if what == "disconnect":
+            self.reg.disconnected(record, self.now)
+        elif what == "drain":
+            self.reg.deregister(record, self.now)
+        elif what == "undrain":
+            self.reg.undrain(record, self.now)
+        else:
+            register(self.reg, agent_id=record.agent_id, name=record.name, now=self.now)
+
+    @rule()
+    def sweep(self) -> None:
+        before = {r.agent_id: r.state for r in self.records}
+        changed = self.reg.sweep(self.now)
+        for record in self.records:
+            assert record.state is judge(self.policy, last_beat=record.last_beat, now=self.now,
+                                         connected=record.connected, draining=record.draining)
+        assert sorted(r.agent_id for r, _ in changed) == sorted(
+            r.agent_id for r in self.records if r.state is not before[r.agent_id])
+        assert all(state is r.state for r, state in changed)
+
+    @invariant()
+    def every_live_agent_is_scheduled(self) -> None:
+        for record in getattr(self, "records", ()):
+            if record.state is not L.OFFLINE:
+                assert record.due is not None
+
+
+SweepMatchesJudgingEveryone.TestCase.settings = settings(max_examples=100,
+                                                         stateful_step_count=30, deadline=None)
+test_sweep_matches_judging_everyone = SweepMatchesJudgingEveryone.TestCase
+
+
+@st.composite
+def near_thresholds(draw, policy: LivenessPolicy, base: float) -> list[float]:
+    """Sweep times at, just before and just after the thresholds (down to one ulp)."""
+    times = []
+    for _ in range(draw(st.integers(1, 8))):
+        at = base + policy.interval * draw(st.sampled_from(
+            [policy.suspect_after, policy.offline_after, 0.5, 1.0, 5.0]))
+        nudge = draw(st.sampled_from(["ulp-", "exact", "ulp+", "milli-", "milli+"]))
+        if nudge.startswith("ulp"):
+            at = math.nextafter(at, math.inf if nudge == "ulp+" else -math.inf)
+        elif nudge.startswith("milli"):
+            at += policy.interval * (1e-3 if nudge == "milli+" else -1e-3)
+        times.append(at)
+    return sorted(times)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), interval=st.sampled_from([0.1, 0.3, 1.0, 7.0, 10.0]),
+       suspect=st.sampled_from([1.0, 2.0, 2.5]), extra=st.sampled_from([0.0, 0.5, 1.0]),
+       base=st.sampled_from([0.0, 1_700_000_000.123]),
+       how=st.sampled_from(["silent", "disconnected", "draining"]))
+def test_sweeps_at_threshold_times_match_judge(data, interval, suspect, extra, base, how):
+    policy = LivenessPolicy(interval, suspect, suspect + extra)
+    reg = Registry(policy)
+    record = register(reg, now=base).record
+    if how == "disconnected":
+        reg.disconnected(record, base)
+    elif how == "draining":
+        reg.deregister(record, base)
+    for now in data.draw(near_thresholds(policy, base)):
+        before = record.state
+        changed = reg.sweep(now)
+        expected = judge(policy, last_beat=base, now=now, connected=record.connected,
+                         draining=record.draining)
+        assert record.state is expected, (now - base) / interval
+        assert changed == ([] if expected is before else [(record, expected)])
