@@ -8,10 +8,11 @@ seconds so far), ``profile-start KIND`` / ``profile-stop PATH`` and ``quit``. A 
 stdin closes exits, so the parent dying (even by SIGKILL) leaves no orphan behind; the parent
 also terminates and then kills every child in ``finally`` (``Launcher.stop``).
 
-A *caller* child runs batches: ``run INFLIGHT CALLS LIMIT_S`` makes ``CALLS`` calls with
-``INFLIGHT`` of them outstanding at any time and answers ``RESULT {json}`` (calls/s, p50, p99,
-errors). Every chain — the raw floor, Reach, each peer — is measured by this same code, so the
-rows of one table differ only in what sits behind ``call()``.
+A *caller* child runs batches: ``run INFLIGHT CALLS LIMIT_S BUDGET_S`` makes ``CALLS`` calls
+with ``INFLIGHT`` of them outstanding at any time (starting none after ``BUDGET_S``) and answers
+``RESULT {json}`` (calls/s, p50, p99, errors). Every chain — the raw floor, Reach, each
+peer — is measured by this same code, so the rows of one table differ only in what sits
+behind ``call()``.
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ async def serve_commands(handle: Callable[[list[str]], Awaitable[None]] | None =
 
 
 class Profiler:
-    """pyinstrument or cProfile over a child's event-loop thread, on command."""
+    """pyinstrument or cProfile over a child's event-loop thread, on command. Both measure wall
+    time: on a busy 2-core machine a process also waits for a core inside whatever call it is
+    in (often a send that woke its peer), and that wait is charged to the call."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -196,17 +199,22 @@ def percentile(ordered: list[float], q: float) -> float:
 
 
 async def batch(call: Callable[[], Awaitable[Any]], inflight: int, calls: int,
-                limit: float) -> dict[str, Any]:
-    """``calls`` calls with ``inflight`` of them outstanding at any time, bounded by ``limit`` s.
-    A call counts when it returns ``PAYLOAD`` back (an echo), else it is an error."""
+                limit: float, budget: float = math.inf) -> dict[str, Any]:
+    """``calls`` calls with ``inflight`` of them outstanding at any time, bounded by ``limit`` s
+    (calls still out then are cut off: ``timed_out``). After ``budget`` s no new call starts,
+    so a slow peer gives fewer calls in the same time rather than stretching the run; those
+    in flight finish and count. A call counts when it returns ``PAYLOAD`` back (an echo)."""
     latencies: list[float] = []
     errors: list[str] = []
     todo = iter(range(calls))  # shared by the workers: each call is taken exactly once
     clock = time.perf_counter
+    stop_at = clock() + budget
 
     async def worker() -> None:
         for _ in todo:
             t0 = clock()
+            if t0 > stop_at:
+                return
             try:
                 result = await call()
             except Exception as exc:
@@ -243,12 +251,13 @@ async def serve_caller(caller: Caller, url: str) -> None:
     await caller.open(url)
 
     async def handle(words: list[str]) -> None:
-        if words[0] != "run":  # run INFLIGHT CALLS LIMIT_S
+        if words[0] != "run":  # run INFLIGHT CALLS LIMIT_S BUDGET_S
             say("ERR", "unknown-command", words[0])
             return
         inflight = int(words[1])
         await caller.prepare(inflight)
-        result = await batch(caller.call, inflight, int(words[2]), float(words[3]))
+        result = await batch(caller.call, inflight, int(words[2]), float(words[3]),
+                             float(words[4]))
         say("RESULT", json.dumps(result))
 
     try:
@@ -455,17 +464,18 @@ class Chain:
                 t.cancel()
             await asyncio.gather(work, *deaths, return_exceptions=True)
 
-    async def run(self, inflight: int, calls: int, warmup: int,
-                  limit: float) -> dict[str, Any]:
-        """A warm-up batch (not counted), then the measured batch with each process's CPU."""
+    async def run(self, inflight: int, calls: int, warmup: int, limit: float,
+                  budget: float = math.inf) -> dict[str, Any]:
+        """A warm-up batch (not counted), then the measured batch with each process's CPU;
+        both stop starting calls after ``budget`` seconds (see ``batch``)."""
         caller = self.caller
         assert caller is not None
         if warmup:
-            await self.guarded(caller.request(f"run {inflight} {warmup} {limit}", "RESULT",
-                                              limit + 30))
+            await self.guarded(caller.request(f"run {inflight} {warmup} {limit} {budget}",
+                                              "RESULT", limit + 30))
         before = await self.cpu()
         result: dict[str, Any] = json.loads(await self.guarded(
-            caller.request(f"run {inflight} {calls} {limit}", "RESULT", limit + 30)))
+            caller.request(f"run {inflight} {calls} {limit} {budget}", "RESULT", limit + 30)))
         after = await self.cpu()
         # CPU microseconds per successful call: caller, middle, agent (None: not measured)
         result["cpu_us"] = [None if a is None or b is None else (a - b) * 1e6 / max(1, result["ok"])

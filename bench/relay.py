@@ -120,11 +120,11 @@ async def measure(chains: list[Chain], launcher: Launcher, args: argparse.Namesp
     """Warm every chain up, then ``rounds`` rounds of one batch per chain and level. A peer
     that fails is dropped ({name: reason} returned); any other failure is fatal."""
     dropped: dict[str, str] = {}
-    limit = args.batch_timeout
+    limit, budget = args.batch_timeout, args.batch_seconds
 
     async def batch(chain: Chain, level: int, n: int, pre: int) -> dict[str, object] | None:
         try:
-            return await chain.run(level, n, pre, limit)
+            return await chain.run(level, n, pre, limit, budget)
         except ChildFailed as exc:
             if chain.group != "peer":
                 raise
@@ -211,9 +211,11 @@ async def parent(args: argparse.Namespace) -> int:
     if args.quick:
         calls = {LOW: args.calls_1 or 40, HIGH: args.calls or 200}
         rounds, warmup = args.rounds or 1, args.warmup if args.warmup is not None else 64
+        args.batch_seconds = args.batch_seconds or 1.0
     else:
         calls = {LOW: args.calls_1 or 1000, HIGH: args.calls or 3000}
         rounds, warmup = args.rounds or 3, args.warmup if args.warmup is not None else 500
+        args.batch_seconds = args.batch_seconds or 3.0
     chains = select(all_chains(args), args.only)
     if args.list:
         for chain in chains:
@@ -223,7 +225,8 @@ async def parent(args: argparse.Namespace) -> int:
     print(f"payload {len(json.dumps(PAYLOAD))} bytes of JSON; calls per batch: {calls[LOW]} "
           f"@{LOW}, {calls[HIGH]} @{HIGH}; rounds: {rounds} (median); warm-up: {warmup} "
           f"@{HIGH} + {max(1, warmup // 5)} @{LOW} per row, then 1/20 of a batch before each "
-          f"batch; echo.run declares latency_ms={args.latency_ms:g}", flush=True)
+          f"batch; a batch starts no call after {args.batch_seconds:g} s; echo.run declares "
+          f"latency_ms={args.latency_ms:g}", flush=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
         log_dir = tmp
@@ -255,7 +258,7 @@ async def parent(args: argparse.Namespace) -> int:
             print("setup:")
             for chain in chains:
                 print(f"  {chain.name:<22}  {chain.setup}")
-            _notes(chains, args.batch_timeout)
+            _notes(chains, args.batch_timeout, args.batch_seconds)
             if args.verbose or args.profile:
                 for chain in (c for c in chains if c.group == "reach"):
                     assert chain.middle is not None
@@ -278,7 +281,14 @@ async def parent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _notes(chains: list[Chain], limit: float) -> None:
+def _notes(chains: list[Chain], limit: float, budget: float) -> None:
+    for chain in chains:
+        for level, rows in sorted(chain.results.items()):
+            done = [r["ok"] + r["errors"] for r in rows]
+            if any(d < r["calls"] for d, r in zip(done, rows, strict=True)):
+                span = f"{min(done)}" + (f"-{max(done)}" if max(done) > min(done) else "")
+                print(f"note: {chain.name} @{level}: {span} calls per batch (a batch starts "
+                      f"no call after {budget:g} s)")
     problems = [(c.name, lv, r["first_error"]) for c in chains
                 for lv, rs in c.results.items() for r in rs if r["errors"]]
     for name, lv, err in problems[:6]:
@@ -299,7 +309,7 @@ async def _profile(chains: list[Chain], args: argparse.Namespace, calls: int) ->
             assert child is not None
             paths[name] = os.path.join(out_dir, f"profile-{chain.name}-{name}-{args.profile}.txt")
             await child.request(f"profile-start {args.profile}", "OK", 10)
-        res = await chain.run(HIGH, calls, 0, args.batch_timeout)
+        res = await chain.run(HIGH, calls, 0, args.batch_timeout)  # all calls, however slow
         for name, child in procs.items():
             assert child is not None
             await child.request(f"profile-stop {paths[name]}", "OK", 60)
@@ -350,8 +360,14 @@ def _parser() -> argparse.ArgumentParser:
     size.add_argument("--warmup", type=int, default=None,
                       help="warm-up calls per row at 64 in flight, a fifth of it at 1 "
                            "(default 500; --quick 64)")
+    size.add_argument("--batch-seconds", type=float, default=None,
+                      help="a batch starts no new call after this many seconds, so a slow "
+                           "peer (Celery, http-direct) gives fewer calls instead of "
+                           "stretching the run; the calls then in flight still count "
+                           "(default 3; --quick 1)")
     size.add_argument("--batch-timeout", type=float, default=120.0,
-                      help="upper bound in seconds for one batch (default 120)")
+                      help="upper bound in seconds for one batch: calls still out then are "
+                           "cut off and the batch reported as partial (default 120)")
     setup = ap.add_argument_group("set-up")
     setup.add_argument("--latency-ms", type=float, default=50.0,
                        help="latency the Reach echo capability declares (default 50); Reach "
@@ -386,9 +402,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for name in ("calls", "calls_1", "rounds", "warmup", "celery_concurrency"):
+    for name in ("calls", "calls_1", "rounds", "warmup", "celery_concurrency", "batch_seconds"):
         value = getattr(args, name)
-        if value is not None and value < (0 if name == "warmup" else 1):
+        if value is not None and (value < 0 if name == "warmup" else value <= 0):
             raise SystemExit(f"--{name.replace('_', '-')} must be positive")
     if args.role is not None:
         try:
