@@ -289,8 +289,13 @@ class Gateway:
     def agents_changed(self) -> None:
         """The registry gained or lost healthy agents: wake tasks waiting for one."""
         self._wake()
-        for record in self.registry.by_id.values():
-            self.slot_freed(record)
+        # As many slot waiters per capability as agents declare it (a slot may have opened at
+        # each), counted per capability: a pass over every agent on every registration made
+        # connecting n agents cost n² (bench/registry.py).
+        now = asyncio.get_running_loop().time()
+        for cap, declared in self.registry.index.items():
+            for _ in range(min(self.slots.waiting(cap), len(declared))):
+                self.slots.wake((cap,), now)
 
     # ------------------------------------------------------------ driving one task
 

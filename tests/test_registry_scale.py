@@ -348,3 +348,34 @@ def test_saturation_is_decided_without_scanning_every_full_agent():
     with pytest.raises(Saturated):
         router.pick(CAP, GOOD, "x", reg.declaring(CAP), 1.0)
     assert router.examined <= 2
+
+
+# ------------------------------------------------------------------ connecting many agents
+
+async def test_an_agent_change_wakes_slot_waiters_without_a_pass_over_every_agent():
+    """``Gateway.agents_changed`` runs on every registration: it must not cost a pass over
+    all agents (connecting n agents was n²), and still wakes as many waiters of a
+    capability as agents declare it."""
+    import asyncio
+
+    from reach import Reach
+
+    reach = Reach()  # not started: no sockets, no store I/O
+    for i in range(2_000):
+        join(reach.registry, i)
+    join(reach.registry, 9_999, caps=(OTHER,))
+    woken: list[tuple[str, ...]] = []
+    wake = reach.gateway.slots.wake
+    reach.gateway.slots.wake = lambda caps, now: (woken.append(tuple(caps)), wake(caps, now))
+    reach.gateway.agents_changed()
+    assert woken == []  # nobody waiting: nothing to do
+    slots = reach.gateway.slots
+    waiters = [asyncio.create_task(slots.wait(CAP, 5, 0.0, 5.0)) for _ in range(3)] + [
+        asyncio.create_task(slots.wait(OTHER, 5, 0.0, 5.0)) for _ in range(2)]
+    await asyncio.sleep(0)
+    reach.gateway.agents_changed()
+    # Three waiters for CAP (2,000 declare it), one of two for OTHER (one agent declares it).
+    assert sorted(woken) == sorted([(CAP,)] * 3 + [(OTHER,)])
+    await asyncio.sleep(0)
+    assert [w.done() for w in waiters] == [True, True, True, True, False]
+    waiters[-1].cancel()
