@@ -231,8 +231,20 @@ async def coordinator_role(args: argparse.Namespace) -> None:
     before, after = raise_open_files()
     reach = await Reach.start(port=0, heartbeat_interval=args.interval)
     registry = reach.registry
-    counts = {"beats": 0, "sweeps": 0, "sweep_s": 0.0}
+    counts = {"beats": 0, "sweeps": 0, "sweep_s": 0.0, "gc_in_sweeps_s": 0.0}
     beat, sweep = registry.heartbeat, registry.sweep
+    sweep_times: list[float] = []
+    in_sweep, gc_started = [False], [0.0]
+
+    def gc_timer(phase: str, info: dict[str, Any]) -> None:
+        # Collections that happen to run inside a sweep are charged to it by thread_time.
+        if not in_sweep[0]:
+            return
+        if phase == "start":
+            gc_started[0] = time.thread_time()
+        else:
+            counts["gc_in_sweeps_s"] += time.thread_time() - gc_started[0]
+    gc.callbacks.append(gc_timer)
 
     def counting_beat(*a: Any, **kw: Any) -> Any:
         counts["beats"] += 1
@@ -241,11 +253,15 @@ async def coordinator_role(args: argparse.Namespace) -> None:
     def timed_sweep(now: float) -> Any:
         # CPU time of this thread, not wall time: agent processes share the cores.
         start = time.thread_time()
+        in_sweep[0] = True
         try:
             return sweep(now)
         finally:
+            in_sweep[0] = False
+            took = time.thread_time() - start
             counts["sweeps"] += 1
-            counts["sweep_s"] += time.thread_time() - start
+            counts["sweep_s"] += took
+            sweep_times.append(took)
 
     registry.heartbeat = counting_beat  # type: ignore[method-assign]
     registry.sweep = timed_sweep  # type: ignore[method-assign]
@@ -256,7 +272,8 @@ async def coordinator_role(args: argparse.Namespace) -> None:
             if line == "stats":
                 online = sum(r.reachable for r in registry.by_id.values())
                 say("stats", json.dumps({**counts, "agents": len(registry.by_id),
-                                         "online": online}))
+                                         "online": online, "times": sweep_times}))
+                sweep_times.clear()
             elif line == "rejudge":
                 # One sweep now, and what re-judging every agent would cost, in this process.
                 now = reach.clock()
@@ -456,11 +473,15 @@ async def bench_heartbeats(n: int, procs: int, rate: float, window: float,
         beats = (after["beats"] - before["beats"]) / wall
         sweeps = after["sweeps"] - before["sweeps"]
         sweep_ms = (after["sweep_s"] - before["sweep_s"]) / max(1, sweeps) * 1000
+        gc_ms = (after["gc_in_sweeps_s"] - before["gc_in_sweeps_s"]) / max(1, sweeps) * 1000
+        times = after["times"] or [0.0]
         rejudge = json.loads(await coord.ask("rejudge", "rejudge"))
         return {"agents": n, "procs": procs, "ramp_s": ramp, "ramp_cpu_s": ramp_cpu,
                 "every": every, "beats_per_s": beats, "idle": idle, "busy": busy,
                 "rss_per_agent": (rss1 - rss0) / n, "rss_mb": rss1 / 2**20,
                 "sweep_ms": sweep_ms, "sweeps": sweeps, "rejudge_ms": rejudge["all_s"] * 1000,
+                "sweep_p50_ms": pct(times, 0.5) * 1000, "sweep_max_ms": max(times) * 1000,
+                "sweep_gc_ms": gc_ms,
                 "online": after["online"], "limit_was": int(limit_was), "limit": int(limit)}
     finally:
         for child in reversed(children):
@@ -474,7 +495,7 @@ def print_heartbeats(rows: list[dict[str, Any]], window: float) -> bool:
           f"over {window:.0f} s windows")
     head = (f"{'agents':>7}{'procs':>6}{'connect s':>10}{'ms CPU/reg':>11}{'beat every':>11}"
             f"{'beats/s':>9}{'CPU silent':>11}{'CPU beating':>12}{'per 1k beats/s':>15}"
-            f"{'RSS/agent':>10}{'RSS':>8}{'sweep ms':>9}{'re-judge ms':>12}")
+            f"{'RSS/agent':>10}{'RSS':>8}{'sweep ms p50':>13}{'max':>7}{'re-judge ms':>12}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -484,7 +505,7 @@ def print_heartbeats(rows: list[dict[str, Any]], window: float) -> bool:
               f"{r['ramp_cpu_s'] / r['agents'] * 1000:>11.2f}{r['every']:>10.2f}s"
               f"{r['beats_per_s']:>9,.0f}{r['idle']:>11.1%}{r['busy']:>12.1%}{per_k:>15.1%}"
               f"{r['rss_per_agent'] / 1024:>8.1f}KB{r['rss_mb']:>6.0f}MB"
-              f"{r['sweep_ms']:>9.3f}{r['rejudge_ms']:>12.3f}")
+              f"{r['sweep_p50_ms']:>13.3f}{r['sweep_max_ms']:>7.2f}{r['rejudge_ms']:>12.3f}")
     big = max(rows, key=lambda r: r["agents"])
     rate = FIELD_AGENTS / FIELD_INTERVAL
     idle = big["idle"] * FIELD_AGENTS / big["agents"]  # connected-but-silent cost, per agent
@@ -502,8 +523,14 @@ def print_heartbeats(rows: list[dict[str, Any]], window: float) -> bool:
     print("   connect s: until every agent process has all its agents registered; "
           "ms CPU/reg: "
           "coordinator CPU over that time per agent")
-    print("   sweep ms: CPU per Registry.sweep in the coordinator's loop during the beating "
-          "window; re-judge ms: judging every agent once, there, for comparison")
+    print("   sweep ms: CPU (thread time) per Registry.sweep in the coordinator's own loop "
+          "during the beating window;")
+    print("   re-judge ms: judging every agent once, there, for comparison (what a sweep cost "
+          "before the wheel)")
+    for r in rows:
+        if r["sweep_gc_ms"] > 0:
+            print(f"   ({r['agents']:,} agents: garbage collections running inside sweeps "
+                  f"added {r['sweep_gc_ms']:.2f} ms per sweep on average)")
     print(f"   open-files limit (soft) in the coordinator: {big['limit_was']:,} → "
           f"{big['limit']:,} (raised to the hard limit if lower); each agent is one socket")
     return ok

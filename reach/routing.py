@@ -94,8 +94,9 @@ class Router:
             if not self.permissions.allows(caller, capability, group.scope):
                 continue
             scope_ok = True
-            verdict = seen[group.validator] if group.validator in seen else \
-                seen.setdefault(group.validator, check(group.validator, params))
+            if group.validator not in seen:
+                seen[group.validator] = check(group.validator, params)
+            verdict = seen[group.validator]
             if verdict is None:
                 valid = True
                 break
@@ -269,7 +270,7 @@ class _Found:
         if group.where.get(record) != status:
             group.place(record, status)
             if status == HELD:
-                self.held(group, record, counted=True)
+                self.held(group, record, checked=True)
                 return False
         if record.agent_id in self.exclude:
             return False
@@ -277,10 +278,10 @@ class _Found:
             self.healthy = True
         return status == READY
 
-    def held(self, group: Group, record: AgentRecord, counted: bool = False) -> None:
+    def held(self, group: Group, record: AgentRecord, checked: bool = False) -> None:
         """An agent whose breaker is not closed: a candidate, a full one, an early-probe
         candidate, or nothing now (half-open with its probe out)."""
-        if not counted:
+        if not checked:  # (``check`` found it there and moved it already)
             self.examined += 1
             status = routable(record)
             if status != HELD:  # its breaker closed since: back on ready or full

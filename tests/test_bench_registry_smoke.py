@@ -41,7 +41,7 @@ def test_registry_bench_quick_prints_its_tables() -> None:
     assert sweep and all(len(r) == 8 for r in sweep), proc.stdout
 
     beats = _table(lines, ["agents", "procs", "connect", "s"])
-    assert beats and all(len(r) == 13 for r in beats), proc.stdout
+    assert beats and all(len(r) == 14 for r in beats), proc.stdout
     assert "scaled to 10,000 agents beating every 10 s" in proc.stdout
     assert "open-files limit" in proc.stdout
 
