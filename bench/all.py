@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if status:
             failed.append(script)
     if args.out != "-":
-        Path(args.out).write_text("".join(parts))
+        Path(args.out).write_text("\n".join(parts))
         print(f"\nwrote {args.out}")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
