@@ -102,12 +102,13 @@ async def test_a_hedge_answers_a_slow_read_from_another_agent() -> None:
     try:
         runs: dict[str, list[str]] = {}
         slow = asyncio.Event()
+        release = asyncio.Event()
 
         def serve(name: str) -> Any:
             async def read(n: int) -> dict[str, Any]:
                 runs.setdefault(str(n), []).append(name)
                 if slow.is_set() and len(runs[str(n)]) == 1:
-                    await asyncio.sleep(5)  # the first copy hangs; the hedge must answer
+                    await release.wait()  # the first copy hangs; the hedge must answer
                 return {"n": n, "by": name}
             return read
 
@@ -140,6 +141,7 @@ async def test_a_hedge_answers_a_slow_read_from_another_agent() -> None:
         assert getattr(info.value, "code", "") == "timeout"
         assert len(runs["101"]) == 1
     finally:
+        release.set()
         await cluster.close()
 
 
