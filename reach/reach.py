@@ -275,9 +275,10 @@ class Reach:
         now = self.clock()
         records = self.registry.by_id.values() if names is None else [
             r for n in names if (r := self.registry.by_name.get(n)) is not None]
-        metrics = self.gateway.metrics
-        return AgentList(r.view(now, metrics.p95_ms(r.name))
-                         for r in sorted(records, key=lambda r: r.name))
+        return AgentList(self._view(r, now) for r in sorted(records, key=lambda r: r.name))
+
+    def _view(self, record: AgentRecord, now: float) -> dict[str, Any]:
+        return record.view(now, self.gateway.metrics.p95_ms(record.name))
 
     def _agent(self, ref: str) -> AgentRecord:
         record = self.registry.by_name.get(ref) or self.registry.by_id.get(ref)
@@ -289,14 +290,14 @@ class Reach:
         """Stop routing new work to ``agent`` (name or id); its in-flight work finishes."""
         record = self._agent(agent)
         self.registry.deregister(record, self.clock())
-        return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
+        return self._view(record, self.clock())
 
     def undrain(self, agent: str) -> dict[str, Any]:
         """Route work to a drained agent again."""
         record = self._agent(agent)
         self.registry.undrain(record, self.clock())
         self.gateway.agents_changed()
-        return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
+        return self._view(record, self.clock())
 
     def reset_breaker(self, agent: str) -> dict[str, Any]:
         """Close ``agent``'s breaker and forget its window (after a fix, without waiting)."""
@@ -305,7 +306,7 @@ class Reach:
         record.breaker.reset()
         self.gateway.breaker_moved(record, before)
         self.gateway.agents_changed()
-        return record.view(self.clock(), self.gateway.metrics.p95_ms(record.name))
+        return self._view(record, self.clock())
 
     def metrics(self) -> dict[str, Any]:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
