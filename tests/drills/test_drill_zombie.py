@@ -26,7 +26,10 @@ async def test_zombie_breaker_opens_traffic_moves_and_a_probe_brings_it_back(
     fixed while its heartbeats keep it ``online``. Its breaker opens, every call still
     succeeds (retried on the healthy agent), nothing is sent to the zombie while the breaker is
     open, and after the fix a half-open probe closes the breaker and it serves again."""
-    cluster = await cluster_factory(breaker_open_for=OPEN_FOR, max_retries=3, seed=7)
+    # offline after 10 missed 50 ms beats, not 3: a loaded CI machine stalled this process
+    # past 150 ms once; the zombie's heartbeats really never stop, which is what is checked.
+    cluster = await cluster_factory(breaker_open_for=OPEN_FOR, max_retries=3, seed=7,
+                                    suspect_after=4, offline_after=10)
     reach = cluster.reach
     fixed = asyncio.Event()
     zombie_runs: list[float] = []  # monotonic start time of every run at the zombie
