@@ -169,6 +169,7 @@ class Profiler:
             import io
             import pstats
             self._prof.disable()
+            self._prof.dump_stats(path.removesuffix(".txt") + ".pstats")  # for pstats/snakeviz
             buf = io.StringIO()
             stats = pstats.Stats(self._prof, stream=buf)
             stats.sort_stats("tottime").print_stats(45)

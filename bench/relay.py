@@ -298,8 +298,10 @@ def _notes(chains: list[Chain], limit: float, budget: float) -> None:
 
 
 async def _profile(chains: list[Chain], args: argparse.Namespace, calls: int) -> None:
-    """One extra, uncounted 64-in-flight batch per Reach row, its three processes profiled
-    (the profiler's overhead slows that batch: its numbers are not comparable)."""
+    """One extra, uncounted batch per Reach row (``--profile-inflight`` calls in flight), its
+    three processes profiled (the profiler's overhead slows that batch: its numbers are not
+    comparable)."""
+    inflight = args.profile_inflight
     out_dir = os.path.abspath(args.profile_dir or ".")
     os.makedirs(out_dir, exist_ok=True)
     for chain in chains:
@@ -307,13 +309,14 @@ async def _profile(chains: list[Chain], args: argparse.Namespace, calls: int) ->
         paths = {}
         for name, child in procs.items():
             assert child is not None
-            paths[name] = os.path.join(out_dir, f"profile-{chain.name}-{name}-{args.profile}.txt")
+            paths[name] = os.path.join(
+                out_dir, f"profile-{chain.name}-{inflight}-{name}-{args.profile}.txt")
             await child.request(f"profile-start {args.profile}", "OK", 10)
-        res = await chain.run(HIGH, calls, 0, args.batch_timeout)  # all calls, however slow
+        res = await chain.run(inflight, calls, 0, args.batch_timeout)  # all, however slow
         for name, child in procs.items():
             assert child is not None
             await child.request(f"profile-stop {paths[name]}", "OK", 60)
-        print(f"profiled {chain.name} @{HIGH} ({res['rate']:.0f} calls/s under the profiler):")
+        print(f"profiled {chain.name} @{inflight} ({res['rate']:.0f} calls/s under the profiler):")
         for name, path in paths.items():
             print(f"  {name:<12} {path}")
 
@@ -385,8 +388,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="per-round numbers and coordinator stats (GC, commits, attempts)")
     look.add_argument("--profile", choices=("pyinstrument", "cprofile"), default=None,
                       help="after the run, profile the caller, coordinator and agent of each "
-                           "Reach row during one extra 64-in-flight batch (not counted)")
+                           "Reach row during one extra batch (not counted); cprofile also "
+                           "writes a .pstats file beside its text report")
     look.add_argument("--profile-dir", default=None, help="where profiles go (default .)")
+    look.add_argument("--profile-inflight", type=int, default=HIGH, metavar="N",
+                      help=f"calls in flight in the profiled batch (default {HIGH}; 1 shows "
+                           f"the per-call path that sets p50)")
     look.add_argument("--log-dir", default=None,
                       help="keep each process's stderr here (default: a temp dir, removed)")
     # internal: how the children are started

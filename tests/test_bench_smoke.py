@@ -56,7 +56,7 @@ def test_relay_bench_help_explains_every_flag() -> None:
     for flag in ("--peers", "--no-peers", "--matrix", "--no-matrix", "--only", "--list",
                  "--quick", "--calls", "--calls-1", "--rounds", "--warmup", "--batch-timeout",
                  "--latency-ms", "--celery-pool", "--celery-concurrency", "--verbose",
-                 "--profile", "--profile-dir", "--log-dir"):
+                 "--profile", "--profile-dir", "--profile-inflight", "--log-dir"):
         assert flag in out, flag
     assert "--store" not in out and "--responders" not in out  # internal flags stay hidden
 
@@ -70,3 +70,16 @@ def test_relay_bench_list_names_the_matrix_and_the_peers() -> None:
         assert name in names, out
     only = run("--list", "--only", "reach-file-*", timeout=20).stdout.split()
     assert "raw" in only and "reach-file-8ag" in only and "celery-redis" not in only
+
+
+def test_relay_bench_profiles_the_one_in_flight_path_into_pstats(tmp_path: Path) -> None:
+    import pstats
+
+    proc = run("--quick", "--only", "reach-memory", "--no-matrix", "--profile", "cprofile",
+               "--profile-inflight", "1", "--profile-dir", str(tmp_path))
+    assert "profiled reach-memory @1" in proc.stdout, proc.stdout
+    for role in ("caller", "coordinator", "agent"):
+        base = tmp_path / f"profile-reach-memory-1-{role}-cprofile"
+        assert "process CPU time while profiled" in (base.with_suffix(".txt")).read_text()
+        stats = pstats.Stats(str(base.with_suffix(".pstats")))
+        assert stats.total_calls > 0  # type: ignore[attr-defined]
