@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +119,9 @@ class Agent:
         self._ws: ClientConnection | None = None
         self._out: Outbox | None = None
         self._runs: dict[str, asyncio.Future[Outcome]] = {}
+        # reads waiting out the ack grace, in deadline order, and the one timer for them
+        self._acks: deque[tuple[float, p.Invoke, asyncio.Future[Outcome]]] = deque()
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._by_task: dict[str, asyncio.Task[None]] = {}
         self._done: OrderedDict[str, Outcome] = OrderedDict()
         self._work: set[asyncio.Task[Any]] = set()
@@ -334,7 +337,7 @@ class Agent:
             # only safe if it really did not start here.
             self._ack(f, running)
         else:  # a quick read answers within the grace, sparing the ack frame
-            loop.call_later(self.ack_grace, self._ack, f, running)
+            self._ack_later(loop, f, running)
 
     def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke,
                          outcome: asyncio.Future[Outcome]) -> None:
@@ -349,6 +352,25 @@ class Agent:
     def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
         if not running.done():
             self._post_text(p.encode("ack", task_id=f.task_id, attempt=f.attempt))
+
+    def _ack_later(self, loop: asyncio.AbstractEventLoop, f: p.Invoke,
+                   running: asyncio.Future[Outcome]) -> None:
+        """Ack ``f`` after the grace unless it has answered by then. All reads share one
+        grace, so their deadlines come in order and one timer serves them all: a timer per
+        invoke cost a heap push, and a loop wake-up each, for acks that are almost never sent."""
+        self._acks.append((loop.time() + self.ack_grace, f, running))
+        if self._ack_timer is None:
+            self._ack_timer = loop.call_at(self._acks[0][0], self._acks_due, loop)
+
+    def _acks_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ack_timer = None
+        now = loop.time()
+        acks = self._acks
+        while acks and (acks[0][0] <= now or acks[0][2].done()):
+            _, f, running = acks.popleft()
+            self._ack(f, running)  # a no-op for one that has answered
+        if acks:
+            self._ack_timer = loop.call_at(acks[0][0], self._acks_due, loop)
 
     async def _execute(self, f: p.Invoke, outcome: asyncio.Future[Outcome]) -> None:
         key = f.idempotency_key

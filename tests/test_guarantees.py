@@ -333,3 +333,38 @@ async def test_a_write_is_acknowledged_before_it_starts_a_read_within_the_grace(
         assert await write.result(timeout=5) == "done" and await read.result(timeout=5) == "done"
     finally:
         await cluster.close()
+
+
+async def test_reads_past_the_grace_are_acknowledged_quick_ones_never_are() -> None:
+    """One timer serves every read's grace: each slow read is acknowledged once its grace is
+    over, a quick one never, and the timer stops when nothing waits."""
+    cluster = await Cluster.start()
+    try:
+        gate = asyncio.Event()
+
+        async def slow() -> str:
+            await gate.wait()
+            return "slow"
+
+        async def quick() -> str:
+            return "quick"
+
+        agent = Agent("a", ack_grace=0.02, reconnect_base=0.02)
+        agent.capability("x.slow", idempotent=True)(slow)
+        agent.capability("x.quick", idempotent=True)(quick)
+        await agent.connect(cluster.url)
+        cluster.agents.append(agent)
+        client = await cluster.client()
+        slow_tasks = [await client.submit("x.slow", {}) for _ in range(3)]
+        assert await client.call("x.quick", {}) == "quick"
+        reach = cluster.reach
+        await wait_until(lambda: all(reach.gateway.find(t.task_id).state.value == "running"
+                                     for t in slow_tasks))
+        quick_task = next(t for t in reach.gateway.recent.values()
+                          if t.envelope.capability == "x.quick")
+        assert "acknowledged" not in [note for _, _, note in quick_task.history]
+        await wait_until(lambda: agent._ack_timer is None and not agent._acks)
+        gate.set()
+        assert [await t.result(timeout=5) for t in slow_tasks] == ["slow"] * 3
+    finally:
+        await cluster.close()
