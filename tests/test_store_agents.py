@@ -1,0 +1,66 @@
+"""Agents' identities ride the group commit: a reconnect storm costs a few transactions."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.dialects import postgresql
+
+from reach.store import _AGENTS, Store, _agent_upsert
+
+CAPS = [{"name": "echo.run", "params": {}}]
+
+
+async def test_a_second_registration_updates_the_row_and_keeps_first_seen(
+        tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'agents.db'}")
+    await store.open()
+    try:
+        await store.save_agent("ag-1", "echo", "1", CAPS, 4, now=100.0)
+        await store.save_agent("ag-1", "echo", "2", [{"name": "echo.loud"}], 8, now=200.0)
+        with store.engine.connect() as conn:
+            row = conn.execute(select(_AGENTS)).one()
+        assert (row.version, row.max_concurrency, row.first_seen, row.last_registered) == \
+            ("2", 8, 100.0, 200.0)
+        assert await store.declared() == {"echo": ["echo.loud"]}
+        assert await store.agent_ids() == {"echo": "ag-1"}
+    finally:
+        await store.close()
+
+
+async def test_registrations_arriving_together_share_one_commit(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'storm.db'}")
+    await store.open()
+    try:
+        before = store.commits
+        await asyncio.gather(*(store.save_agent(f"ag-{i}", f"agent-{i}", "0", CAPS, 4, 1.0)
+                               for i in range(200)))
+        assert store.commits - before <= 2  # not 200
+        assert len(await store.agent_ids()) == 200
+    finally:
+        await store.close()
+
+
+async def test_identities_survive_a_reopen(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'again.db'}"
+    store = Store(url)
+    await store.open()
+    await store.save_agent("ag-7", "seven", "0", CAPS, 4, 1.0)
+    await store.close()  # committed before close returns
+    again = Store(url)
+    await again.open()
+    try:
+        assert await again.agent_ids() == {"seven": "ag-7"}
+    finally:
+        await again.close()
+
+
+def test_the_postgresql_upsert_keeps_the_id_and_first_seen() -> None:
+    sql = str(_agent_upsert("postgresql").compile(dialect=postgresql.dialect()))
+    assert "ON CONFLICT (agent_id) DO UPDATE SET" in sql
+    updated = sql.split("DO UPDATE SET", 1)[1]
+    assert "last_registered = excluded.last_registered" in updated
+    assert "first_seen" not in updated and "agent_id =" not in updated
+    assert _agent_upsert("mssql") is None  # falls back to one upsert at a time
