@@ -1,10 +1,15 @@
 """The store: agents' identities and every task, in SQLModel tables (SQLite default, PostgreSQL).
 
-All database work runs on one worker thread, so the event loop never blocks on I/O. Writes are
-group-committed: while one transaction is being written, new submissions gather, and the next
-transaction takes all of them. A submit waits for its own commit (``insert``) — that is the
-durability promise — but costs a fraction of a commit. Later state changes are written behind
-(``update``); a crash can lose them, never the task itself, which is then resumed with its key.
+Writes are group-committed: while one transaction is being written, new submissions gather, and
+the next transaction takes all of them. A submit waits for its own commit (``insert``) — that is
+the durability promise — but costs a fraction of a commit. Later state changes are written
+behind (``update``); a crash can lose them, never the task itself, which is then resumed with
+its key. Agents' registrations ride the same commits (``save_agent``).
+
+Where the transaction runs is the ``Store`` class's choice: SQLite with ``synchronous=NORMAL``
+commits on the loop (an append to the WAL, cheaper than a thread hand-off), and the fsync of a
+checkpoint runs on a worker thread; a server (PostgreSQL) or ``synchronous="full"`` runs every
+call on one worker thread, so the event loop never waits on the network or the disk.
 
 SQLite files run in WAL mode with ``synchronous=NORMAL``: a commit survives the process being
 killed (kill -9); ``synchronous="full"`` also survives power loss, at the cost of an fsync per
