@@ -263,6 +263,8 @@ class Store:
         if self._update_timer is not None:
             self._update_timer.cancel()
             self._update_timer = None
+        if self._filled is not None:  # the writer is gathering a group: commit it now
+            _settle_once(self._filled)
         self._wake.set()
         if self._writer is not None:
             await self._writer
@@ -355,7 +357,7 @@ class Store:
         commit slower than one commit per task at 16 in flight (bench/durable.py); committing
         as soon as the group stopped growing made groups small and cost the coordinator CPU
         per call (bench/relay.py)."""
-        if len(self._inserts) >= self._last_group:
+        if len(self._inserts) >= self._last_group or self._closing:
             return
         loop = asyncio.get_running_loop()
         filled = self._filled = loop.create_future()
