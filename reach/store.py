@@ -228,6 +228,7 @@ class Store:
         self.max_batch = max_batch
         self._update_timer: asyncio.TimerHandle | None = None
         self._last_group = 0
+        self._group_target = 0.0  # how many new tasks a gathering writer waits for
         self._filled: asyncio.Future[None] | None = None  # the writer waits for a full group
 
     async def _run(self, fn: Any, *args: Any) -> Any:
@@ -290,7 +291,7 @@ class Store:
         self._inserts.append((task, fut))
         self._pending[task.task_id] = fut
         self._wake.set()
-        if self._filled is not None and len(self._inserts) >= self._last_group:
+        if self._filled is not None and len(self._inserts) >= self._group_target:
             _settle_once(self._filled)
         return fut
 
@@ -352,12 +353,10 @@ class Store:
 
     async def _gather(self) -> None:
         """Under load (the last group had company), let the group fill before committing:
-        until as many new tasks wait as the last group held (the submitters it answered are
-        back), or for at most ``group_window``. A fixed wait of the whole window made group
-        commit slower than one commit per task at 16 in flight (bench/durable.py); committing
-        as soon as the group stopped growing made groups small and cost the coordinator CPU
-        per call (bench/relay.py)."""
-        if len(self._inserts) >= self._last_group or self._closing:
+        until as many new tasks wait as the recent groups held (the submitters they answered
+        are back), or for at most ``group_window``. A fixed wait of the whole window made
+        group commit slower than one commit per task at 16 in flight (bench/durable.py)."""
+        if len(self._inserts) >= self._group_target or self._closing:
             return
         loop = asyncio.get_running_loop()
         filled = self._filled = loop.create_future()
@@ -380,6 +379,10 @@ class Store:
                 del self._pending[task.task_id]
             self._wake.set()
         self._last_group = len(inserts)
+        # The largest recent group, fading by a tenth per commit: a group that ended at the
+        # window does not lower the bar for the next one (groups would shrink under a steady
+        # trickle, and each commit costs the loop CPU), yet the bar follows the load down.
+        self._group_target = max(float(len(inserts)), self._group_target * 0.9)
         updates, self._updates = self._updates, {}
         waiters, self._waiters = self._waiters, []
         if self._update_timer is not None:
