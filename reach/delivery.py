@@ -17,12 +17,13 @@ class Delivery:
     """
 
     __slots__ = ("fut", "acked", "_timer", "_loop", "_ack_at", "_done_at", "_completion",
-                 "_extended", "on_chunk", "on_ack")
+                 "_extended", "on_chunk", "on_ack", "on_ok")
     LAG_SLACK = 0.005
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ack_timeout: float,
                  completion: float, on_chunk: Callable[[int, Any], None] | None,
-                 on_ack: Callable[[], None] | None = None) -> None:
+                 on_ack: Callable[[], None] | None = None,
+                 on_ok: Callable[[Any], None] | None = None) -> None:
         self._loop = loop
         self.fut: asyncio.Future[tuple[str, Any]] = loop.create_future()
         self.acked = False
@@ -34,6 +35,7 @@ class Delivery:
         self._timer = loop.call_at(due, self._expire, due)
         self.on_chunk = on_chunk
         self.on_ack = on_ack
+        self.on_ok = on_ok  # the answer, at once: the caller need not wait for bookkeeping
 
     def ack(self) -> None:
         """The agent has the work: from now on only the completion deadline counts."""
@@ -52,6 +54,8 @@ class Delivery:
         """kind: ok | error (payload = wire error) | lost (connection went away)."""
         if not self.fut.done():
             self._timer.cancel()
+            if kind == "ok" and self.on_ok is not None:
+                self.on_ok(payload)
             self.fut.set_result((kind, payload))
 
     def _expire(self, due: float) -> None:

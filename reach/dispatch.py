@@ -11,6 +11,7 @@ answer wins, the loser is cancelled.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,7 @@ from .tasks import Attempt, Task, TaskState
 
 S = TaskState
 HEALTH_WINDOW = 50
+log = logging.getLogger("reach.dispatch")
 
 
 class Dispatcher:
@@ -38,7 +40,8 @@ class Dispatcher:
                  move: Callable[[Task, TaskState, str], None],
                  breaker_moved: Callable[[AgentRecord, BreakerState], None],
                  slot_freed: Callable[[AgentRecord], None],
-                 emit_chunk: Callable[[str, int, Any], None]) -> None:
+                 emit_chunk: Callable[[str, int, Any], None],
+                 answered: Callable[[Task, Any], None] | None = None) -> None:
         self.settings = settings
         self.registry = registry
         self.router = router
@@ -50,6 +53,7 @@ class Dispatcher:
         self.breaker_moved = breaker_moved
         self.slot_freed = slot_freed
         self.emit_chunk = emit_chunk
+        self.answered = answered
         self.latency: dict[str, LatencyWindow] = {}  # capability → recent successes
         # capability → its last attempts across all agents (True: not a fault); tells a
         # capability that is failing as a whole from agents whose breakers tripped on noise
@@ -76,7 +80,8 @@ class Dispatcher:
         tid = env.task_id
         delivery = Delivery(loop, self.settings.ack_timeout, completion,
                             lambda seq, data: self.emit_chunk(tid, seq, data),
-                            lambda: self._acknowledged(task))
+                            lambda: self._acknowledged(task),
+                            lambda result: self._answer(task, attempt, result))
         record.inflight += 1
         record.calls += 1
         before = record.breaker.state
@@ -116,7 +121,8 @@ class Dispatcher:
                 self.metrics.ended(env.capability, record.name, "cancelled", 0.0)
             self.slot_freed(record)
         ended = self.clock()
-        attempt.ended_at = ended
+        if attempt.ended_at is None:  # else set when it answered (_answer)
+            attempt.ended_at = ended
         answer = kind == "error" and bool((payload or {}).get("details", {}).get("answer"))
         attempt.outcome = ("ok" if kind == "ok" else "answer" if answer
                            else "fault" if kind == "error" else kind)
@@ -146,6 +152,22 @@ class Dispatcher:
             health = self.health[env.capability] = deque(maxlen=HEALTH_WINDOW)
         health.append(kind == "ok" or answer)
         return kind, payload, attempt
+
+    def _answer(self, task: Task, attempt: Attempt, result: Any) -> None:
+        """A result arrived: record it, and let the gateway answer the caller now, before
+        this attempt's bookkeeping (which ``attempt`` does once it resumes). A hedge still
+        running elsewhere has lost; it is marked so at once and cancelled by ``run``."""
+        if self.answered is None or task.terminal:
+            return
+        now = self.clock()
+        attempt.outcome, attempt.ended_at = "ok", now
+        for other in task.attempts:
+            if other.outcome == "running":
+                other.outcome, other.ended_at, other.error = "cancelled", now, "hedge lost"
+        try:
+            self.answered(task, result)
+        except Exception:  # runs in an agent session's reader: a bug must not end it
+            log.exception("answering task %s failed; its driver finishes it", task.task_id)
 
     def mostly_healthy(self, capability: str) -> bool:
         """Did most of the capability's recent attempts, at any agent, work?"""

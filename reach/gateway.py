@@ -86,7 +86,7 @@ class Gateway:
         self.dispatch = Dispatcher(settings, registry, router, store, clock, self.metrics,
                                    self.budget, move=self._move,
                                    breaker_moved=self.breaker_moved, slot_freed=self.slot_freed,
-                                   emit_chunk=self._emit_chunk)
+                                   emit_chunk=self._emit_chunk, answered=self._answered)
         self._agents_changed = asyncio.Event()
         self.accepting = True
 
@@ -385,7 +385,8 @@ class Gateway:
                         return
                 kind, payload, attempt, record = await self.dispatch.run(task, record, deadline)
                 if attempt.outcome == "ok":
-                    self._finish(task, S.SUCCEEDED, result=payload)
+                    if not task.terminal:  # else answered at once by _answered
+                        self._finish(task, S.SUCCEEDED, result=payload)
                     return
                 if attempt.outcome == "answer":
                     self._finish(task, S.FAILED, wire_error=payload)
@@ -551,6 +552,13 @@ class Gateway:
 
     # ------------------------------------------------------------ finishing
 
+    def _answered(self, task: Task, result: Any) -> None:
+        """An agent's result arrived: the task succeeds now, in the reader's step, so the
+        caller's answer leaves before the attempt's bookkeeping (breaker, latency windows,
+        metrics), which the driver does next. Any result ends the task, as in ``_drive``."""
+        if not task.terminal:
+            self._finish(task, S.SUCCEEDED, result=result)
+
     def _finish(self, task: Task, state: TaskState, *, result: Any = None,
                 error: ReachError | None = None, wire_error: dict[str, Any] | None = None
                 ) -> None:
@@ -560,8 +568,22 @@ class Gateway:
         task.error = wire_error
         note = "" if wire_error is None else str(wire_error.get("message", ""))[:200]
         self._move(task, state, note)
-        self.store.update(task)
         tid = task.task_id
+        # The answer first (a caller waits on it), the bookkeeping after.
+        fut = self._outcomes.pop(tid, None)
+        watchers = self._watchers.pop(tid, ())
+        if fut is not None and not fut.done():
+            def release(_c: object = None) -> None:
+                for fn in watchers:
+                    fn(task)
+                if not fut.done():
+                    fut.set_result(task)
+            commit = self._commits.get(tid)
+            if commit is None or commit.done():
+                release()
+            else:  # answer only what was stored
+                commit.add_done_callback(release)
+        self.store.update(task)
         self.live.pop(tid, None)
         if state is S.DEAD:
             self.dead[tid] = task
@@ -581,21 +603,6 @@ class Gateway:
                     del self.traces[old.envelope.trace_id]
         self._chunk_sinks.pop(tid, None)
         self._chunk_next.pop(tid, None)
-        fut = self._outcomes.pop(tid, None)
-        watchers = self._watchers.pop(tid, ())
-        if fut is None or fut.done():
-            return
-
-        def release(_c: object = None) -> None:
-            for fn in watchers:
-                fn(task)
-            if not fut.done():
-                fut.set_result(task)
-        commit = self._commits.get(tid)
-        if commit is None or commit.done():
-            release()
-        else:  # answer only what was stored
-            commit.add_done_callback(release)
 
     # ------------------------------------------------------------ recovery and replay
 

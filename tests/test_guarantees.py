@@ -368,3 +368,45 @@ async def test_reads_past_the_grace_are_acknowledged_quick_ones_never_are() -> N
         assert [await t.result(timeout=5) for t in slow_tasks] == ["slow"] * 3
     finally:
         await cluster.close()
+
+
+# ---------------------------------------------------------------- answering first
+
+
+async def test_the_answer_leaves_before_the_bookkeeping_and_the_task_is_whole_at_once() -> None:
+    """A result is answered from the agent session's own step; what the caller sees finished
+    is finished everywhere: the task, its attempt, its end time."""
+    cluster = await Cluster.start()
+    try:
+        await cluster.add_agent("a", {"x.echo": lambda **p: p})
+        client = await cluster.client()
+        seen: list[tuple[str, str, bool]] = []
+        gateway = cluster.reach.gateway
+        answered = gateway._answered
+
+        def spy(task: Any, result: Any) -> None:
+            answered(task, result)
+            attempt = task.attempts[-1]
+            seen.append((task.state.value, attempt.outcome, attempt.ended_at is not None))
+
+        gateway.dispatch.answered = spy
+        assert await client.call("x.echo", {"n": 1}) == {"n": 1}
+        assert seen == [("succeeded", "ok", True)]
+    finally:
+        await cluster.close()
+
+
+async def test_a_failure_while_answering_leaves_the_task_to_its_driver() -> None:
+    cluster = await Cluster.start()
+    try:
+        await cluster.add_agent("a", {"x.echo": lambda **p: p})
+        client = await cluster.client()
+
+        def broken(task: Any, result: Any) -> None:
+            raise RuntimeError("bug in the answer path")
+
+        cluster.reach.gateway.dispatch.answered = broken
+        assert await client.call("x.echo", {"n": 1}) == {"n": 1}  # the driver answered
+        assert await client.call("x.echo", {"n": 2}) == {"n": 2}  # the agent session lives
+    finally:
+        await cluster.close()
