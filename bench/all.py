@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         "Every ratio compares numbers measured in the same run on the same machine; shared "
         "machines move absolute numbers by ±10 % or more between runs, so read the ratios. "
         "Targets print PASS or MISS; a miss is a finding, not a failure of the run.\n",
+        "Where the coordinator's time goes, what was tried to cut it and what it gained: "
+        "[performance.md](performance.md).\n",
     ]
     failed = []
     for title, script, what in benches:
