@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic_core import to_json
 from sqlalchemy import bindparam, event, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, SQLModel, create_engine
@@ -135,20 +137,15 @@ def _settle_once(fut: asyncio.Future[None]) -> None:
 def _agent_upsert(dialect: str) -> Any:
     """INSERT .. ON CONFLICT DO UPDATE for agents (SQLite, PostgreSQL); ``first_seen`` is
     kept from the first registration. None for a dialect without it."""
-    kept = ("agent_id", "first_seen")
-    if dialect == "sqlite":
-        from sqlalchemy.dialects import sqlite
-        lite = sqlite.insert(_AGENTS)
-        return lite.on_conflict_do_update(
-            index_elements=[_AGENTS.c.agent_id],
-            set_={c.name: lite.excluded[c.name] for c in _AGENTS.columns if c.name not in kept})
-    if dialect == "postgresql":
-        from sqlalchemy.dialects import postgresql
-        pg = postgresql.insert(_AGENTS)
-        return pg.on_conflict_do_update(
-            index_elements=[_AGENTS.c.agent_id],
-            set_={c.name: pg.excluded[c.name] for c in _AGENTS.columns if c.name not in kept})
-    return None
+    dml: dict[str, Callable[[Any], Any]] = {"sqlite": sqlite.insert,
+                                            "postgresql": postgresql.insert}
+    if dialect not in dml:
+        return None
+    stmt = dml[dialect](_AGENTS)
+    return stmt.on_conflict_do_update(
+        index_elements=[_AGENTS.c.agent_id],
+        set_={c.name: stmt.excluded[c.name] for c in _AGENTS.columns
+              if c.name not in ("agent_id", "first_seen")})
 
 
 def _in_memory(url: str) -> bool:
@@ -215,6 +212,7 @@ class Store:
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id → its queued insert
         self._updates: dict[str, Task] = {}
         self._agent_rows: dict[str, dict[str, Any]] = {}  # agent id → row to upsert
+        self._agent_waiters: list[asyncio.Future[None]] = []  # resolved by the agents' commit
         self._waiters: list[asyncio.Future[None]] = []  # resolved by the next commit
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -325,8 +323,10 @@ class Store:
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed."""
-        if self._inserts or self._updates or self._agent_rows:
+        if self._inserts or self._updates:
             await self._waiter()
+        if self._agent_rows:
+            await self._agent_waiter()
 
     async def _write_loop(self) -> None:
         while True:
@@ -339,17 +339,45 @@ class Store:
                 if self._closing:
                     return
                 continue
-            batch = self._take()
-            agents, self._agent_rows = list(self._agent_rows.values()), {}
-            try:
-                await self._run(self._commit, *self._rows(batch), agents)
-            except Exception as exc:  # the submitters learn their task was not stored
-                self._settle(batch, exc)
-                continue
-            self._settle(batch, None)
+            if self._inserts or self._updates:
+                batch = self._take()
+                try:
+                    await self._run(self._commit, *self._rows(batch))
+                except Exception as exc:  # the submitters learn their task was not stored
+                    self._settle(batch, exc)
+                else:
+                    self._settle(batch, None)
+            else:
+                self._settle([], None)  # waiters with nothing of theirs to write
+            if self._agent_rows:
+                await self._write_agents()
             if self._closing and not self._inserts and not self._updates \
                     and not self._agent_rows:
                 return
+
+    async def _write_agents(self) -> None:
+        """Registrations in a transaction of their own: one that fails (another coordinator
+        on the same database took the name) fails those registrations, not the tasks."""
+        rows, self._agent_rows = list(self._agent_rows.values()), {}
+        waiters, self._agent_waiters = self._agent_waiters, []
+        error: Exception | None = None
+        try:
+            await self._run(self._commit_agents, rows)
+            self.commits += 1
+        except Exception as exc:
+            error = exc
+        for fut in waiters:
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+    def _agent_waiter(self) -> asyncio.Future[None]:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._agent_waiters.append(fut)
+        self._wake.set()
+        return fut
 
     async def _gather(self) -> None:
         """Under load (the last group had company), let the group fill before committing:
@@ -438,8 +466,7 @@ class Store:
         finally:
             raw.close()
 
-    def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]],
-                agents: list[dict[str, Any]] | None = None) -> None:
+    def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
         # The DBAPI directly, with statements SQLAlchemy compiled once for this dialect: the
         # ORM path costs ~250 µs per commit, this one ~25 µs plus a few per row.
         raw = self._raw
@@ -449,8 +476,18 @@ class Store:
                 self._many(cur, "insert", new_rows)
             if changed:
                 self._many(cur, "update", changed)
-            if agents:
-                self._many(cur, "agent", agents)
+            raw.commit()
+        except Exception:
+            raw.rollback()
+            raise
+        finally:
+            cur.close()
+
+    def _commit_agents(self, rows: list[dict[str, Any]]) -> None:
+        raw = self._raw
+        cur = raw.cursor()
+        try:
+            self._many(cur, "agent", rows)
             raw.commit()
         except Exception:
             raw.rollback()
@@ -528,7 +565,7 @@ class Store:
             self._agent_rows[agent_id] = {
                 "agent_id": agent_id, "name": name, "version": version, "capabilities": caps,
                 "max_concurrency": max_concurrency, "first_seen": now, "last_registered": now}
-            await self._waiter()
+            await self._agent_waiter()
             return
 
         def upsert() -> None:  # a database without INSERT .. ON CONFLICT: one at a time
