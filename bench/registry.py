@@ -12,8 +12,8 @@
 2. Liveness sweep (pure, in process): 1,000 and 10,000 agents beating with spread phases, the
    coordinator's sweep period; ``Registry.sweep`` against re-judging every agent per sweep.
 3. Heartbeats over real websockets, loopback: a coordinator child process (``Reach.start``
-   with default settings: 10 s heartbeat interval) and a few agent processes holding many
-   raw websocket connections each (register, then heartbeat frames, no SDK), at 1,000 and
+   with default settings: 10 s heartbeat interval; GC tuned as ``reach serve`` tunes it) and
+   a few agent processes holding many raw websocket connections each (register, then heartbeat frames, no SDK), at 1,000 and
    10,000 agents. Beats are sent faster than every 10 s (the beat rate is a CLI option), the
    coordinator's CPU is read from the OS (psutil) over a silent window and a beating window,
    and the cost is scaled to 10,000 agents beating every 10 s with the arithmetic printed.
@@ -229,7 +229,10 @@ async def coordinator_role(args: argparse.Namespace) -> None:
     from reach import Reach
 
     before, after = raise_open_files()
+    from reach.cli import tune_gc
+
     reach = await Reach.start(port=0, heartbeat_interval=args.interval)
+    tune_gc()  # as `reach serve` does (and bench/relay.py's coordinator)
     registry = reach.registry
     counts = {"beats": 0, "sweeps": 0, "sweep_s": 0.0, "gc_in_sweeps_s": 0.0}
     beat, sweep = registry.heartbeat, registry.sweep
@@ -490,7 +493,7 @@ async def bench_heartbeats(n: int, procs: int, rate: float, window: float,
 
 def print_heartbeats(rows: list[dict[str, Any]], window: float) -> bool:
     print("\n3. heartbeats over websockets (loopback): a coordinator process (Reach.start, "
-          "10 s heartbeat interval),")
+          "GC tuned as `reach serve` tunes it, 10 s heartbeat interval),")
     print(f"   agent processes holding raw websocket connections; coordinator CPU from the OS "
           f"over {window:.0f} s windows")
     head = (f"{'agents':>7}{'procs':>6}{'connect s':>10}{'ms CPU/reg':>11}{'beat every':>11}"
