@@ -14,9 +14,10 @@
 3. Heartbeats over real websockets, loopback: a coordinator child process (``Reach.start``
    with default settings: 10 s heartbeat interval; GC tuned as ``reach serve`` tunes it) and
    a few agent processes holding many raw websocket connections each (register, then
-   heartbeat frames, no SDK), at 1,000 and 10,000 agents. Beats are sent faster than every 10 s (the beat rate is a CLI option), the
-   coordinator's CPU is read from the OS (psutil) over a silent window and a beating window,
-   and the cost is scaled to 10,000 agents beating every 10 s with the arithmetic printed.
+   heartbeat frames, no SDK), at 1,000 and 10,000 agents. Beats are sent faster than every
+   10 s (the beat rate is a CLI option), the coordinator's CPU is read from the OS (psutil)
+   over a silent window and a beating window, and the cost is scaled to 10,000 agents
+   beating every 10 s with the arithmetic printed.
 
 Children are this script with ``--role``; they take commands on stdin (one per line) and
 answer on stdout with lines starting ``BENCH``. A child exits when its stdin closes, so the
