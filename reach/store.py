@@ -212,7 +212,8 @@ class Store:
         self._pending: dict[str, asyncio.Future[None]] = {}  # task id → its queued insert
         self._updates: dict[str, Task] = {}
         self._agent_rows: dict[str, dict[str, Any]] = {}  # agent id → row to upsert
-        self._agent_waiters: list[asyncio.Future[None]] = []  # resolved by the agents' commit
+        # agent id → its registrations' futures ("" for flush); resolved by the agents' commit
+        self._agent_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._waiters: list[asyncio.Future[None]] = []  # resolved by the next commit
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -356,26 +357,35 @@ class Store:
                 return
 
     async def _write_agents(self) -> None:
-        """Registrations in a transaction of their own: one that fails (another coordinator
-        on the same database took the name) fails those registrations, not the tasks."""
-        rows, self._agent_rows = list(self._agent_rows.values()), {}
-        waiters, self._agent_waiters = self._agent_waiters, []
-        error: Exception | None = None
+        """Registrations in a transaction of their own, after the tasks'. If it fails (another
+        coordinator on the same database took a name), each row is tried alone, so only the
+        clashing registration fails: not the submits, nor the other agents of the storm."""
+        rows, self._agent_rows = self._agent_rows, {}
+        waiters, self._agent_waiters = self._agent_waiters, {}
+        errors: dict[str, Exception] = {}
         try:
-            await self._run(self._commit_agents, rows)
+            await self._run(self._commit_agents, list(rows.values()))
             self.commits += 1
-        except Exception as exc:
-            error = exc
-        for fut in waiters:
-            if not fut.done():
+        except Exception:
+            for agent_id, row in rows.items():
+                try:
+                    await self._run(self._commit_agents, [row])
+                    self.commits += 1
+                except Exception as exc:
+                    errors[agent_id] = exc
+        for agent_id, futures in waiters.items():
+            error = errors.get(agent_id)
+            for fut in futures:
+                if fut.done():
+                    continue
                 if error is None:
                     fut.set_result(None)
                 else:
                     fut.set_exception(error)
 
-    def _agent_waiter(self) -> asyncio.Future[None]:
+    def _agent_waiter(self, agent_id: str = "") -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._agent_waiters.append(fut)
+        self._agent_waiters.setdefault(agent_id, []).append(fut)
         self._wake.set()
         return fut
 
@@ -565,7 +575,7 @@ class Store:
             self._agent_rows[agent_id] = {
                 "agent_id": agent_id, "name": name, "version": version, "capabilities": caps,
                 "max_concurrency": max_concurrency, "first_seen": now, "last_registered": now}
-            await self._agent_waiter()
+            await self._agent_waiter(agent_id)
             return
 
         def upsert() -> None:  # a database without INSERT .. ON CONFLICT: one at a time

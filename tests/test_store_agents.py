@@ -91,3 +91,25 @@ async def test_a_registration_that_fails_does_not_fail_the_tasks_committed_besid
         assert await store.agent_ids() == {"echo": "ag-1"}
     finally:
         await store.close()
+
+
+async def test_a_name_clash_in_a_storm_fails_that_registration_only(tmp_path: Path) -> None:
+    """Registrations share one transaction; when it fails on a taken name, each is tried
+    alone: the clashing one gets the database's error, the others are stored."""
+    import sqlite3
+
+
+    store = Store(f"sqlite:///{tmp_path / 'storm-clash.db'}")
+    await store.open()
+    try:
+        await store.save_agent("id-old", "a", "1", CAPS, 4, 0.0)
+        results = await asyncio.gather(
+            store.save_agent("id-new", "a", "1", CAPS, 4, 1.0),  # "a" belongs to id-old
+            store.save_agent("id-b", "b", "1", CAPS, 4, 1.0),
+            store.save_agent("id-c", "c", "1", CAPS, 4, 1.0),
+            return_exceptions=True)
+        assert isinstance(results[0], sqlite3.IntegrityError)
+        assert results[1:] == [None, None]
+        assert await store.agent_ids() == {"a": "id-old", "b": "id-b", "c": "id-c"}
+    finally:
+        await store.close()
