@@ -202,6 +202,10 @@ class Agent:
     async def _stop_serving(self) -> None:
         self._closing = True
         self.online.clear()
+        if self._ack_timer is not None:  # its loop may end with us: never leave it armed
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        self._acks.clear()
         if self._ws is not None:
             await self._ws.close()
         if self._serve_task is not None:

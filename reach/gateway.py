@@ -13,6 +13,7 @@ is retried only for idempotent capabilities; a ``TaskError`` answer is final.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 from collections import OrderedDict, deque
@@ -43,6 +44,7 @@ from .store import Store
 from .tasks import Envelope, Task, TaskState, new_task
 
 S = TaskState
+log = logging.getLogger("reach.gateway")
 
 
 @dataclass(slots=True)
@@ -274,6 +276,9 @@ class Gateway:
         self._chunk_sinks.setdefault(task_id, []).append(sink)
 
     def _emit_chunk(self, task_id: str, seq: int, data: Any) -> None:
+        # A losing hedge may stream on after the task was answered: nobody listens any more.
+        if task_id not in self.live:
+            return
         # A retried attempt streams again from 0: callers already have those chunks.
         if seq < self._chunk_next.get(task_id, 0):
             return
@@ -575,7 +580,10 @@ class Gateway:
         if fut is not None and not fut.done():
             def release(_c: object = None) -> None:
                 for fn in watchers:
-                    fn(task)
+                    try:
+                        fn(task)
+                    except Exception:  # one watcher's bug must not cost the others or
+                        log.exception("a watcher of task %s failed", tid)  # the bookkeeping
                 if not fut.done():
                     fut.set_result(task)
             commit = self._commits.get(tid)

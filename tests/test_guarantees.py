@@ -410,3 +410,66 @@ async def test_a_failure_while_answering_leaves_the_task_to_its_driver() -> None
         assert await client.call("x.echo", {"n": 2}) == {"n": 2}  # the agent session lives
     finally:
         await cluster.close()
+
+
+async def test_a_losing_streaming_hedge_leaves_nothing_behind_the_answer() -> None:
+    """The answer finishes the task while the losing copy may still stream: its chunks are
+    dropped, and no per-task state outlives the task (found in review)."""
+    cluster = await Cluster.start()
+    try:
+        runs: dict[int, list[str]] = {}
+        slow = asyncio.Event()
+
+        def serve(name: str) -> Any:
+            async def read(n: int) -> Any:
+                runs.setdefault(n, []).append(name)
+                if slow.is_set() and len(runs[n]) == 1:  # the first copy streams on
+                    for i in range(200):
+                        yield {"i": i, "by": name}
+                        await asyncio.sleep(0.0005)
+                    return
+                yield {"n": n, "by": name}
+            return read
+
+        for name in ("a", "b"):
+            agent = Agent(name, reconnect_base=0.02)
+            agent.capability("x.read", idempotent=True, hedge=True, latency_ms=50)(serve(name))
+            await agent.connect(cluster.url)
+            cluster.agents.append(agent)
+        client = await cluster.client()
+        for n in range(20):  # successes give the P95 the hedge waits for
+            await client.call("x.read", {"n": n})
+        slow.set()
+        for n in range(100, 105):
+            await client.call("x.read", {"n": n}, timeout=3)
+        gateway = cluster.reach.gateway
+        await wait_until(lambda: not gateway._drivers)  # the losers are cancelled
+        await asyncio.sleep(0.05)  # chunks still in flight arrive
+        assert not [t for t in gateway._chunk_next if t not in gateway.live]
+    finally:
+        await cluster.close()
+
+
+async def test_closing_an_agent_stops_its_ack_timer() -> None:
+    """An agent object outlives its loop in notebooks and tests: a timer left armed on a
+    dead loop would keep every later read from being acknowledged (found in review)."""
+    cluster = await Cluster.start()
+    try:
+        gate = asyncio.Event()
+
+        async def slow() -> str:
+            await gate.wait()
+            return "slow"
+
+        agent = Agent("a", ack_grace=30.0, reconnect_base=0.02)
+        agent.capability("x.slow", idempotent=True)(slow)
+        await agent.connect(cluster.url)
+        client = await cluster.client()
+        task = await client.submit("x.slow", {})
+        await wait_until(lambda: agent._ack_timer is not None)
+        gate.set()
+        assert await task.result(timeout=5) == "slow"
+        await agent.close(drain=0.5)
+        assert agent._ack_timer is None and not agent._acks
+    finally:
+        await cluster.close()
