@@ -571,6 +571,8 @@ class Store:
         Registrations share the group commit with tasks: a reconnect storm after a restart
         (thousands of agents at once) costs a few transactions, not one each."""
         caps = _json(capabilities)
+        if self._writer is None or self._writer.done():
+            raise RuntimeError("the store is not open (open() it first, or it was closed)")
         if "agent" in self._sql:
             self._agent_rows[agent_id] = {
                 "agent_id": agent_id, "name": name, "version": version, "capabilities": caps,

@@ -113,3 +113,13 @@ async def test_a_name_clash_in_a_storm_fails_that_registration_only(tmp_path: Pa
         assert await store.agent_ids() == {"a": "id-old", "b": "id-b", "c": "id-c"}
     finally:
         await store.close()
+
+
+async def test_registering_on_a_closed_store_says_so(tmp_path: Path) -> None:
+    import pytest
+
+    store = Store(f"sqlite:///{tmp_path / 'closed.db'}")
+    await store.open()
+    await store.close()
+    with pytest.raises(RuntimeError, match="not open"):
+        await asyncio.wait_for(store.save_agent("ag-1", "a", "0", CAPS, 4, 0.0), 5)
