@@ -37,7 +37,7 @@ async def test_registrations_arriving_together_share_one_commit(tmp_path: Path) 
         before = store.commits
         await asyncio.gather(*(store.save_agent(f"ag-{i}", f"agent-{i}", "0", CAPS, 4, 1.0)
                                for i in range(200)))
-        assert 1 <= store.commits - before <= 2  # not 200
+        assert store.commits - before in (1, 2)  # not 200
         assert len(await store.agent_ids()) == 200
     finally:
         await store.close()
