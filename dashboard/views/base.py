@@ -57,7 +57,9 @@ class TableView(Vertical):
         self.resync()
 
     def resync(self) -> None:
-        if not self.is_mounted:
+        # Mounted is not enough: while the view composes, or while the app shuts down, its
+        # table may not be there, and a feed frame can arrive in either moment (seen in CI).
+        if not self.is_mounted or not list(self.query(LiveTable)):
             return
         rows = self.rows()
         wanted = Filter.parse(self.filter_text)
