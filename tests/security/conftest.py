@@ -1,0 +1,107 @@
+"""Shared pieces of the attack tests: a loop-stall probe and a cluster with a legitimate pair.
+
+Every attack test asserts two things beside the typed error it expects: a legitimate caller's
+call on a legitimate agent still answers quickly while and after the attack runs (the
+coordinator's loop was not frozen), and nothing acknowledged was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest_asyncio
+
+from reach import Client
+from reach.testing import Cluster
+
+STALL_LIMIT = 0.05  # a legitimate call must answer within 50 ms, during and after an attack
+
+
+@dataclass
+class StallProbe:
+    """Calls ``probe.echo`` back to back on a legitimate client and keeps the worst latency."""
+
+    client: Client
+    worst: float = 0.0
+    calls: int = 0
+    failures: list[BaseException] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+
+    async def once(self) -> float:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await self.client.call("probe.echo", {"n": self.calls}, timeout=5) == self.calls
+        took = loop.time() - started
+        self.calls += 1
+        self.worst = max(self.worst, took)
+        return took
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # kept: the test reports it
+                self.failures.append(exc)
+            await asyncio.sleep(0.002)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def check(self, limit: float = STALL_LIMIT) -> None:
+        """Stop watching; assert the probe never failed or stalled, and still answers now."""
+        await self.stop()
+        await self.once()
+        assert not self.failures, f"legitimate calls failed during the attack: {self.failures!r}"
+        assert self.calls > 1, "the probe never ran"
+        assert self.worst < limit, (
+            f"a legitimate call took {self.worst * 1000:.1f} ms during the attack "
+            f"(limit {limit * 1000:.0f} ms): the coordinator's loop stalled")
+
+
+async def echo(n: int) -> int:
+    return n
+
+
+async def start_probe(cluster: Cluster, *, caller: str = "probe-caller",
+                      agent_token: str | None = None,
+                      caller_token: str | None = None) -> StallProbe:
+    """Connect the legitimate agent and caller and take one warm call."""
+    await cluster.add_agent("probe-agent", {"probe.echo": echo}, token=agent_token,
+                            idempotent=True)
+    probe = StallProbe(await cluster.client(caller, token=caller_token))
+    await probe.once()
+    probe.worst = 0.0
+    return probe
+
+
+@pytest_asyncio.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    """An open-mode cluster (no tokens) on loopback with millisecond heartbeats."""
+    c = await Cluster.start()
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest_asyncio.fixture
+async def probe(cluster: Cluster) -> AsyncIterator[StallProbe]:
+    """The legitimate pair on ``cluster``, already watching; call ``await probe.check()``."""
+    p = await start_probe(cluster)
+    p.start()
+    try:
+        yield p
+    finally:
+        await p.stop()
