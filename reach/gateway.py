@@ -511,7 +511,9 @@ class Gateway:
         loop = asyncio.get_running_loop()
         queued_at = loop.time()
         wait_until = queued_at + self.settings.queue_wait
-        queued = False
+        # Already queued when the driver comes back here (a resumed task that waited for its
+        # agent, or a wait for breakers): it stays queued, it does not queue again.
+        queued = task.state is S.QUEUED
         while True:
             declaring = self.registry.declaring(env.capability)
             now = self.clock()

@@ -473,3 +473,45 @@ async def test_closing_an_agent_stops_its_ack_timer() -> None:
         assert agent._ack_timer is None and not agent._acks
     finally:
         await cluster.close()
+
+
+async def test_a_task_that_comes_back_to_the_slot_queue_stays_queued() -> None:
+    """Issue 10, item 9: a resumed task queued while its agent was full, whose agent dropped
+    and came back within ``recovery_grace``, re-entered ``_acquire`` and moved queued -> queued:
+    ``InvalidTransition``, dead-lettered as "internal error". Here the second wait for a slot
+    is taken directly: it must end as a plain ``Rejected`` with the task still queued."""
+    import time as _time
+
+    from reach.errors import Rejected
+    from reach.tasks import Envelope, TaskState, new_task
+    from reach.testing import Cluster
+
+    cluster = await Cluster.start(queue_wait=0.02)
+    try:
+        gate = asyncio.Event()
+
+        async def hold() -> str:
+            await gate.wait()
+            return "done"
+
+        await cluster.add_agent("busy", {"work.hold": hold}, max_concurrency=1)
+        client = await cluster.client()
+        first = await client.submit("work.hold")
+        gateway = cluster.reach.gateway
+        busy = cluster.reach.registry.by_name["busy"]
+        for _ in range(200):
+            if busy.inflight == 1:
+                break
+            await asyncio.sleep(0.005)
+        now = _time.time()
+        task = new_task(Envelope(task_id="t-requeued", trace_id="tr-requeued",
+                                 capability="work.hold", params={}, caller="test",
+                                 idempotency_key="k-requeued", created_at=now), now)
+        task.move(TaskState.QUEUED, now, "waiting for a free slot")  # its first wait
+        with pytest.raises(Rejected):
+            await gateway._acquire(task, frozenset(), None)
+        assert task.state is TaskState.QUEUED
+        gate.set()
+        assert await first.result(5) == "done"
+    finally:
+        await cluster.close()
