@@ -36,6 +36,7 @@ from . import protocol as p
 from .client import Client
 from .context import Context
 from .errors import ReachError, TaskError, Unavailable, from_wire
+from .keys import unscoped_key
 from .outbox import Outbox
 from .schemas import schema_of
 
@@ -461,7 +462,8 @@ class Agent:
             kwargs = {k: v for k, v in kwargs.items() if k in handler.accepts}
         if handler.ctx_param is not None:
             kwargs[handler.ctx_param] = Context(
-                task_id=f.task_id, trace_id=f.trace_id, idempotency_key=f.idempotency_key,
+                task_id=f.task_id, trace_id=f.trace_id,
+                idempotency_key=unscoped_key(f.caller, f.idempotency_key),
                 capability=f.capability, caller=f.caller, attempt=f.attempt,
                 parent_task_id=f.parent_task_id, traceparent=f.traceparent,
                 deadline=None if f.deadline_ms is None

@@ -22,17 +22,18 @@ from websockets.exceptions import ConnectionClosed
 from . import names
 from . import protocol as p
 from .delivery import Delivery
-from .errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
+from .errors import InvalidParams, ProtocolError, ReachError, Unavailable
 from .outbox import Outbox
-from .schemas import SchemaError
+from .schemas import SchemaError, compile_schema
 from .tasks import TaskState
+from .trust import may_read
 
 if TYPE_CHECKING:
     from .reach import Reach
 
 log = logging.getLogger("reach.channel")
 POLICY_VIOLATION = 1008
-HELLO_TIMEOUT = 10.0
+TRY_AGAIN_LATER = 1013
 DEFER_ACK = 0.05  # how long a `defer_ack` submit's acknowledgement may wait for its outcome
 
 
@@ -46,13 +47,42 @@ class Channel:
     def __init__(self, reach: Reach) -> None:
         self.reach = reach
         self.sessions: set[_Session] = set()
+        self.open = 0  # connections being handled (sessions and those still before hello)
+        self._pending: dict[str, int] = {}  # address → connections not yet past hello
+
+    @property
+    def full(self) -> bool:
+        return self.open >= self.reach.settings.max_connections
 
     async def handle(self, ws: ServerConnection) -> None:
+        self.open += 1
         try:
-            async with asyncio.timeout(HELLO_TIMEOUT):
+            await self._handle(ws)
+        finally:
+            self.open -= 1
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        s = self.reach.settings
+        if self.open > s.max_connections:  # (the HTTP step refuses most of these earlier)
+            await ws.close(TRY_AGAIN_LATER, "the coordinator is at its connection limit")
+            return
+        address = str(ws.remote_address[0]) if ws.remote_address else ""
+        if self._pending.get(address, 0) >= s.max_pending_per_address:
+            await ws.close(POLICY_VIOLATION, "too many connections from this address that "
+                                             "have not sent hello or register")
+            return
+        self._pending[address] = self._pending.get(address, 0) + 1
+        try:
+            async with asyncio.timeout(s.hello_timeout):
                 raw = await ws.recv()
         except (TimeoutError, ConnectionClosed):
             return
+        finally:
+            left = self._pending[address] - 1
+            if left:
+                self._pending[address] = left
+            else:
+                del self._pending[address]
         try:
             first = p.parse(raw)
         except ProtocolError as exc:
@@ -87,20 +117,11 @@ async def refuse(ws: ServerConnection, err: ReachError) -> None:
         pass
 
 
-def _authorize(reach: Reach, token: str | None, name: str) -> None:
-    tokens = reach.settings.tokens
-    if tokens is None:
-        return
-    principal = tokens.get(token or "")
-    if principal is None or principal not in ("*", name):
-        raise Unauthorized(f"token not accepted for {name!r}; pass the token issued for it")
-
-
 class _Session:
     def __init__(self, reach: Reach, ws: ServerConnection) -> None:
         self.reach = reach
         self.ws = ws
-        self.out = Outbox(ws, name="reach-session-out")
+        self.out = Outbox(ws, name="reach-session-out", limit=reach.settings.max_outbox_bytes)
 
     async def _frames(self, on_frame: Callable[[Any], None]) -> None:
         """Read frames until the socket closes; a bad one is answered, not fatal."""
@@ -132,10 +153,18 @@ class AgentSession(_Session):
     async def run(self, reg: p.Register) -> None:
         reach = self.reach
         try:
-            _authorize(reach, reg.token, reg.name)
+            await self._admit(reg)
             agent_id = reach.identity(reg.name)
             known = reach.registry.by_id.get(agent_id)
             previous = known.session if known is not None else None
+            if isinstance(previous, AgentSession) and previous is not self and \
+                    not reach.trust.may_take_over(old_instance=known.instance if known else None,
+                                                  new_instance=reg.instance):
+                raise Unavailable(
+                    f"an agent named {reg.name!r} is connected from another process; in open "
+                    f"mode (no tokens) only that same process may take its name over. Stop "
+                    f"the other one, or wait: its connection is dropped once it stops "
+                    f"answering keepalive pings", agent=reg.name)
             registration = reach.registry.register(
                 agent_id=agent_id, name=reg.name, version=reg.version,
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, session=self,
@@ -170,6 +199,29 @@ class AgentSession(_Session):
                 reach.registry.disconnected(record, reach.clock())
                 reach.gateway.agents_changed()
             await self.out.aclose()
+
+    async def _admit(self, reg: p.Register) -> None:
+        """Everything a registration must pass before it touches the registry: the token, the
+        size of the declaration, the serve rules, and schemas that compile (off the loop)."""
+        reach = self.reach
+        s = reach.settings
+        reach.trust.authenticate(reg.token, reg.name, "agent")
+        if len(reg.capabilities) > s.max_capabilities:
+            raise InvalidParams(
+                f"registration refused: {len(reg.capabilities)} capabilities, over the limit "
+                f"of {s.max_capabilities} per agent (max_capabilities); split them over "
+                f"several agents", limit=s.max_capabilities)
+        canonical = []
+        for spec in reg.capabilities:
+            try:
+                canonical.append((names.normalize(spec.name), spec.scope))
+            except ValueError as exc:
+                raise InvalidParams(f"registration refused: {exc}") from None
+        reach.trust.check_serve(reg.name, canonical)
+        # Compiling a schema is CPU work that grows with its size: done on a worker thread,
+        # it leaves the loop free (the registry then finds each validator in the cache).
+        await asyncio.to_thread(precompile, [c.params for c in reg.capabilities],
+                                s.max_schema_bytes)
 
     def replaced(self) -> None:
         """A newer connection registered under our name: this one is stale."""
@@ -248,7 +300,7 @@ class CallerSession(_Session):
 
     async def run(self, hello: p.Hello) -> None:
         try:
-            _authorize(self.reach, hello.token, hello.caller)
+            self.reach.trust.authenticate(hello.token, hello.caller, "caller")
         except ReachError as exc:
             await refuse(self.ws, exc)
             await self.out.aclose()
@@ -410,18 +462,32 @@ class CallerSession(_Session):
                                    trace_id=trace_id, error=error))
 
     async def _status(self, f: p.Status) -> None:
-        task = await self.reach.gateway.task(f.task_id)
-        if task is None:
-            self.out.post(error_frame(InvalidParams(f"no task with id {f.task_id!r}"), id=f.id))
-            return
-        self.out.post(p.dump(p.TaskInfo(id=f.id, task=task.view())))
+        task = await self._readable(f.task_id, f.id)
+        if task is not None:
+            self.out.post(p.dump(p.TaskInfo(id=f.id, task=task.view())))
 
     async def _await(self, f: p.Result) -> None:
-        task = await self.reach.gateway.task(f.task_id)
-        if task is None:
-            self.out.post(error_frame(InvalidParams(f"no task with id {f.task_id!r}"), id=f.id))
-            return
-        self._watch(task.task_id, f.id or 0, task)
+        task = await self._readable(f.task_id, f.id)
+        if task is not None:
+            self._watch(task.task_id, f.id or 0, task)
+
+    async def _readable(self, task_id: str, req_id: int | None) -> Any:
+        """The task, if this caller may see it (its own, or one its agent ran); otherwise
+        answered as if there were no such task, so ids of others' work cannot be probed."""
+        task = await self.reach.gateway.task(task_id)
+        if task is None or not may_read(self.caller, task.envelope.caller,
+                                        (a.agent for a in task.attempts)):
+            self.out.post(error_frame(InvalidParams(
+                f"no task with id {task_id!r} for caller {self.caller!r}",
+                task_id=task_id), id=req_id))
+            return None
+        return task
+
+
+def precompile(schemas: list[dict[str, Any]], max_bytes: int) -> None:
+    """Compile every schema into the shared cache (run on a worker thread)."""
+    for schema in schemas:
+        compile_schema(schema)
 
 
 def new_agent_id() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -37,10 +38,24 @@ class Settings:
     recovery_grace: float = 10.0
     recent_tasks: int = 10_000  # finished tasks kept in memory for status and trace
     drain_timeout: float = 5.0
-    # wire and security
+    # wire and security (docs/security.md)
     max_frame_bytes: int = 1 << 20
-    tokens: Mapping[str, str] | None = None
-    permissions: Mapping[str, tuple[str, ...]] | None = None
+    tokens: Mapping[str, str] | None = None  # token → principal; None: open mode (loopback)
+    permissions: Mapping[str, tuple[str, ...]] | None = None  # caller → capabilities it may call
+    serves: Mapping[str, tuple[str, ...]] | None = None  # agent → capabilities it may serve
+    insecure: bool = False  # allow a non-loopback bind without tokens
+    max_capabilities: int = 1000  # per registration
+    max_schema_bytes: int = 64 * 1024  # one capability's params schema, as JSON text
+    max_connections: int = 10_000  # open websocket connections, every kind together
+    max_pending_per_address: int = 64  # connections from one address not past hello/register
+    hello_timeout: float = 10.0  # seconds a new connection has to send its first frame
+    ping_interval: float | None = 20.0  # websocket keepalive; a peer silent past
+    ping_timeout: float | None = 20.0  # interval + timeout is closed (None: no pings)
+    max_outbox_bytes: int = 16 << 20  # unsent bytes per connection before it is closed (slow)
+    max_caller_tasks: int = 10_000  # unfinished tasks one caller may have at once
+    recent_bytes: int = 256 << 20  # finished tasks kept for status/trace, by size too
+    dead_letters_max: int = 10_000  # unresolved dead letters kept in memory (all stay stored)
+    dead_letter_retention: float = 7 * 24 * 3600.0  # seconds a letter stays listed
     admin_token: str | None = None  # None: a random one is made at start (reach.admin_token)
     metrics_public: bool = False  # GET /metrics answers loopback peers only unless True
     # observation
@@ -55,3 +70,25 @@ class Settings:
             raise ValueError("retry_budget must be in 0..100 and retry_budget_min >= 0")
         if self.queue_wait < 0 or self.max_retries < 0:
             raise ValueError("queue_wait and max_retries must not be negative")
+        for name in ("max_capabilities", "max_schema_bytes", "max_connections",
+                     "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
+                     "max_caller_tasks", "recent_bytes", "dead_letters_max",
+                     "dead_letter_retention"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.tokens is None and not self.insecure and not loopback(self.host):
+            raise ValueError(
+                f"refusing to bind {self.host!r} without tokens: anyone who can reach it could "
+                f"register agents and read results. Pass tokens={{token: principal}} "
+                f"(reach serve --tokens-file), or insecure=True (--insecure) if the network "
+                f"itself is trusted")
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -2,6 +2,11 @@
 
 Results are pushed from completion callbacks, which cannot await; the outbox turns a ``post`` into
 an ordered send by one writer task that the connection owns and stops.
+
+A peer that stops reading must not make us buffer without end: with a ``limit``, once more than
+that many bytes wait unsent the connection is closed (1008, "slow reader") and what was queued
+is dropped. Nothing acknowledged is lost by that: tasks are durable, and a caller that
+reconnects asks for its outcomes again.
 """
 
 from __future__ import annotations
@@ -13,15 +18,22 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
+SLOW_READER = 1008  # the close code for a peer whose unread frames passed the limit
+
 
 class Outbox:
     EAGER_LIMIT = 64 * 1024  # bytes already buffered before frames wait for the writer task
-    def __init__(self, ws: Any, name: str = "outbox") -> None:
+
+    def __init__(self, ws: Any, name: str = "outbox", limit: int | None = None) -> None:
         self.ws = ws
+        self.limit = limit
         self._queue: deque[str] = deque()
+        self._queued = 0  # characters of text waiting in ``_queue`` (about its bytes)
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._pump(), name=name)
+        self._closer: asyncio.Task[None] | None = None
         self.closed = False
+        self.overflowed = False
 
     def post(self, text: str) -> bool:
         """Send one frame now if the socket can take it, else queue it; False once closed.
@@ -38,9 +50,23 @@ class Outbox:
                     ws.transport.write(chunk)
             return True
         self._queue.append(text)
+        self._queued += len(text)
+        if self.limit is not None and self._queued > self.limit:
+            self._overflow()
+            return False
         self._wake.set()
         return True
 
+    def _overflow(self) -> None:
+        """The peer reads slower than we write: drop what waits and close the connection."""
+        unsent = self._queued
+        self.closed = self.overflowed = True
+        self._queue.clear()
+        self._queued = 0
+        self._task.cancel()
+        # Owned here (the reference keeps it alive); it ends the session's reader too.
+        self._closer = asyncio.get_running_loop().create_task(self.ws.close(
+            SLOW_READER, f"slow reader: {unsent} bytes unsent over the {self.limit}-byte limit"))
 
     def _writable(self) -> bool:
         ws = self.ws
@@ -56,7 +82,9 @@ class Outbox:
                 self._wake.clear()
                 while self._queue:
                     if len(self._queue) == 1:
-                        await self.ws.send(self._queue.popleft())
+                        text = self._queue.popleft()
+                        self._queued -= len(text)
+                        await self.ws.send(text)
                     else:
                         await self._send_batch()
         except ConnectionClosed:
@@ -70,6 +98,7 @@ class Outbox:
         """
         batch = list(self._queue)
         self._queue.clear()
+        self._queued = 0
         ws = self.ws
         async with ws.send_context():
             for text in batch:
@@ -86,3 +115,5 @@ class Outbox:
         except asyncio.CancelledError:
             if (current := asyncio.current_task()) is not None and current.cancelling():
                 raise
+        if self._closer is not None:
+            await asyncio.gather(self._closer, return_exceptions=True)

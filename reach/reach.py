@@ -10,7 +10,6 @@ Nothing here blocks the event loop or calls ``asyncio.run``, so it works under t
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import random
@@ -26,7 +25,7 @@ from websockets.http11 import Request, Response
 
 from . import names, traces
 from .channel import Channel, new_agent_id
-from .config import Settings
+from .config import Settings, loopback
 from .display import AgentList, TraceView, reach_html
 from .errors import InvalidParams
 from .events import ADMIN, AGENT, Event
@@ -35,9 +34,10 @@ from .liveness import LivenessPolicy
 from .prom import CONTENT_TYPE_LATEST, Exporter
 from .protocol import Register
 from .registry import AgentRecord, Registry
-from .routing import Permissions, Router
+from .routing import Router
 from .store import Store
 from .tasks import Task, TaskState
+from .trust import Trust
 
 log = logging.getLogger("reach")
 events_log = logging.getLogger("reach.events")
@@ -77,10 +77,8 @@ class Reach:
             LivenessPolicy(s.heartbeat_interval, s.suspect_after, s.offline_after),
             breaker_open_for=s.breaker_open_for)
         rng = random.Random(seed)
-        self.router = Router(
-            strategy=s.strategy, rng=rng,
-            permissions=Permissions(None if s.permissions is None else
-                                    {k: tuple(v) for k, v in s.permissions.items()}))
+        self.trust = Trust.of(s.tokens, s.permissions, s.serves)
+        self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
         self.gateway = Gateway(s, self.registry, self.router, self.store, clock, rng)
         self.channel = Channel(self)
         self.events = self.gateway.events
@@ -153,13 +151,31 @@ class Reach:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         self._server = await serve(self.channel.handle, s.host, s.port,
                                    max_size=s.max_frame_bytes, compression=None,
-                                   ping_interval=None, close_timeout=1.0,
-                                   process_request=self._http)
+                                   ping_interval=s.ping_interval, ping_timeout=s.ping_timeout,
+                                   open_timeout=s.hello_timeout, close_timeout=1.0,
+                                   process_request=self._http,
+                                   logger=Throttled(logging.getLogger("websockets.server")))
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self.started_at = self.clock()
         self.started = True
+        for warning in self.trust_warnings():
+            log.warning("%s", warning)
+
+    def trust_warnings(self) -> list[str]:
+        """What an operator must know about how open this coordinator is (said at start)."""
+        s, out = self.settings, []
+        if self.trust.open:
+            out.append(f"open mode: no tokens, so any process that reaches {self.url} may "
+                       f"register agents and call capabilities under any name"
+                       + ("" if not s.insecure else
+                          " — and it is bound beyond loopback (insecure=True)")
+                       + "; configure tokens (docs/security.md)")
+        elif s.serves is None:
+            out.append("tokens without serve rules: every token holder may register as an "
+                       "agent and serve any capability; pass serves={agent: patterns}")
+        return out
 
     async def stop(self) -> None:
         """Stop gracefully: refuse new work, drain running tasks, close sockets, flush the store."""
@@ -228,9 +244,14 @@ class Reach:
         """``GET /metrics`` (Prometheus text format); anything else goes on to the websocket
         handshake. Metrics answer loopback peers only unless ``metrics_public``."""
         if request.path.split("?", 1)[0] != "/metrics":
+            if self.channel.full:  # refused before the upgrade: no session is built for it
+                return connection.respond(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    "the coordinator is at its connection limit (max_connections); retry "
+                    "later or on another coordinator\n")
             return None
         peer = str(connection.remote_address[0]) if connection.remote_address else ""
-        if not self.settings.metrics_public and not _loopback(peer):
+        if not self.settings.metrics_public and not loopback(peer):
             return connection.respond(
                 HTTPStatus.FORBIDDEN,
                 "/metrics answers loopback peers only; start with metrics_public=True\n")
@@ -421,11 +442,30 @@ class Reach:
         return reach_html(self)
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+class Throttled(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The websockets server's logger, saying each distinct message at most once a second: at
+    the file-descriptor limit, failed handshakes would otherwise fill the log at MB/s."""
+
+    def __init__(self, logger: logging.Logger, every: float = 1.0) -> None:
+        super().__init__(logger, {})
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._quiet: dict[str, int] = {}
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        key, now = str(msg), time.monotonic()
+        if now - self._last.get(key, -self.every) < self.every:
+            self._quiet[key] = self._quiet.get(key, 0) + 1
+            return
+        if len(self._last) > 1000:
+            self._last.clear()
+        self._last[key] = now
+        quiet = self._quiet.pop(key, 0)
+        if quiet:
+            msg = f"{msg} (and {quiet} more like it in the last {self.every:.0f}s)"
+        super().log(level, msg, *args, **kwargs)
 
 
 def _log_json(event: Event) -> None:

@@ -19,6 +19,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from .keys import unscoped_key
+
 
 class TaskState(enum.StrEnum):
     PENDING = "pending"
@@ -79,7 +81,9 @@ class Envelope:
         return {
             "task_id": self.task_id, "trace_id": self.trace_id, "capability": self.capability,
             "params": self.params, "caller": self.caller,
-            "idempotency_key": self.idempotency_key, "priority": self.priority,
+            # As the caller gave it; the coordinator keeps it scoped to the caller (trust).
+            "idempotency_key": unscoped_key(self.caller, self.idempotency_key),
+            "priority": self.priority,
             "timeout": self.timeout, "max_retries": self.max_retries,
             "created_at": self.created_at, "parent_task_id": self.parent_task_id,
             "traceparent": self.traceparent,

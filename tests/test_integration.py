@@ -376,11 +376,12 @@ async def test_identity_survives_reconnect_and_restart(tmp_path: Any) -> None:
 
 
 async def test_a_newer_connection_replaces_the_old_one(reach_cluster: Cluster) -> None:
+    """The same agent process (same ``instance``) reconnecting takes its name over."""
     import json
 
     import websockets
 
-    register = json.dumps({"v": 1, "type": "register", "name": "twin",
+    register = json.dumps({"v": 1, "type": "register", "name": "twin", "instance": "i-1",
                            "capabilities": [{"name": "twin.run"}]})
     async with websockets.connect(reach_cluster.url) as old:
         await old.send(register)
@@ -534,7 +535,8 @@ async def _crashed_store(path: Any, *, idempotent: bool) -> tuple[str, str]:
     await store.save_agent("ag-writer", "writer", "1", [CapabilitySpec(
         name="order.write", idempotent=idempotent).model_dump()], 4, time.time())
     task = new_task(Envelope(task_id="t-crash", trace_id="tr", capability="order.write",
-                             params={}, caller="c", idempotency_key="k-crash"), time.time())
+                             params={}, caller="anonymous", idempotency_key="k-crash"),
+                    time.time())
     task.attempts.append(Attempt(number=1, agent_id="ag-writer", agent="writer",
                                  started_at=time.time()))
     task.move(TaskState.DISPATCHED, time.time(), "attempt 1 to writer")

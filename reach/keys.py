@@ -1,0 +1,24 @@
+"""Idempotency keys are private to their caller (pure; docs/security.md).
+
+The same key from two callers names two pieces of work: otherwise one caller could read
+another's result by reusing its key, and an agent's key cache would answer one caller with
+another's outcome. The coordinator keeps, stores and sends keys as ``<caller>/<key>``; a
+handler's ``ctx.idempotency_key`` and every view show the key as the caller gave it.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+
+def scoped_key(caller: str, key: str) -> str:
+    """The idempotency key as the coordinator keeps and sends it: private to ``caller``. The
+    caller is percent-encoded, so the first ``/`` separates the two unambiguously."""
+    return f"{quote(caller, safe='')}/{key}"
+
+
+def unscoped_key(caller: str, key: str) -> str:
+    """The key as ``caller`` gave it (what a handler's ``ctx.idempotency_key`` shows); agents
+    keep their caches by the scoped key the invoke carries."""
+    prefix = f"{quote(caller, safe='')}/"
+    return key[len(prefix):] if key.startswith(prefix) else key
