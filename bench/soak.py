@@ -292,8 +292,10 @@ def read_store(db: Path) -> dict[str, dict[str, Any]]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT idempotency_key, task_id, capability, state, error, "
                             "attempts FROM reach_tasks").fetchall()
-    return {key: {"task_id": tid, "capability": cap, "state": state,
-                  "error": json.loads(err) if err else None, "attempts": json.loads(att)}
+    # Keys are stored scoped to their caller ("soak/k1"); the agents' logs show them as given.
+    return {key.removeprefix("soak/"): {
+                "task_id": tid, "capability": cap, "state": state,
+                "error": json.loads(err) if err else None, "attempts": json.loads(att)}
             for key, tid, cap, state, err, att in rows}
 
 

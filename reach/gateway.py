@@ -32,9 +32,11 @@ from .errors import (
     ReachTimeout,
     Rejected,
     TaskFailed,
+    Unauthorized,
     Unavailable,
 )
 from .events import BREAKER, DEAD_LETTER, TASK, EventBus
+from .keys import scoped_key
 from .metrics import Metrics
 from .registry import AgentRecord, Registry
 from .resilience import BreakerState, RetryBudget
@@ -71,7 +73,9 @@ class Gateway:
         self.recent: OrderedDict[str, Task] = OrderedDict()
         self.traces: dict[str, list[str]] = {}
         self.dead: dict[str, Task] = {}
-        self.keys: dict[str, str] = {}
+        self.keys: dict[str, str] = {}  # caller-scoped idempotency key → task id
+        self.caller_live: dict[str, int] = {}  # caller → its unfinished tasks
+        self._recent_bytes = 0  # about how much ``recent`` holds (params and results)
         self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
         self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
@@ -124,11 +128,12 @@ class Gateway:
             cap = names.normalize(capability)
         except ValueError as exc:
             raise InvalidParams(str(exc)) from None
-        if idempotency_key is not None and idempotency_key in self.keys:
-            first_id = self.keys[idempotency_key]
+        key = None if idempotency_key is None else scoped_key(caller, idempotency_key)
+        if key is not None and key in self.keys:
+            first_id = self.keys[key]
             first = self.find(first_id)
             if first is not None:
-                self.check_same_work(first, cap, idempotency_key)
+                self.check_same_work(first, cap, idempotency_key or "")
                 if sink is not None and first_id in self.live:
                     self.add_chunk_sink(first_id, sink)
             commit = self._commits.get(first_id)
@@ -140,20 +145,29 @@ class Gateway:
                 f"{cap!r} is declared by {sorted(self.known[cap])}, not connected now "
                 f"(after a restart agents reconnect by themselves); retry shortly",
                 capability=cap)
-        self.router.admit(cap, params, caller, declaring, self.registry.capability_names())
+        self.router.admit(cap, params, caller, declaring, self.registry.names)
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
         if not any(r.reachable for r in declaring.values()):
             raise Unavailable(
                 f"{len(declaring)} agent(s) declare {cap!r} but none is online; "
                 f"see `reach.agents()`", capability=cap)
+        live = self.caller_live.get(caller, 0)
+        if live >= self.settings.max_caller_tasks:
+            raise Rejected(
+                f"caller {caller!r} has {live} unfinished tasks, its limit "
+                f"(max_caller_tasks); wait for some to finish", level=1.0, capability=cap)
         now = self.clock()
         task_id = os.urandom(16).hex()
         # A W3C traceparent from the caller names the trace; agents get one naming this task.
-        trace_id = trace_id or traces.trace_id_of(traceparent) or os.urandom(16).hex()
+        trace_id = trace_id or traces.trace_id_of(traceparent)
+        if trace_id is None:
+            trace_id = os.urandom(16).hex()
+        else:
+            self._check_join(trace_id, caller, parent_task_id)
         traceparent = traces.child_traceparent(trace_id, task_id, traceparent)
         env = Envelope(
             task_id=task_id, trace_id=trace_id, capability=cap,
-            params=params, caller=caller, idempotency_key=idempotency_key or task_id,
+            params=params, caller=caller, idempotency_key=key or task_id,
             priority=priority, timeout=timeout,
             max_retries=self.settings.max_retries if max_retries is None else max_retries,
             created_at=now, parent_task_id=parent_task_id, traceparent=traceparent,
@@ -178,7 +192,7 @@ class Gateway:
             self._commits.pop(task_id, None)
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
-                self.live.pop(task_id, None)
+                self._unlive(task)
                 self._outcomes.pop(task_id, None)
                 self._watchers.pop(task_id, None)
                 self._chunk_sinks.pop(task_id, None)
@@ -202,6 +216,24 @@ class Gateway:
                 f"{first.envelope.capability!r}; use a new key for {capability!r}",
                 task_id=first.task_id)
 
+    def _check_join(self, trace_id: str, caller: str, parent_task_id: str | None) -> None:
+        """A caller may add to a trace it started, or one whose ``parent_task_id`` task its
+        agent is running (a nested call); not to a stranger's trace, whose views it would
+        otherwise join (and whose operator would see its tasks as part of the chain)."""
+        ids = self.traces.get(trace_id)
+        if not ids:
+            return
+        root = self.find(ids[0])
+        if root is None or root.envelope.caller == caller:
+            return
+        parent = None if parent_task_id is None else self.find(parent_task_id)
+        if parent is not None and parent.envelope.trace_id == trace_id and \
+                any(a.agent == caller for a in parent.attempts):
+            return
+        raise Unauthorized(
+            f"trace {trace_id!r} belongs to another caller; start a new trace, or name as "
+            f"parent_task_id the task your agent is running", trace_id=trace_id)
+
     def _by_intent(self, text: str) -> str:
         if not text.strip():
             raise InvalidParams("name a capability or state an intent")
@@ -212,11 +244,24 @@ class Gateway:
         return found
 
     def _track(self, task: Task) -> None:
+        if task.task_id not in self.live:
+            caller = task.envelope.caller
+            self.caller_live[caller] = self.caller_live.get(caller, 0) + 1
         self.live[task.task_id] = task
         ids = self.traces.setdefault(task.envelope.trace_id, [])
         if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
             ids.append(task.task_id)
         self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
+
+    def _unlive(self, task: Task) -> None:
+        if self.live.pop(task.task_id, None) is None:
+            return
+        caller = task.envelope.caller
+        left = self.caller_live.get(caller, 0) - 1
+        if left > 0:
+            self.caller_live[caller] = left
+        else:
+            self.caller_live.pop(caller, None)
 
     def _move(self, task: Task, state: TaskState, note: str = "") -> None:
         task.move(state, self.clock(), note)
@@ -300,7 +345,7 @@ class Gateway:
         now = asyncio.get_running_loop().time()
         for cap, declared in self.registry.index.items():
             for _ in range(min(self.slots.waiting(cap), len(declared))):
-                self.slots.wake((cap,), now)
+                self.slots.wake((cap,), now, self._usage)
 
     # ------------------------------------------------------------ driving one task
 
@@ -543,7 +588,7 @@ class Gateway:
                     queued = True
                 # The first queued time is kept across wake-ups: a waiter that lost the race
                 # for a slot keeps its age, it does not go to the back.
-                await self.slots.wait(env.capability, env.priority, queued_at, left)
+                await self.slots.wait(env.capability, env.priority, queued_at, left, env.caller)
 
     def _pressure(self, capability: str, sat: Saturated) -> float:
         """Back-pressure level 0.5..1: saturated, and how many wait per free-able slot."""
@@ -554,7 +599,10 @@ class Gateway:
 
     def slot_freed(self, record: AgentRecord) -> None:
         """A slot at ``record`` opened: wake a waiter for each capability it serves."""
-        self.slots.wake(record.capabilities, asyncio.get_running_loop().time())
+        self.slots.wake(record.capabilities, asyncio.get_running_loop().time(), self._usage)
+
+    def _usage(self, caller: str) -> int:
+        return self.caller_live.get(caller, 0)
 
 
     # ------------------------------------------------------------ finishing
@@ -594,7 +642,7 @@ class Gateway:
             else:  # answer only what was stored
                 commit.add_done_callback(release)
         self.store.update(task)
-        self.live.pop(tid, None)
+        self._unlive(task)
         if state is S.DEAD:
             self.dead[tid] = task
             self.events.publish(DEAD_LETTER, {"action": "added", "task_id": tid,

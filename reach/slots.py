@@ -3,24 +3,33 @@
 Who is woken when a slot opens is the highest priority *aged* by time waited (``aging`` levels
 a second), so a priority-0 task is served before it would be rejected and never starves under
 a stream of priority-9 work. A waiter keeps its first queued time across wake-ups it loses.
+
+Between callers, fairness comes first: the slot goes to the caller with the least unfinished
+work (``usage``), and priority orders that caller's own waiters. One caller flooding a
+capability therefore cannot push every other caller's calls past ``queue_wait`` into
+``rejected``: each waiting caller gets its turn (priority across callers would be worth
+nothing anyway, since any caller may claim 9).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+Waiter = tuple[int, float, str, asyncio.Future[None]]
 
 
 class SlotQueue:
     def __init__(self, aging: float) -> None:
         self.aging = aging
-        # capability → (priority, first queued at, waker)
-        self._waiters: dict[str, list[tuple[int, float, asyncio.Future[None]]]] = {}
+        # capability → (priority, first queued at, caller, waker)
+        self._waiters: dict[str, list[Waiter]] = {}
 
-    async def wait(self, capability: str, priority: int, since: float, limit: float) -> None:
+    async def wait(self, capability: str, priority: int, since: float, limit: float,
+                   caller: str = "") -> None:
         """Wait up to ``limit`` seconds to be woken (returns either way)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(capability, []).append((priority, since, fut))
+        self._waiters.setdefault(capability, []).append((priority, since, caller, fut))
         try:
             async with asyncio.timeout(limit):
                 await fut
@@ -30,27 +39,34 @@ class SlotQueue:
             if not fut.done():
                 fut.cancel()
 
-    def wake(self, capabilities: Iterable[str], now: float) -> None:
-        """Wake the most deserving waiter of each capability."""
+    def wake(self, capabilities: Iterable[str], now: float,
+             usage: Callable[[str], int] | None = None) -> None:
+        """Wake the most deserving waiter of each capability: of the caller with the least
+        ``usage`` among those waiting, the highest aged priority."""
         for cap in capabilities:
             waiters = self._waiters.get(cap)
             if not waiters:
                 continue
-            live = [w for w in waiters if not w[2].done()]
+            live = [w for w in waiters if not w[3].done()]
             if not live:
                 del self._waiters[cap]
                 continue
-            best = max(live, key=lambda w: (w[0] + (now - w[1]) * self.aging, -w[1]))
+            if usage is not None and any(w[2] != live[0][2] for w in live):
+                least = min(usage(w[2]) for w in live)
+                pool = [w for w in live if usage(w[2]) == least]
+            else:
+                pool = live
+            best = max(pool, key=lambda w: (w[0] + (now - w[1]) * self.aging, -w[1]))
             live.remove(best)
             self._waiters[cap] = live
-            best[2].set_result(None)
+            best[3].set_result(None)
 
     def waiting(self, capability: str) -> int:
-        return sum(1 for w in self._waiters.get(capability, ()) if not w[2].done())
+        return sum(1 for w in self._waiters.get(capability, ()) if not w[3].done())
 
     def cancel_all(self) -> None:
         for waiters in self._waiters.values():
-            for _, _, fut in waiters:
+            for _, _, _, fut in waiters:
                 if not fut.done():
                     fut.cancel()
         self._waiters.clear()

@@ -366,7 +366,8 @@ async def test_an_agent_change_wakes_slot_waiters_without_a_pass_over_every_agen
     join(reach.registry, 9_999, caps=(OTHER,))
     woken: list[tuple[str, ...]] = []
     wake = reach.gateway.slots.wake
-    reach.gateway.slots.wake = lambda caps, now: (woken.append(tuple(caps)), wake(caps, now))
+    reach.gateway.slots.wake = lambda caps, now, *usage: (woken.append(tuple(caps)),
+                                                           wake(caps, now, *usage))
     reach.gateway.agents_changed()
     assert woken == []  # nobody waiting: nothing to do
     slots = reach.gateway.slots

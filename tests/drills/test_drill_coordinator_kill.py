@@ -99,7 +99,8 @@ async def test_coordinator_sigkill_loses_nothing_acknowledged_and_runs_no_key_tw
         started_runs = collections.Counter(parts[1] for parts in log_lines(log, "start"))
         twice = {k: c for k, c in started_runs.items() if c > 1}
         with contextlib.closing(sqlite3.connect(db)) as conn:
-            rows = collections.Counter(k for (k,) in conn.execute(
+            # (stored scoped to their caller: "drill/k001")
+            rows = collections.Counter(k.removeprefix("drill/") for (k,) in conn.execute(
                 "SELECT idempotency_key FROM reach_tasks"))
         print(f"\ncoordinator SIGKILL: {total} tasks in {elapsed:.2f}s, "
               f"{at_kill['unfinished']} acknowledged and unfinished at the kill, "
