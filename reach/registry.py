@@ -8,6 +8,7 @@ to now are kept apart from the rest (``Declared``), so picking one never scans t
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from .liveness import Liveness, LivenessPolicy, deadline, judge
 from .protocol import CapabilitySpec
 from .resilience import Breaker, BreakerState
 from .schemas import Validator, compile_schema
+
+# Warnings one registration lists at most; past them, one line says how many more there were.
+MAX_WARNINGS = 20
 
 # Where an agent stands for routing (``routable``); one shelf of a ``Group`` per value but OUT.
 READY, FULL, HELD, OUT = 0, 1, 2, 3
@@ -256,6 +260,9 @@ class Registry:
         self.by_id: dict[str, AgentRecord] = {}
         self.by_name: dict[str, AgentRecord] = {}
         self.index: dict[str, Declared] = {}
+        # The names of ``index`` (a capability stays while any agent declares it), indexed
+        # for look-alike warnings and ``no_route`` suggestions.
+        self.names = names.NameIndex()
         # Told of every registration and liveness change (the coordinator publishes events).
         self.on_change: Callable[[AgentRecord], None] | None = None
         self._slot_width = policy.interval / 16
@@ -270,21 +277,53 @@ class Registry:
         """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration."""
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
-        # Look-alikes are judged against other agents' names, not this agent's previous ones.
-        others = [c for c, agents in self.index.items()
-                  if len(agents) > 1 or agent_id not in agents]
+        unsaid = 0  # warnings past MAX_WARNINGS: counted, not listed
+        index, previous = self.index, self.by_id.get(agent_id)
+
+        def theirs(cap: str) -> bool:
+            declared = index.get(cap)
+            return declared is not None and (len(declared) > 1 or agent_id not in declared)
+
+        # Look-alikes are judged against other agents' names and this registration's own, not
+        # this agent's previous ones. Each is counted without listing them (the index's bucket
+        # of its shape, less the previous-only names of that shape, plus this registration's
+        # names that nobody else declares), so a flood of look-alikes costs O(1) per name past
+        # the first MAX_WARNINGS warnings, not O(bucket).
+        own: dict[frozenset[str], int] = {}
+        if previous is not None:
+            for cap in previous.capabilities:
+                if not theirs(cap):
+                    form = names.shape(cap)
+                    own[form] = own.get(form, 0) + 1
+        fresh: dict[frozenset[str], list[str]] = {}
         for spec in specs:
             canonical = names.normalize(spec.name)
             if canonical in caps:
                 raise ValueError(f"capability {spec.name!r} is declared twice (as {canonical!r})")
             if canonical != spec.name:
-                warnings.append(f"capability {spec.name!r} registered as {canonical!r}")
-            for other in names.look_alikes(canonical, [*others, *caps]):
-                warnings.append(
-                    f"capability {canonical!r} looks like existing {other!r}; callers asking "
-                    f"for one will not reach the other")
+                if len(warnings) < MAX_WARNINGS:
+                    warnings.append(f"capability {spec.name!r} registered as {canonical!r}")
+                else:
+                    unsaid += 1
+            form = names.shape(canonical)
+            alike = self.names.same_shape(canonical)
+            mine = fresh.setdefault(form, [])
+            count = len(alike) - own.get(form, 0) - theirs(canonical) + len(mine)
+            room = max(0, MAX_WARNINGS - len(warnings))
+            if count and room:
+                found = itertools.chain(
+                    mine, (k for k in alike if k != canonical and theirs(k)))
+                for other in sorted(itertools.islice(found, min(count, room))):
+                    warnings.append(
+                        f"capability {canonical!r} looks like existing {other!r}; callers "
+                        f"asking for one will not reach the other")
+            unsaid += count - min(count, room)
+            if not theirs(canonical):
+                mine.append(canonical)
             caps[canonical] = Capability(canonical, spec, compile_schema(spec.params))
-        record = self.by_id.get(agent_id)
+        if unsaid:
+            warnings.append(f"... and {unsaid} more warnings")
+        record = previous
         if record is None:
             record = AgentRecord(agent_id=agent_id, name=name, version=version,
                                  max_concurrency=max_concurrency, capabilities=caps)
@@ -308,6 +347,7 @@ class Registry:
             declared = self.index.get(cap)
             if declared is None:
                 declared = self.index[cap] = Declared(cap)
+                self.names.add(cap)
             record.groups.append(declared.join(record))
         if self.on_change is not None:
             self.on_change(record)
@@ -320,6 +360,7 @@ class Registry:
                 declared.leave(record)
                 if not declared:
                     del self.index[cap]
+                    self.names.discard(cap)
         record.groups.clear()
 
     def heartbeat(self, record: AgentRecord, now: float, *, inflight: int, queue_depth: int,
@@ -434,7 +475,8 @@ class Registry:
         return Declared(capability) if found is None else found
 
     def capability_names(self) -> list[str]:
-        return sorted(self.index)
+        """Every declared capability, sorted (``names`` indexes them for look-ups)."""
+        return self.names.sorted()
 
     def intents(self) -> dict[str, list[str]]:
         """capability → the example intents its agents declared."""

@@ -80,13 +80,18 @@ class Router:
             raise ValueError("need exact >= 0 and sample >= 1")
 
     def admit(self, capability: str, params: dict[str, object], caller: str,
-              declaring: Mapping[str, AgentRecord], known: Iterable[str]) -> None:
-        """Checks that do not depend on health: raise NoRoute, InvalidParams or Unauthorized."""
+              declaring: Mapping[str, AgentRecord],
+              known: names.NameIndex | Iterable[str]) -> None:
+        """Checks that do not depend on health: raise NoRoute, InvalidParams or Unauthorized.
+
+        ``known`` (the names ``NoRoute`` suggests from) is normally the registry's
+        ``NameIndex``; any other iterable is compared name by name."""
         if not declaring:
+            suggestions = (known.closest(capability) if isinstance(known, names.NameIndex)
+                           else names.closest(capability, known))
             raise NoRoute(
                 f"no agent declares {capability!r}; check the name or connect an agent that "
-                f"offers it", capability=capability,
-                suggestions=names.closest(capability, known))
+                f"offers it", capability=capability, suggestions=suggestions)
         scope_ok = valid = False
         reason = ""
         seen: dict[Validator, str | None] = {}

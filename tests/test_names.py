@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import re
+import time
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from reach.names import VERBS, closest, look_alikes, normalize, shape, words
+from reach.liveness import LivenessPolicy
+from reach.names import EXACT, VERBS, NameIndex, closest, look_alikes, normalize, shape, words
+from reach.protocol import CapabilitySpec
+from reach.registry import MAX_WARNINGS, Registry
 
 CANONICAL = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*(\.[a-z0-9]+(_[a-z0-9]+)*)*$")
 
@@ -165,3 +171,203 @@ def test_closest_with_nothing_known_or_nothing_close():
     assert closest("sales.query", []) == []
     assert closest("zzz.qqq", ["hr.hire", "inventory.update"]) == []
     assert closest("   ", ["hr.hire"]) == []
+
+
+# ------------------------------------------------------------------ NameIndex
+
+def brute_closest(name, known, n=3):
+    """The exhaustive answer (the module's ``closest``) that the index must give."""
+    return closest(name, known, n)
+
+
+def test_index_add_discard_and_set_behaviour():
+    index = NameIndex(["sales.query", "hr.hire"])
+    assert index.add("inventory.query") is True
+    assert index.add("inventory.query") is False
+    assert len(index) == 3 and "hr.hire" in index and "nope.nope" not in index
+    assert list(index) == index.sorted() == ["hr.hire", "inventory.query", "sales.query"]
+    assert index.discard("hr.hire") is True
+    assert index.discard("hr.hire") is False
+    assert index.sorted() == ["inventory.query", "sales.query"]
+
+
+def test_index_forgets_everything_it_was_told():
+    # No posting outlives its names: a registry that churns does not grow.
+    index = NameIndex()
+    spelled = [f"{d}{i}.{v}" for d in ("inventory", "sales") for i in range(30)
+               for v in ("query", "update")]
+    for name in spelled:
+        index.add(name)
+    for name in spelled:
+        index.discard(name)
+    assert len(index) == 0 and index.sorted() == []
+    assert index._by_shape == {} and index._by_gram == {} and index._by_word == {}
+    assert index.closest("inventory1.query") == [] and index.look_alikes("query.inventory1") == []
+
+
+def test_index_look_alikes_and_same_shape():
+    known = ["query.inventory", "inventory.query", "inventory.update", "query_inventory",
+             "inventory.query.all"]
+    index = NameIndex(known)
+    assert index.look_alikes("inventory.query") == ["query.inventory", "query_inventory"]
+    assert index.look_alikes("Inventory.Query") == look_alikes("Inventory.Query", known)
+    assert list(index.same_shape("query.inventory")) == [
+        "query.inventory", "inventory.query", "query_inventory"]  # in the order added
+    assert set(index.same_shape("nothing.alike")) == set()
+
+
+@pytest.mark.parametrize("size", [4, 100, 3000])
+def test_index_closest_keeps_the_pinned_suggestions(size):
+    filler = [f"zone{i}.{v}" for i in range(size) for v in ("list", "sync")][:size]
+    index = NameIndex(["sales.query", "hr.hire", "sales.list", "inventory.update",
+                       "inventory.query", *filler])
+    assert index.closest("sales.querry")[0] == "sales.query"
+    assert "hr.hire" not in index.closest("sales.querry")
+    assert index.closest("QueryInventory")[0] == "inventory.query"
+    assert index.closest("inventroy.query")[0] == "inventory.query"
+    assert index.closest("inventry.query")[0] == "inventory.query"
+    assert index.closest("hr.onboard_new_contractor_quickly") == ["hr.hire"]
+    assert index.closest("zzz.qqq") == []
+    assert index.closest("   ") == []
+    assert index.closest("sales.forecast", n=1) == index.closest("sales.forecast")[:1]
+
+
+_names = st.lists(identifiers().map(normalize), max_size=EXACT, unique=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(known=_names, extra=_names, wanted=identifiers(), n=st.integers(1, 4))
+def test_index_closest_equals_the_exhaustive_answer_on_small_registries(known, extra, wanted, n):
+    index = NameIndex([*known, *extra])
+    for name in extra:  # what was discarded leaves no trace
+        if name not in known:
+            index.discard(name)
+    assert sorted(index) == sorted(known)
+    assert index.closest(wanted, n) == brute_closest(wanted, known, n)
+    assert index.look_alikes(normalize(wanted)) == look_alikes(normalize(wanted), known)
+
+
+@settings(max_examples=100, deadline=None)
+@given(known=st.lists(identifiers().map(normalize), min_size=EXACT + 1, max_size=80,
+                      unique=True),
+       wanted=identifiers())
+def test_index_closest_on_larger_registries_suggests_known_names_sharing_something(known,
+                                                                                   wanted):
+    index = NameIndex(known)
+    got = index.closest(wanted)
+    assert len(got) == len(set(got)) <= 3
+    assert set(got) <= set(known)
+    exhaustive = brute_closest(wanted, known)
+    if not exhaustive:
+        assert got == []  # nothing close and no word shared: nothing invented either
+    if normalize(wanted) in known:
+        assert got[0] == normalize(wanted)
+
+
+def test_index_closest_agrees_with_the_exhaustive_answer_on_typos_at_scale():
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    domains = ["".join(rng.choice(letters) for _ in range(rng.randint(4, 10)))
+               for _ in range(300)]
+    known = sorted({f"{rng.choice(domains)}.{rng.choice(sorted(VERBS))}" for _ in range(2000)})
+    index = NameIndex(known)
+    agree = 0
+    trials = 200
+    for _ in range(trials):
+        name = rng.choice(known)
+        at = rng.randrange(len(name))
+        typo = name[:at] + rng.choice(letters) + name[at + 1:]  # one letter wrong
+        got, exhaustive = index.closest(typo), brute_closest(typo, known)
+        assert got and got[0] in known
+        agree += got[0] == exhaustive[0]
+    print(f"\nindex and exhaustive top suggestions agree on {agree}/{trials} typos")
+    assert agree >= 0.9 * trials
+
+
+# ------------------------------------------------------------------ hostile names
+
+def _cost(fn, name, rounds=20):
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn(name)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("unit", ["aA", "A", "_", " -", "A_", ".", "a.", "AAa", "1A", "\u00e9A"])
+def test_names_cost_linear_time_in_the_length_of_a_hostile_name(unit):
+    def work(name):
+        words(name)
+        shape.__wrapped__(name)
+        try:
+            normalize.__wrapped__(name)
+        except ValueError:
+            pass
+    short, long = (unit * 200)[:200], (unit * 2000)[:2000]
+    ratio = _cost(work, long) / _cost(work, short)
+    # Ten times the length: linear is ~10x, quadratic ~100x.
+    assert ratio < 30, f"{unit!r}: {ratio:.1f}x for 10x the length"
+
+
+# ------------------------------------------------------------------ the registry's warnings
+
+POLICY = LivenessPolicy(interval=1.0, suspect_after=2.0, offline_after=3.0)
+_spellings = st.sampled_from([
+    "inventory.query", "query.inventory", "QueryInventory", "query_inventory", "inventory_query",
+    "sales.query", "query.sales", "SalesQuery", "sales.report", "report.sales", "hr.hire",
+    "hire.hr", "inventory.query.all", "all.inventory.query"])
+
+
+def old_warnings(index, agent_id, spelled):
+    """What ``Registry.register`` warned before the name index (each look-alike once)."""
+    others = [c for c, agents in index.items() if len(agents) > 1 or agent_id not in agents]
+    caps, out = [], []
+    for name in spelled:
+        canonical = normalize(name)
+        if canonical != name:
+            out.append(f"capability {name!r} registered as {canonical!r}")
+        for other in sorted(set(look_alikes(canonical, [*others, *caps]))):
+            out.append(f"capability {canonical!r} looks like existing {other!r}; callers "
+                       f"asking for one will not reach the other")
+        caps.append(canonical)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.lists(_spellings, max_size=6)),
+                min_size=1, max_size=8))
+def test_registry_look_alike_warnings_are_what_they_were(registrations):
+    reg = Registry(POLICY)
+    for agent_id, spelled in registrations:
+        spelled = list({normalize(s): s for s in spelled}.values())  # one spelling per name
+        index = {cap: set(declared) for cap, declared in reg.index.items()}
+        expected = old_warnings(index, agent_id, spelled)
+        got = reg.register(agent_id=agent_id, name=agent_id, version="1", max_concurrency=1,
+                           specs=[CapabilitySpec(name=s) for s in spelled], session=None,
+                           now=0.0).warnings
+        if len(expected) <= MAX_WARNINGS:
+            assert got == expected
+        else:
+            assert len(got) == MAX_WARNINGS + 1 and set(got[:-1]) <= set(expected)
+            assert got[-1] == f"... and {len(expected) - MAX_WARNINGS} more warnings"
+        assert reg.names.sorted() == sorted(reg.index) == reg.capability_names()
+
+
+def test_a_registration_full_of_look_alikes_lists_a_few_and_counts_the_rest():
+    reg = Registry(POLICY)
+    words_ = [f"w{i}" for i in range(6)]
+    alike = sorted({".".join(p) for p in itertools.permutations(words_)})[:300]
+    reg.register(agent_id="a", name="a", version="1", max_concurrency=1, session=None, now=0.0,
+                 specs=[CapabilitySpec(name=n) for n in alike[:150]])
+    out = reg.register(agent_id="b", name="b", version="1", max_concurrency=1, session=None,
+                       now=0.0, specs=[CapabilitySpec(name=n) for n in alike[150:]])
+    # Each of b's 150 names looks like a's 150 and b's own earlier ones.
+    total = sum(150 + i for i in range(150))
+    assert len(out.warnings) == MAX_WARNINGS + 1
+    assert out.warnings[-1] == f"... and {total - MAX_WARNINGS} more warnings"
+    assert all("looks like existing" in w for w in out.warnings[:-1])
+    # Re-registering the same names: a's are still others', b's own earlier ones are not.
+    again = reg.register(agent_id="b", name="b", version="1", max_concurrency=1, session=None,
+                         now=1.0, specs=[CapabilitySpec(name=n) for n in alike[150:]])
+    assert again.warnings[-1] == f"... and {total - MAX_WARNINGS} more warnings"
