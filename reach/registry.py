@@ -18,7 +18,7 @@ from . import names
 from .liveness import Liveness, LivenessPolicy, deadline, judge
 from .protocol import CapabilitySpec
 from .resilience import Breaker, BreakerState
-from .schemas import Validator, compile_schema
+from .schemas import MAX_SCHEMA_BYTES, Validator, compile_schema
 
 # Warnings one registration lists at most; past them, one line says how many more there were.
 MAX_WARNINGS = 20
@@ -254,8 +254,10 @@ class Registry:
     since is simply put in the slot of its new deadline. At 10,000 agents this costs a few
     times less than judging every agent on every sweep (bench/registry.py measures both)."""
 
-    def __init__(self, policy: LivenessPolicy, breaker_open_for: float = 5.0) -> None:
+    def __init__(self, policy: LivenessPolicy, breaker_open_for: float = 5.0,
+                 max_schema_bytes: int = MAX_SCHEMA_BYTES) -> None:
         self.policy = policy
+        self.max_schema_bytes = max_schema_bytes
         self.breaker_open_for = breaker_open_for
         self.by_id: dict[str, AgentRecord] = {}
         self.by_name: dict[str, AgentRecord] = {}
@@ -320,7 +322,8 @@ class Registry:
             unsaid += count - min(count, room)
             if not theirs(canonical):
                 mine.append(canonical)
-            caps[canonical] = Capability(canonical, spec, compile_schema(spec.params))
+            caps[canonical] = Capability(canonical, spec, compile_schema(
+                spec.params, max_bytes=self.max_schema_bytes))
         if unsaid:
             warnings.append(f"... and {unsaid} more warnings")
         record = previous
