@@ -125,3 +125,19 @@ async def test_agent_garbage_is_answered_and_its_work_goes_on(busy_cluster: Clus
         await ws.send(json.dumps({"v": 1, "type": "result", "task_id": invoke["task_id"],
                                   "attempt": invoke["attempt"], "result": "raw ok"}))
         assert await handle.result(3) == "raw ok"
+
+
+async def test_deep_json_is_answered_on_its_id_and_the_session_goes_on(
+        busy_cluster: Cluster) -> None:
+    async with websockets.connect(busy_cluster.url) as ws:
+        await ws.send(json.dumps({"v": 1, "type": "hello", "caller": "deep"}))
+        assert json.loads(await ws.recv())["type"] == "welcome"
+        await ws.send('{"v": 1, "type": "submit", "id": 3, "capability": "echo.run", '
+                      '"params": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}")
+        reply = json.loads(await ws.recv())
+        assert reply["id"] == 3 and reply["error"]["code"] == "protocol_error"
+        assert reply["error"]["details"] == {"type": "submit"}
+        await ws.send(json.dumps({"v": 1, "type": "teleport"}))
+        reply = json.loads(await ws.recv())
+        assert reply["error"]["details"] == {"type": "teleport"}
+    await still_serving(busy_cluster)
