@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("reach.channel")
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
+YIELD_EVERY = 16  # frames one session reads before it lets the loop run others
 DEFER_ACK = 0.05  # how long a `defer_ack` submit's acknowledgement may wait for its outcome
 
 
@@ -112,7 +113,10 @@ class Channel:
 async def refuse(ws: ServerConnection, err: ReachError) -> None:
     try:
         await ws.send(error_frame(err))
-        await ws.close(POLICY_VIOLATION, err.message[:120])
+        # A close reason may be 123 bytes: cut by bytes, not characters (non-ASCII text
+        # cut at 120 characters made the close itself fail, and the connection end 1011).
+        await ws.close(POLICY_VIOLATION,
+                       err.message.encode()[:120].decode("utf-8", errors="ignore"))
     except ConnectionClosed:
         pass
 
@@ -125,8 +129,14 @@ class _Session:
 
     async def _frames(self, on_frame: Callable[[Any], None]) -> None:
         """Read frames until the socket closes; a bad one is answered, not fatal."""
+        read = 0
         try:
             async for raw in self.ws:
+                read += 1
+                if not read % YIELD_EVERY:
+                    # Frames already buffered are read without a pause: one peer's burst
+                    # must not hold the loop from every other connection.
+                    await asyncio.sleep(0)
                 try:
                     frame = p.parse(raw)
                 except ProtocolError as exc:
@@ -218,8 +228,9 @@ class AgentSession(_Session):
             except ValueError as exc:
                 raise InvalidParams(f"registration refused: {exc}") from None
         reach.trust.check_serve(reg.name, canonical)
-        # Compiling a schema is CPU work that grows with its size: done on a worker thread,
-        # it leaves the loop free (the registry then finds each validator in the cache).
+        # Compiling a schema is CPU work that grows with its size (~3 ms per KiB). The size
+        # limit is what bounds it; a worker thread shares the GIL, but lets the loop in
+        # between bytecodes (the registry then finds each validator in the cache).
         await asyncio.to_thread(precompile, [c.params for c in reg.capabilities],
                                 s.max_schema_bytes)
 
@@ -261,7 +272,7 @@ class AgentSession(_Session):
                 delivery.ack()
         elif kind == "error":
             if frame.task_id is None:
-                log.warning("agent %s reports: %s", self.record.name, frame.error.message)
+                log.warning("agent %r reports: %r", self.record.name, frame.error.message)
                 return
             delivery = self.pending.pop((frame.task_id, frame.attempt), None)
             if delivery is not None:
@@ -487,7 +498,7 @@ class CallerSession(_Session):
 def precompile(schemas: list[dict[str, Any]], max_bytes: int) -> None:
     """Compile every schema into the shared cache (run on a worker thread)."""
     for schema in schemas:
-        compile_schema(schema)
+        compile_schema(schema, max_bytes=max_bytes)
 
 
 def new_agent_id() -> str:

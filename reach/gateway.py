@@ -341,10 +341,12 @@ class Gateway:
         self._wake()
         # As many slot waiters per capability as agents declare it (a slot may have opened at
         # each), counted per capability: a pass over every agent on every registration made
-        # connecting n agents cost n² (bench/registry.py).
+        # connecting n agents cost n² (bench/registry.py). Only capabilities with waiters are
+        # looked at: a walk over every capability cost 11,000 look-ups per registration.
         now = asyncio.get_running_loop().time()
-        for cap, declared in self.registry.index.items():
-            for _ in range(min(self.slots.waiting(cap), len(declared))):
+        for cap in self.slots.capabilities():
+            declared = self.registry.index.get(cap)
+            for _ in range(min(self.slots.waiting(cap), len(declared or ()))):
                 self.slots.wake((cap,), now, self._usage)
 
     # ------------------------------------------------------------ driving one task
@@ -559,10 +561,15 @@ class Gateway:
         # Already queued when the driver comes back here (a resumed task that waited for its
         # agent, or a wait for breakers): it stays queued, it does not queue again.
         queued = task.state is S.QUEUED
+        # A newcomer does not take a slot that a less busy caller is waiting for.
+        fair_wait = self.slots.yields_to(env.capability, env.caller, self._usage)
         while True:
             declaring = self.registry.declaring(env.capability)
             now = self.clock()
             try:
+                if fair_wait:
+                    fair_wait = False
+                    raise Saturated(1.0)
                 try:
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
                                             now, exclude, self.dispatch.observed)

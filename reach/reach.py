@@ -75,7 +75,7 @@ class Reach:
         self.store = Store(s.store, s.sqlite_synchronous)
         self.registry = Registry(
             LivenessPolicy(s.heartbeat_interval, s.suspect_after, s.offline_after),
-            breaker_open_for=s.breaker_open_for)
+            breaker_open_for=s.breaker_open_for, max_schema_bytes=s.max_schema_bytes)
         rng = random.Random(seed)
         self.trust = Trust.of(s.tokens, s.permissions, s.serves)
         self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)

@@ -24,12 +24,17 @@ class SlotQueue:
         self.aging = aging
         # capability → (priority, first queued at, caller, waker)
         self._waiters: dict[str, list[Waiter]] = {}
+        # capability → caller → its waiters not yet back from ``wait`` (a woken one counts
+        # until it has taken its slot, so newcomers cannot take the slot it was woken for)
+        self._callers: dict[str, dict[str, int]] = {}
 
     async def wait(self, capability: str, priority: int, since: float, limit: float,
                    caller: str = "") -> None:
         """Wait up to ``limit`` seconds to be woken (returns either way)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(capability, []).append((priority, since, caller, fut))
+        callers = self._callers.setdefault(capability, {})
+        callers[caller] = callers.get(caller, 0) + 1
         try:
             async with asyncio.timeout(limit):
                 await fut
@@ -38,6 +43,22 @@ class SlotQueue:
         finally:
             if not fut.done():
                 fut.cancel()
+            left = callers[caller] - 1
+            if left:
+                callers[caller] = left
+            else:
+                del callers[caller]
+                if not callers and self._callers.get(capability) is callers:
+                    del self._callers[capability]
+
+    def yields_to(self, capability: str, caller: str, usage: Callable[[str], int]) -> bool:
+        """Whether a newcomer of ``caller`` must queue behind waiters of a less busy caller
+        instead of taking a free slot first (costs as many callers as are waiting)."""
+        callers = self._callers.get(capability)
+        if not callers:
+            return False
+        mine = usage(caller)
+        return any(usage(other) < mine for other in callers if other != caller)
 
     def wake(self, capabilities: Iterable[str], now: float,
              usage: Callable[[str], int] | None = None) -> None:
@@ -60,6 +81,10 @@ class SlotQueue:
             live.remove(best)
             self._waiters[cap] = live
             best[3].set_result(None)
+
+    def capabilities(self) -> list[str]:
+        """The capabilities that have (or recently had) waiters."""
+        return list(self._waiters)
 
     def waiting(self, capability: str) -> int:
         return sum(1 for w in self._waiters.get(capability, ()) if not w[3].done())
