@@ -35,6 +35,11 @@ BENCHES: list[tuple[str, str, str]] = [
     ("Durable submits", "bench/durable.py",
      "submits/s acknowledged after commit on a SQLite file: group commit against one commit "
      "per task"),
+    ("Hostile peers: each attack against a fresh coordinator", "bench/hostile.py",
+     "remote and file $ref schemas, ReDoS, registration and connection floods, capability "
+     "capture, reading other callers' work, a reader that never reads, deep nesting and "
+     "hostile names: the worst stall a legitimate call saw during each, the coordinator's "
+     "peak RSS and what the attacker got back, beside a quiet baseline"),
 ]
 SOAK = ("Soak: faults, kills and a coordinator restart", "bench/soak.py",
         "10,000 tasks with 20 % injected faults, agent SIGKILLs and a coordinator SIGKILL: "
