@@ -11,9 +11,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from reach import Context, TaskError, TaskFailed
+from reach.config import loopback as _loopback
 from reach.events import EventBus
 from reach.metrics import Metrics
-from reach.config import loopback as _loopback
 from reach.tasks import Attempt, Envelope, TaskState, new_task
 from reach.testing import Cluster, wait_until
 from reach.traces import hops, summary, timeline
