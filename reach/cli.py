@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from .config import Settings
 from .routing import STRATEGIES
@@ -54,6 +57,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin-token", default=None,
                        help="token the admin feed and reach-dash need (default: a random one, "
                             "printed at start)")
+    serve.add_argument("--tokens-file", type=Path, default=None, metavar="FILE",
+                       help="JSON object token -> principal; without it the coordinator runs "
+                            "in open mode (no authentication, loopback only)")
+    serve.add_argument("--permissions-file", type=Path, default=None, metavar="FILE",
+                       help="JSON object caller -> capability patterns it may call "
+                            "(globs like 'sales.*', or 'scope:read')")
+    serve.add_argument("--serves-file", type=Path, default=None, metavar="FILE",
+                       help="JSON object agent -> capability patterns it may serve; with it, "
+                            "only the agents it lists may register (docs/security.md)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="allow binding beyond loopback without tokens (a trusted network "
+                            "only)")
+    serve.add_argument("--max-connections", type=int, default=10_000, metavar="N",
+                       help="open connections at most, of every kind (default 10000)")
+    serve.add_argument("--max-caller-tasks", type=int, default=10_000, metavar="N",
+                       help="unfinished tasks one caller may have at once (default 10000)")
     serve.add_argument("--metrics-public", action="store_true",
                        help="answer GET /metrics from any peer, not only loopback")
     serve.add_argument("--json-logs", action="store_true",
@@ -84,14 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             events.addHandler(handler)
             events.setLevel(logging.INFO)
             events.propagate = False
-        settings = Settings(
-            host=args.host, port=args.port, store=args.store,
-            heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
-            offline_after=args.offline_after, ack_timeout=args.ack_timeout,
-            queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
-            recovery_grace=args.recovery_grace, admin_token=args.admin_token,
-            retry_budget=args.retry_budget, auto_replay=args.auto_replay,
-            metrics_public=args.metrics_public, json_logs=args.json_logs)
+        try:
+            settings = _settings(args)
+        except ValueError as exc:
+            print(f"reach: {exc}", file=sys.stderr)
+            return 2
         try:
             asyncio.run(_serve(settings))
         except KeyboardInterrupt:
@@ -99,6 +115,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from .demo import run_demo
     return asyncio.run(run_demo(seconds=args.seconds, live=not args.plain))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(
+            host=args.host, port=args.port, store=args.store,
+            heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
+            offline_after=args.offline_after, ack_timeout=args.ack_timeout,
+            queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
+            recovery_grace=args.recovery_grace, admin_token=args.admin_token,
+            retry_budget=args.retry_budget, auto_replay=args.auto_replay,
+            metrics_public=args.metrics_public, json_logs=args.json_logs,
+            tokens=_rules(args.tokens_file, str), permissions=_rules(args.permissions_file, list),
+            serves=_rules(args.serves_file, list), insecure=args.insecure,
+            max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks)
+
+
+def _rules(path: Path | None, kind: type) -> Any:
+    """A rules file: a JSON object whose values are strings (tokens) or lists of patterns."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"reach: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, kind) for k, v in data.items()):
+        raise SystemExit(f"reach: {path} must be a JSON object of name -> "
+                         f"{'principal' if kind is str else 'list of patterns'}")
+    return data if kind is str else {k: tuple(map(str, v)) for k, v in data.items()}
 
 
 def tune_gc() -> None:
@@ -122,6 +167,8 @@ async def _serve(settings: Settings) -> None:
     http = reach.url.replace("ws://", "http://", 1)
     print(f"reach: metrics at {http}/metrics; dashboard: "
           f"reach-dash --url {reach.url} --token {reach.admin_token}", flush=True)
+    for warning in reach.trust_warnings():
+        print(f"reach: WARNING: {warning}", flush=True)
     try:
         await stop.wait()
     finally:
