@@ -12,12 +12,15 @@ reconnects asks for its outcomes again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections import deque
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
+log = logging.getLogger("reach.outbox")
 SLOW_READER = 1008  # the close code for a peer whose unread frames passed the limit
 
 
@@ -26,12 +29,12 @@ class Outbox:
 
     def __init__(self, ws: Any, name: str = "outbox", limit: int | None = None) -> None:
         self.ws = ws
+        self.name = name
         self.limit = limit
         self._queue: deque[str] = deque()
         self._queued = 0  # characters of text waiting in ``_queue`` (about its bytes)
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._pump(), name=name)
-        self._closer: asyncio.Task[None] | None = None
         self.closed = False
         self.overflowed = False
 
@@ -60,13 +63,25 @@ class Outbox:
     def _overflow(self) -> None:
         """The peer reads slower than we write: drop what waits and close the connection."""
         unsent = self._queued
+        log.warning("%s: closing a slow reader's connection: %d bytes unsent, over the "
+                    "%d-byte limit (max_outbox_bytes)", self.name, unsent, self.limit)
         self.closed = self.overflowed = True
         self._queue.clear()
         self._queued = 0
         self._task.cancel()
-        # Owned here (the reference keeps it alive); it ends the session's reader too.
-        self._closer = asyncio.get_running_loop().create_task(self.ws.close(
-            SLOW_READER, f"slow reader: {unsent} bytes unsent over the {self.limit}-byte limit"))
+        # Not ``ws.close()``: its closing handshake waits for the write buffer to drain, which
+        # a peer that does not read never lets happen. The close frame goes behind what is
+        # already buffered, the transport closes once that is flushed, and is dropped after a
+        # second if it is not (connection_lost then ends the session's reader).
+        ws = self.ws
+        with contextlib.suppress(Exception):
+            ws.protocol.send_close(SLOW_READER, f"slow reader: {unsent} bytes unsent")
+            for chunk in ws.protocol.data_to_send():
+                if chunk:
+                    ws.transport.write(chunk)
+        transport = ws.transport
+        transport.close()
+        asyncio.get_running_loop().call_later(1.0, transport.abort)
 
     def _writable(self) -> bool:
         ws = self.ws
@@ -115,5 +130,4 @@ class Outbox:
         except asyncio.CancelledError:
             if (current := asyncio.current_task()) is not None and current.cancelling():
                 raise
-        if self._closer is not None:
-            await asyncio.gather(self._closer, return_exceptions=True)
+
