@@ -56,6 +56,7 @@ class Settings:
     recent_bytes: int = 256 << 20  # finished tasks kept for status/trace, by size too
     dead_letters_max: int = 10_000  # unresolved dead letters kept in memory (all stay stored)
     dead_letter_retention: float = 7 * 24 * 3600.0  # seconds a letter stays listed
+    idempotency_keys_max: int = 1_000_000  # keys kept in memory (past it, the oldest go early)
     admin_token: str | None = None  # None: a random one is made at start (reach.admin_token)
     metrics_public: bool = False  # GET /metrics answers loopback peers only unless True
     # observation
@@ -73,7 +74,7 @@ class Settings:
         for name in ("max_capabilities", "max_schema_bytes", "max_connections",
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
-                     "dead_letter_retention"):
+                     "dead_letter_retention", "idempotency_keys_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.tokens is None and not self.insecure and not loopback(self.host):

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import to_json
+
 from . import intent as intents
 from . import names, traces
 from .config import Settings
@@ -75,7 +77,11 @@ class Gateway:
         self.dead: dict[str, Task] = {}
         self.keys: dict[str, str] = {}  # caller-scoped idempotency key → task id
         self.caller_live: dict[str, int] = {}  # caller → its unfinished tasks
+        # The two most recent distinct submitters and when (``contended``).
+        self._last_callers: list[tuple[str | None, float]] = [(None, 0.0), (None, 0.0)]
         self._recent_bytes = 0  # about how much ``recent`` holds (params and results)
+        self._recent_sizes: dict[str, int] = {}
+        self._keys_capped = False
         self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
         self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
@@ -157,6 +163,7 @@ class Gateway:
                 f"caller {caller!r} has {live} unfinished tasks, its limit "
                 f"(max_caller_tasks); wait for some to finish", level=1.0, capability=cap)
         now = self.clock()
+        self._note_caller(caller, now)
         task_id = os.urandom(16).hex()
         # A W3C traceparent from the caller names the trace; agents get one naming this task.
         trace_id = trace_id or traces.trace_id_of(traceparent)
@@ -215,6 +222,20 @@ class Gateway:
                 f"idempotency key {key!r} was already used for "
                 f"{first.envelope.capability!r}; use a new key for {capability!r}",
                 task_id=first.task_id)
+
+    def _note_caller(self, caller: str, now: float) -> None:
+        last = self._last_callers
+        if last[0][0] == caller:
+            last[0] = (caller, now)
+        else:
+            last[1], last[0] = last[0], (caller, now)
+
+    def contended(self, caller: str, within: float = 0.5) -> bool:
+        """Whether a caller other than ``caller`` submitted work in the last ``within`` s (the
+        two most recent submitters are kept, so this costs the same for any number)."""
+        other = self._last_callers[1] if self._last_callers[0][0] == caller \
+            else self._last_callers[0]
+        return other[0] is not None and other[1] >= self.clock() - within
 
     def _check_join(self, trace_id: str, caller: str, parent_task_id: str | None) -> None:
         """A caller may add to a trace it started, or one whose ``parent_task_id`` task its
@@ -657,17 +678,31 @@ class Gateway:
         elif self.dead.pop(tid, None) is not None:
             self.events.publish(DEAD_LETTER, {"action": "resolved", "task_id": tid,
                                               "capability": task.envelope.capability})
+        self._keep_recent(task)
+        if state is S.DEAD and len(self.dead) > self.settings.dead_letters_max:
+            self._drop_dead(next(iter(self.dead)))
+        self._chunk_sinks.pop(tid, None)
+        self._chunk_next.pop(tid, None)
+
+    def _keep_recent(self, task: Task) -> None:
+        """Keep a finished task for status and traces, within ``recent_tasks`` and
+        ``recent_bytes`` (older ones are read from the store)."""
+        tid = task.task_id
+        size = _footprint(task)
+        self._recent_bytes += size - self._recent_sizes.get(tid, 0)
+        self._recent_sizes[tid] = size
         self.recent[tid] = task
         self.recent.move_to_end(tid)
-        while len(self.recent) > self.settings.recent_tasks:
+        s = self.settings
+        while len(self.recent) > 1 and (len(self.recent) > s.recent_tasks
+                                        or self._recent_bytes > s.recent_bytes):
             old_id, old = self.recent.popitem(last=False)
+            self._recent_bytes -= self._recent_sizes.pop(old_id, 0)
             ids = self.traces.get(old.envelope.trace_id)
             if ids is not None and old_id in ids and old_id not in self.live:
                 ids.remove(old_id)
                 if not ids:
                     del self.traces[old.envelope.trace_id]
-        self._chunk_sinks.pop(tid, None)
-        self._chunk_next.pop(tid, None)
 
     # ------------------------------------------------------------ recovery and replay
 
@@ -695,6 +730,31 @@ class Gateway:
     def remember_key(self, key: str, task_id: str, created_at: float) -> None:
         self.keys[key] = task_id
         self._key_ages.append((created_at, key, task_id))
+        if len(self._key_ages) > self.settings.idempotency_keys_max:
+            # Memory over the TTL: the oldest keys go early (a repeat of one runs again).
+            _, old_key, old_task = self._key_ages.popleft()
+            if self.keys.get(old_key) == old_task and old_task not in self.live:
+                del self.keys[old_key]
+            if not self._keys_capped:
+                self._keys_capped = True
+                log.warning("more than %d idempotency keys within their TTL: the oldest are "
+                            "forgotten early (raise idempotency_keys_max or lower "
+                            "idempotency_ttl)", self.settings.idempotency_keys_max)
+
+    def prune_dead(self, before: float) -> int:
+        """Stop listing dead letters that died before ``before`` (the retention); their rows
+        stay in the store, where ``status`` and ``replay`` still find them."""
+        old = [tid for tid, t in self.dead.items()
+               if t.state is S.DEAD and t.updated_at < before]
+        for tid in old:
+            self._drop_dead(tid)
+        return len(old)
+
+    def _drop_dead(self, task_id: str) -> None:
+        task = self.dead.pop(task_id, None)
+        if task is not None:
+            self.events.publish(DEAD_LETTER, {"action": "expired", "task_id": task_id,
+                                              "capability": task.envelope.capability})
 
     def prune_keys(self, before: float) -> int:
         """Forget the keys of tasks created before ``before`` (the TTL); returns how many."""
@@ -722,3 +782,13 @@ class Gateway:
                 fut.exception()  # retrieved: nobody may be waiting, that is not an error
         self.slots.cancel_all()
 
+
+def _footprint(task: Task) -> int:
+    """About the bytes a finished task holds: its params and result as JSON, plus the rest."""
+    env = task.envelope
+    size = 600 + 200 * len(task.attempts) + 60 * len(task.history)
+    if env.params:
+        size += len(to_json(env.params))
+    if task.result is not None:
+        size += len(to_json(task.result))
+    return size

@@ -139,9 +139,11 @@ class Reach:
                     self.gateway.known.setdefault(names.normalize(cap), set()).add(name)
                 except ValueError:
                     continue
-        for task in await self.store.dead():
+        now = self.clock()
+        for task in await self.store.dead(s.dead_letters_max, now - s.dead_letter_retention):
             self.gateway.dead[task.task_id] = task
-        for key, task_id, created in await self.store.keys_since(self.clock() - s.idempotency_ttl):
+        for key, task_id, created in await self.store.keys_since(
+                now - s.idempotency_ttl, s.idempotency_keys_max):
             self.gateway.remember_key(key, task_id, created)
         # Unfinished tasks are live again before anyone can connect and ask about them.
         unfinished = await self.store.unfinished()
@@ -158,6 +160,7 @@ class Reach:
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
+        self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
         self.started_at = self.clock()
         self.started = True
         for warning in self.trust_warnings():
@@ -217,6 +220,7 @@ class Reach:
                 self.gateway.agents_changed()
             if now >= next_prune:
                 self.gateway.prune_keys(now - self.settings.idempotency_ttl)
+                self.gateway.prune_dead(now - self.settings.dead_letter_retention)
                 next_prune = now + 60.0
 
     # ------------------------------------------------------------ identities (channel calls)
@@ -367,8 +371,11 @@ class Reach:
         return out
 
     async def replay(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
-        """Run a dead letter again; returns its view once it ends (or after ``wait`` s)."""
+        """Run a dead letter again; returns its view once it ends (or after ``wait`` s). A
+        letter past the retention (or the in-memory cap) is found in the store."""
         task = self.gateway.dead.get(task_id)
+        if task is None and task_id not in self.gateway.live:
+            task = await self.gateway.task(task_id)
         if task is None or task.state is not TaskState.DEAD:
             raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "
                                 f"see reach.dead_letters()")

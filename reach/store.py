@@ -514,17 +514,30 @@ class Store:
         rows = await self._run(self._select, _TASKS.c.state.not_in(done), None)
         return [task_from_row(r) for r in rows]
 
-    async def dead(self, limit: int = 10_000) -> list[Task]:
-        rows = await self._run(self._select, _TASKS.c.state == TaskState.DEAD.value, limit)
+    async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]:
+        """The newest ``limit`` dead letters (dead since ``since``), oldest first."""
+        def q() -> list[Any]:
+            where = _TASKS.c.state == TaskState.DEAD.value
+            if since is not None:
+                where = where & (_TASKS.c.updated_at >= since)
+            with self.engine.connect() as conn:
+                stmt = select(_TASKS).where(where).order_by(_TASKS.c.updated_at.desc())
+                return list(conn.execute(stmt.limit(limit)))[::-1]
+        rows: list[Any] = await self._run(q)
         return [task_from_row(r) for r in rows]
 
-    async def keys_since(self, since: float) -> list[tuple[str, str, float]]:
-        """(idempotency key, task id, created) of tasks created after ``since``, oldest first."""
+    async def keys_since(self, since: float, limit: int | None = None
+                         ) -> list[tuple[str, str, float]]:
+        """(idempotency key, task id, created) of tasks created after ``since``, oldest first;
+        with ``limit``, only the newest that many."""
         def q() -> list[tuple[str, str, float]]:
             with self.engine.connect() as conn:
                 stmt = (select(_TASKS.c.idempotency_key, _TASKS.c.task_id, _TASKS.c.created_at)
-                        .where(_TASKS.c.created_at >= since).order_by(_TASKS.c.created_at))
-                return [(k, t, c) for k, t, c in conn.execute(stmt)]
+                        .where(_TASKS.c.created_at >= since)
+                        .order_by(_TASKS.c.created_at.desc()))
+                if limit is not None:
+                    stmt = stmt.limit(limit)
+                return [(k, t, c) for k, t, c in conn.execute(stmt)][::-1]
         result: list[tuple[str, str, float]] = await self._run(q)
         return result
 
