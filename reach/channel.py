@@ -35,6 +35,11 @@ log = logging.getLogger("reach.channel")
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
 YIELD_EVERY = 16  # frames one session reads before it lets the loop run others
+MAX_SESSION_WORK = 8  # status/result answers one caller session prepares at a time
+LAG_LIMIT = 0.002  # loop lag (s) past which heavy callers' sessions pause their reading
+HEAVY_CALLER = 16  # unfinished tasks that make a caller heavy
+MAX_UNACKED = 1024  # submits one caller session has read and not yet seen committed
+SHARED_UNACKED = 32  # the same while other callers have work in flight
 DEFER_ACK = 0.05  # how long a `defer_ack` submit's acknowledgement may wait for its outcome
 
 
@@ -49,7 +54,19 @@ class Channel:
         self.reach = reach
         self.sessions: set[_Session] = set()
         self.open = 0  # connections being handled (sessions and those still before hello)
+        self.lag = 0.0  # seconds the loop runs behind (``watch_lag``)
         self._pending: dict[str, int] = {}  # address → connections not yet past hello
+
+    async def watch_lag(self, period: float = 0.005) -> None:
+        """Keep ``lag``: how late the loop runs a timer, a sign it has more work than it can
+        do at once (then the heaviest callers are read more slowly, see ``_backlog``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + period
+            await asyncio.sleep(period)
+            late = loop.time() - due
+            # Up at once, down gently: one quiet turn does not end a flood.
+            self.lag = late if late > self.lag else self.lag * 0.5 + late * 0.5
 
     @property
     def full(self) -> bool:
@@ -125,7 +142,9 @@ class _Session:
     def __init__(self, reach: Reach, ws: ServerConnection) -> None:
         self.reach = reach
         self.ws = ws
-        self.out = Outbox(ws, name="reach-session-out", limit=reach.settings.max_outbox_bytes)
+        peer = ":".join(map(str, ws.remote_address[:2])) if ws.remote_address else "?"
+        self.out = Outbox(ws, name=f"reach-session-out {peer}",
+                          limit=reach.settings.max_outbox_bytes)
 
     async def _frames(self, on_frame: Callable[[Any], None]) -> None:
         """Read frames until the socket closes; a bad one is answered, not fatal."""
@@ -147,8 +166,14 @@ class _Session:
                     on_frame(frame)
                 except ReachError as exc:
                     self.out.post(error_frame(exc, id=getattr(frame, "id", None)))
+                await self._backlog()
         except ConnectionClosed:
             pass
+
+
+    async def _backlog(self) -> None:
+        """Before the next frame: wait while this session's own work in progress is at its
+        bound (the peer then waits on its socket, not everyone else on the loop)."""
 
 
 class AgentSession(_Session):
@@ -306,6 +331,9 @@ class CallerSession(_Session):
         super().__init__(reach, ws)
         self.caller = "anonymous"
         self._work: set[asyncio.Task[None]] = set()
+        self._unacked = 0  # submits whose commit is pending
+        self._limit = MAX_UNACKED  # the window ``_backlog`` last applied
+        self._window: asyncio.Future[None] | None = None
         self._deferred: deque[tuple[float, _Deferred]] = deque()
         self._ack_timer: asyncio.TimerHandle | None = None
 
@@ -340,6 +368,36 @@ class CallerSession(_Session):
         else:
             raise ProtocolError(f"frame type {frame.type!r} is not accepted from a caller")
 
+    async def _backlog(self) -> None:
+        # Each status/result answer may serialize up to a frame's worth of task: a peer asking
+        # thousands at once would fill the loop's ready queue ahead of everyone else.
+        while len(self._work) >= MAX_SESSION_WORK:
+            await asyncio.wait(set(self._work), return_when=asyncio.FIRST_COMPLETED)
+        # Submits read but not yet committed: past the window, read no more until half are.
+        # A caller sending faster than the store commits would otherwise fill the loop with
+        # its tasks, and every other peer's step would wait behind them. The window is
+        # narrow only while other callers submit work too: alone, a caller competes with
+        # nobody and pipelines as deep as it likes (bench/relay.py at 64 in flight).
+        gateway = self.reach.gateway
+        contended = gateway.contended(self.caller)
+        self._limit = SHARED_UNACKED if contended else MAX_UNACKED
+        if self._unacked >= self._limit:
+            self._window = asyncio.get_running_loop().create_future()
+            await self._window
+        # The loop is behind, other callers are submitting, and this caller is one of
+        # those keeping it busy: read its next frames a little later. A caller with a few
+        # calls in flight is never slowed.
+        channel = self.reach.channel
+        while contended and channel.lag > LAG_LIMIT and \
+                gateway.caller_live.get(self.caller, 0) > HEAVY_CALLER:
+            await asyncio.sleep(min(0.05, channel.lag))
+
+    def _committed(self) -> None:
+        self._unacked -= 1
+        window = self._window
+        if window is not None and self._unacked <= self._limit // 2 and not window.done():
+            window.set_result(None)
+
     def _spawn(self, coro: Any) -> None:
         work = asyncio.get_running_loop().create_task(coro)
         self._work.add(work)
@@ -365,8 +423,12 @@ class CallerSession(_Session):
         elif commit is None:
             self._acknowledge(f, task, admission.duplicate)
         else:
-            commit.add_done_callback(
-                lambda c: self._acknowledge(f, task, admission.duplicate, c))
+            self._unacked += 1
+
+            def committed(c: asyncio.Future[None]) -> None:
+                self._committed()
+                self._acknowledge(f, task, admission.duplicate, c)
+            commit.add_done_callback(committed)
 
     async def _late_duplicate(self, f: p.Submit, task_id: str) -> None:
         task = await self.reach.gateway.task(task_id)
@@ -475,7 +537,7 @@ class CallerSession(_Session):
     async def _status(self, f: p.Status) -> None:
         task = await self._readable(f.task_id, f.id)
         if task is not None:
-            self.out.post(p.dump(p.TaskInfo(id=f.id, task=task.view())))
+            self.out.post(p.encode("task", id=f.id, task=task.view()))
 
     async def _await(self, f: p.Result) -> None:
         task = await self._readable(f.task_id, f.id)

@@ -8,17 +8,23 @@ handler's ``ctx.idempotency_key`` and every view show the key as the caller gave
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import quote
 
 
 def scoped_key(caller: str, key: str) -> str:
     """The idempotency key as the coordinator keeps and sends it: private to ``caller``. The
     caller is percent-encoded, so the first ``/`` separates the two unambiguously."""
-    return f"{quote(caller, safe='')}/{key}"
+    return f"{_prefix(caller)}{key}"
 
 
 def unscoped_key(caller: str, key: str) -> str:
     """The key as ``caller`` gave it (what a handler's ``ctx.idempotency_key`` shows); agents
     keep their caches by the scoped key the invoke carries."""
-    prefix = f"{quote(caller, safe='')}/"
+    prefix = _prefix(caller)
     return key[len(prefix):] if key.startswith(prefix) else key
+
+
+@lru_cache(maxsize=4096)
+def _prefix(caller: str) -> str:
+    return f"{quote(caller, safe='')}/"  # (on every submit and invoke: callers are few)
