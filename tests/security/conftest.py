@@ -95,6 +95,7 @@ def coordinator_gc() -> Iterator[None]:
     collection over the test runner's own heap (pytest, hypothesis, every module) pauses the
     loop 65–85 ms, which would be measured here as the coordinator's stall."""
     before = gc.get_threshold()
+    gc.collect()  # what earlier tests left is frozen too, not collected during this one
     tune_gc()
     try:
         yield

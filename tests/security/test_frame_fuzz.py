@@ -16,9 +16,7 @@ A frame that breaks an assertion is reported with its text, so it can be replaye
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -77,20 +75,6 @@ _leaf = st.one_of(
 _json = st.recursive(_leaf, lambda inner: st.lists(inner, max_size=5)
                      | st.dictionaries(st.text(max_size=10), inner, max_size=5),
                      max_leaves=25)
-
-
-@pytest.fixture(autouse=True)
-def _frozen_heap() -> Iterator[None]:
-    """Keep a full GC pass out of the probe's timing. In a long pytest run the heap holds a
-    million objects from earlier tests, and one gen-2 collection then takes 50–85 ms, which
-    the 50 ms probe reads as a stalled loop. Frozen objects are skipped by the collector;
-    autouse fixtures run before ``cluster`` and ``probe``."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _deep(depth: int, kind: str) -> str:

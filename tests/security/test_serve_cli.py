@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from subprocs import free_port, start_coordinator
 
 from reach import Agent, Client, Unauthorized
-from subprocs import free_port, start_coordinator
 
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,9 +6,7 @@ refused with 1008), and the legitimate pair keeps answering within the stall lim
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,20 +21,6 @@ StallProbe = Any  # tests/security/conftest.py's probe fixture
 
 REGISTER = {"v": 1, "type": "register", "name": "limits-agent",
             "capabilities": [{"name": "limits.sink"}]}
-
-
-@pytest.fixture(autouse=True)
-def _frozen_heap() -> Iterator[None]:
-    """Keep a full GC pass out of the probe's timing. In a long pytest run the heap holds a
-    million objects from earlier tests, and one gen-2 collection then takes 50–85 ms, which
-    the 50 ms probe reads as a stalled loop. Frozen objects are skipped by the collector;
-    autouse fixtures run before ``cluster`` and ``probe``."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 async def _reply(ws: ClientConnection) -> dict[str, Any]:
