@@ -166,10 +166,15 @@ class _Session:
                     on_frame(frame)
                 except ReachError as exc:
                     self.out.post(error_frame(exc, id=getattr(frame, "id", None)))
-                await self._backlog()
+                if self._held():
+                    await self._backlog()
         except ConnectionClosed:
             pass
 
+
+    def _held(self) -> bool:
+        """Whether ``_backlog`` may have to wait (a cheap test made after every frame)."""
+        return False
 
     async def _backlog(self) -> None:
         """Before the next frame: wait while this session's own work in progress is at its
@@ -367,6 +372,10 @@ class CallerSession(_Session):
             self._spawn(self._await(frame))
         else:
             raise ProtocolError(f"frame type {frame.type!r} is not accepted from a caller")
+
+    def _held(self) -> bool:
+        return (len(self._work) >= MAX_SESSION_WORK or self._unacked >= SHARED_UNACKED
+                or self.reach.channel.lag > LAG_LIMIT)
 
     async def _backlog(self) -> None:
         # Each status/result answer may serialize up to a frame's worth of task: a peer asking

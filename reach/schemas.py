@@ -100,14 +100,18 @@ def schema_text(schema: Any) -> str:
 class Validator:
     """A compiled params schema; hashable by identity, shared through the compile cache."""
 
-    __slots__ = ("_func",)
+    __slots__ = ("_func", "_run")
 
     def __init__(self, func: Callable[..., Any]) -> None:
         self._func = func
+        # One per validator, reset per check: checks run one at a time, on the loop's thread,
+        # and a check of small params (the common case) then costs no allocation and no clock.
+        self._run = _Run(_FORMATS)
 
     def __call__(self, params: Any, *, max_seconds: float = MAX_CHECK_SECONDS) -> None:
         """Raise ``fastjsonschema.JsonSchemaValueException`` if ``params`` do not fit."""
-        run = _Run(_FORMATS, time.thread_time() + max_seconds)
+        run = self._run
+        run.steps, run.deadline, run.budget = _CLOCK_EVERY, None, max_seconds
         self._func(params, run)
 
 
@@ -363,11 +367,12 @@ class _Run(dict[str, Callable[[str], bool]]):
     """Per-check state, riding in the ``custom_formats`` argument that every generated function
     takes and passes down to the ones it calls: the formats, and the CPU-time budget."""
 
-    __slots__ = ("deadline", "steps")
+    __slots__ = ("budget", "deadline", "steps")
 
-    def __init__(self, formats: dict[str, Callable[[str], bool]], deadline: float) -> None:
+    def __init__(self, formats: dict[str, Callable[[str], bool]]) -> None:
         super().__init__(formats)
-        self.deadline = deadline
+        self.budget = MAX_CHECK_SECONDS
+        self.deadline: float | None = None  # set at the first look at the clock
         self.steps = _CLOCK_EVERY
 
     def spend(self, steps: int = 1) -> None:
@@ -375,7 +380,10 @@ class _Run(dict[str, Callable[[str], bool]]):
         if self.steps > 0:
             return
         self.steps = _CLOCK_EVERY
-        if time.thread_time() > self.deadline:
+        now = time.thread_time()
+        if self.deadline is None:  # the first _CLOCK_EVERY steps are not timed: a few µs
+            self.deadline = now + self.budget
+        elif now > self.deadline:
             raise _Overrun("params are too costly to validate against this schema; "
                            "send smaller params")
 
