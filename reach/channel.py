@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import from_json
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
@@ -101,6 +102,10 @@ class Channel:
                 self._pending[address] = left
             else:
                 del self._pending[address]
+        oversize = _oversize_register(raw, s.max_capabilities)
+        if oversize is not None:
+            await refuse(ws, oversize)
+            return
         try:
             first = p.parse(raw)
         except ProtocolError as exc:
@@ -247,10 +252,7 @@ class AgentSession(_Session):
         s = reach.settings
         reach.trust.authenticate(reg.token, reg.name, "agent")
         if len(reg.capabilities) > s.max_capabilities:
-            raise InvalidParams(
-                f"registration refused: {len(reg.capabilities)} capabilities, over the limit "
-                f"of {s.max_capabilities} per agent (max_capabilities); split them over "
-                f"several agents", limit=s.max_capabilities)
+            raise too_many_capabilities(len(reg.capabilities), s.max_capabilities)
         canonical = []
         for spec in reg.capabilities:
             try:
@@ -564,6 +566,29 @@ class CallerSession(_Session):
                 task_id=task_id), id=req_id))
             return None
         return task
+
+
+def too_many_capabilities(count: int, limit: int) -> InvalidParams:
+    return InvalidParams(
+        f"registration refused: {count} capabilities, over the limit of {limit} per agent "
+        f"(max_capabilities); split them over several agents", limit=limit)
+
+
+def _oversize_register(raw: str | bytes, limit: int) -> InvalidParams | None:
+    """A large first frame that is a ``register`` over the capability limit, found by a plain
+    JSON decode (~3 ms for 10,000 capabilities) before the frame is validated (~9 µs per
+    capability: 90 ms of loop for a refusal that was certain from the count)."""
+    if len(raw) < 64 * 1024:
+        return None
+    try:
+        obj = from_json(raw)
+    except ValueError:
+        return None  # the parser says what is wrong
+    caps = obj.get("capabilities") if isinstance(obj, dict) and \
+        obj.get("type") == "register" else None
+    if isinstance(caps, list) and len(caps) > limit:
+        return too_many_capabilities(len(caps), limit)
+    return None
 
 
 def precompile(schemas: list[dict[str, Any]], max_bytes: int) -> None:

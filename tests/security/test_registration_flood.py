@@ -168,3 +168,19 @@ def test_closest_at_ten_thousand_names_costs_what_it_costs_at_a_hundred() -> Non
     # bounded shortlist, so the two stay within a small factor.
     assert at_big < 5 * at_small
     assert big.closest("inventry.query")[0] == "inventory.query"
+
+
+async def test_one_register_of_ten_thousand_capabilities_is_refused_from_its_count(
+        cluster: Cluster, probe: Any) -> None:
+    """One frame with 10,000 capabilities froze the loop 107 s. Now it is refused for its
+    count from a plain decode, before ~90 ms of validating specs that were never accepted."""
+    frame = register_frame("greedy", flood_names(0, 10_000))
+    async with websockets.connect(cluster.url, max_size=None) as ws:
+        await ws.send(frame)
+        reply = json.loads(await ws.recv())
+        assert reply["error"]["code"] == "invalid_params"
+        assert "10000 capabilities, over the limit of 256" in reply["error"]["message"]
+        await ws.wait_closed()
+        assert ws.close_code == 1008
+    assert "greedy" not in cluster.reach.registry.by_name
+    await probe.check()
