@@ -20,7 +20,7 @@ from pydantic_core import from_json
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from . import names
+from . import counts, names
 from . import protocol as p
 from .delivery import Delivery
 from .errors import InvalidParams, ProtocolError, ReachError, Unavailable
@@ -90,18 +90,14 @@ class Channel:
             await ws.close(POLICY_VIOLATION, "too many connections from this address that "
                                              "have not sent hello or register")
             return
-        self._pending[address] = self._pending.get(address, 0) + 1
+        counts.add(self._pending, address)
         try:
             async with asyncio.timeout(s.hello_timeout):
                 raw = await ws.recv()
         except (TimeoutError, ConnectionClosed):
             return
         finally:
-            left = self._pending[address] - 1
-            if left:
-                self._pending[address] = left
-            else:
-                del self._pending[address]
+            counts.drop(self._pending, address)
         oversize = _oversize_register(raw, s.max_capabilities)
         if oversize is not None:
             await refuse(ws, oversize)

@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from . import counts, names, traces
 from . import intent as intents
-from . import names, traces
 from .config import Settings
 from .dispatch import Dispatcher
 from .errors import (
@@ -266,8 +266,7 @@ class Gateway:
 
     def _track(self, task: Task) -> None:
         if task.task_id not in self.live:
-            caller = task.envelope.caller
-            self.caller_live[caller] = self.caller_live.get(caller, 0) + 1
+            counts.add(self.caller_live, task.envelope.caller)
         self.live[task.task_id] = task
         ids = self.traces.setdefault(task.envelope.trace_id, [])
         if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
@@ -275,14 +274,8 @@ class Gateway:
         self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
 
     def _unlive(self, task: Task) -> None:
-        if self.live.pop(task.task_id, None) is None:
-            return
-        caller = task.envelope.caller
-        left = self.caller_live.get(caller, 0) - 1
-        if left > 0:
-            self.caller_live[caller] = left
-        else:
-            self.caller_live.pop(caller, None)
+        if self.live.pop(task.task_id, None) is not None:
+            counts.drop(self.caller_live, task.envelope.caller)
 
     def _move(self, task: Task, state: TaskState, note: str = "") -> None:
         task.move(state, self.clock(), note)

@@ -374,7 +374,7 @@ class Reach:
         """Run a dead letter again; returns its view once it ends (or after ``wait`` s). A
         letter past the retention (or the in-memory cap) is found in the store."""
         task = self.gateway.dead.get(task_id)
-        if task is None and task_id not in self.gateway.live:
+        if task is None:
             task = await self.gateway.task(task_id)
         if task is None or task.state is not TaskState.DEAD:
             raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
+from . import counts
+
 Waiter = tuple[int, float, str, asyncio.Future[None]]
 
 
@@ -34,7 +36,7 @@ class SlotQueue:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(capability, []).append((priority, since, caller, fut))
         callers = self._callers.setdefault(capability, {})
-        callers[caller] = callers.get(caller, 0) + 1
+        counts.add(callers, caller)
         try:
             async with asyncio.timeout(limit):
                 await fut
@@ -43,13 +45,9 @@ class SlotQueue:
         finally:
             if not fut.done():
                 fut.cancel()
-            left = callers[caller] - 1
-            if left:
-                callers[caller] = left
-            else:
-                del callers[caller]
-                if not callers and self._callers.get(capability) is callers:
-                    del self._callers[capability]
+            counts.drop(callers, caller)
+            if not callers and self._callers.get(capability) is callers:
+                del self._callers[capability]
 
     def yields_to(self, capability: str, caller: str, usage: Callable[[str], int]) -> bool:
         """Whether a newcomer of ``caller`` must queue behind waiters of a less busy caller
@@ -73,8 +71,9 @@ class SlotQueue:
                 del self._waiters[cap]
                 continue
             if usage is not None and any(w[2] != live[0][2] for w in live):
-                least = min(usage(w[2]) for w in live)
-                pool = [w for w in live if usage(w[2]) == least]
+                use = {caller: usage(caller) for caller in {w[2] for w in live}}
+                least = min(use.values())
+                pool = [w for w in live if use[w[2]] == least]
             else:
                 pool = live
             best = max(pool, key=lambda w: (w[0] + (now - w[1]) * self.aging, -w[1]))
