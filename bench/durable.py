@@ -36,8 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reach import Agent, Client, Reach  # noqa: E402
-from reach.store import Store  # noqa: E402
-from reach.tasks import Envelope, new_task  # noqa: E402
+from reach.core.tasks import Envelope, new_task  # noqa: E402
+from reach.store.store import Store  # noqa: E402
 
 PAYLOAD = {"data": "x" * 200}
 

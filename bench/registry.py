@@ -44,10 +44,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reach.liveness import LivenessPolicy, judge  # noqa: E402
-from reach.protocol import CapabilitySpec  # noqa: E402
-from reach.registry import Registry  # noqa: E402
-from reach.routing import STRATEGIES, Router  # noqa: E402
+from reach.core.liveness import LivenessPolicy, judge  # noqa: E402
+from reach.core.registry import Registry  # noqa: E402
+from reach.core.routing import STRATEGIES, Router  # noqa: E402
+from reach.wire.protocol import CapabilitySpec  # noqa: E402
 
 TAG = "BENCH"
 CAP = "inventory.query"

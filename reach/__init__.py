@@ -5,11 +5,8 @@
 
 from __future__ import annotations
 
-from .agent import Agent
-from .client import Client, Handle
-from .config import Settings
-from .context import Context
-from .errors import (
+from reach.config import Settings
+from reach.errors import (
     InvalidParams,
     NoRoute,
     ProtocolError,
@@ -21,7 +18,10 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .reach import Reach
+from reach.reach import Reach
+from reach.sdk.agent import Agent
+from reach.sdk.client import Client, Handle
+from reach.sdk.context import Context
 
 __all__ = [
     "Agent",

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import Settings
-from .routing import STRATEGIES
+from reach.config import Settings
+from reach.core.routing import STRATEGIES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             pass
         return 0
-    from .demo import run_demo
+    from reach.demo import run_demo
     return asyncio.run(run_demo(seconds=args.seconds, live=not args.plain))
 
 
@@ -155,7 +155,7 @@ def tune_gc() -> None:
 
 
 async def _serve(settings: Settings) -> None:
-    from .reach import Reach
+    from reach.reach import Reach
 
     reach = await Reach.start(settings)
     tune_gc()

@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .resilience import Backoff
+from reach.core.resilience import Backoff
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
-from .agent import Agent
-from .client import Client
-from .context import Context
-from .errors import ReachError, TaskError
-from .reach import Reach
+from reach.errors import ReachError, TaskError
+from reach.reach import Reach
+from reach.sdk.agent import Agent
+from reach.sdk.client import Client
+from reach.sdk.context import Context
 
 STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
 OUTCOME_STYLE = {"ok": "green", "task_failed": "red", "invalid_params": "magenta",

@@ -23,21 +23,23 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from . import names, traces
-from .channel import Channel, new_agent_id
-from .config import Settings, loopback
-from .display import AgentList, TraceView, reach_html
-from .errors import InvalidParams
-from .events import ADMIN, AGENT, Event
-from .gateway import Gateway
-from .liveness import LivenessPolicy
-from .prom import CONTENT_TYPE_LATEST, Exporter
-from .protocol import Register
-from .registry import AgentRecord, Registry
-from .routing import Router
-from .store import Store
-from .tasks import Task, TaskState
-from .trust import Trust
+from reach.config import Settings, loopback
+from reach.gateway.clock import LoopClock
+from reach.ports import Clock
+from reach.core import names, traces
+from reach.core.liveness import LivenessPolicy
+from reach.core.registry import AgentRecord, Registry
+from reach.core.routing import Router
+from reach.core.tasks import Task, TaskState
+from reach.core.trust import Trust
+from reach.errors import InvalidParams
+from reach.gateway.events import ADMIN, AGENT, Event
+from reach.gateway.gateway import Gateway
+from reach.server.channel import Channel, new_agent_id
+from reach.server.display import AgentList, TraceView, reach_html
+from reach.server.prom import CONTENT_TYPE_LATEST, Exporter
+from reach.store.store import Store
+from reach.wire.protocol import Register
 
 log = logging.getLogger("reach")
 events_log = logging.getLogger("reach.events")
@@ -68,9 +70,10 @@ class Reach:
     """The coordinator. Create it with ``await Reach.start(...)``; every timing is an argument."""
 
     def __init__(self, settings: Settings | None = None, *,
-                 clock: Callable[[], float] = time.time, seed: int | None = None) -> None:
+                 clock: Callable[[], float] | Clock = time.time, seed: int | None = None) -> None:
         self.settings = settings or Settings()
-        self.clock = clock
+        # One time base for every part: a wall-time function (as before) or a whole Clock.
+        self.clock: Clock = LoopClock(clock) if callable(clock) else clock
         s = self.settings
         self.store = Store(s.store, s.sqlite_synchronous)
         self.registry = Registry(
@@ -79,13 +82,13 @@ class Reach:
         rng = random.Random(seed)
         self.trust = Trust.of(s.tokens, s.permissions, s.serves)
         self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
-        self.gateway = Gateway(s, self.registry, self.router, self.store, clock, rng)
+        self.gateway = Gateway(s, self.registry, self.router, self.store, self.clock, rng)
         self.channel = Channel(self)
         self.events = self.gateway.events
         # Without a configured token the admin feed still needs one: a random one, readable
         # here and printed by `reach serve`, so an open port never means an open admin feed.
         self.admin_token: str = s.admin_token or secrets.token_urlsafe(18)
-        self.registry.on_change = self._agent_changed
+        self.registry.listen(self._agent_changed)
         self._exporter = Exporter(self)
         self._auto_replayed: set[str] = set()
         self.started_at = 0.0
@@ -98,7 +101,8 @@ class Reach:
         self.started = False
 
     @classmethod
-    def start(cls, settings: Settings | None = None, *, clock: Callable[[], float] = time.time,
+    def start(cls, settings: Settings | None = None, *,
+              clock: Callable[[], float] | Clock = time.time,
               seed: int | None = None, **options: Any) -> _Starting:
         """Start a coordinator. Options are ``Settings`` fields (``store``, ``port``,
         ``heartbeat_interval``, ``suspect_after``, ``offline_after``, ``ack_timeout``, ...)."""
@@ -139,7 +143,7 @@ class Reach:
                     self.gateway.known.setdefault(names.normalize(cap), set()).add(name)
                 except ValueError:
                     continue
-        now = self.clock()
+        now = self.clock.wall()
         for task in await self.store.dead(s.dead_letters_max, now - s.dead_letter_retention):
             self.gateway.dead[task.task_id] = task
         for key, task_id, created in await self.store.keys_since(
@@ -161,7 +165,7 @@ class Reach:
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
-        self.started_at = self.clock()
+        self.started_at = self.clock.wall()
         self.started = True
         for warning in self.trust_warnings():
             log.warning("%s", warning)
@@ -215,9 +219,8 @@ class Reach:
         next_prune = 0.0
         while True:
             await asyncio.sleep(period)
-            now = self.clock()
-            if self.registry.sweep(now):
-                self.gateway.agents_changed()
+            now = self.clock.wall()
+            self.registry.sweep(now)  # changes reach the gateway as registry events
             if now >= next_prune:
                 self.gateway.prune_keys(now - self.settings.idempotency_ttl)
                 self.gateway.prune_dead(now - self.settings.dead_letter_retention)
@@ -240,7 +243,7 @@ class Reach:
             self.gateway.known.setdefault(cap, set()).add(record.name)
         await self.store.save_agent(
             record.agent_id, record.name, record.version,
-            [c.model_dump() for c in reg.capabilities], record.max_concurrency, self.clock())
+            [c.model_dump() for c in reg.capabilities], record.max_concurrency, self.clock.wall())
 
     # ------------------------------------------------------------ plain HTTP on the same port
 
@@ -291,13 +294,13 @@ class Reach:
     # ------------------------------------------------------------ admin surface
 
     def describe(self) -> dict[str, Any]:
-        from . import __version__
+        from reach import __version__
         return {"url": self.url, "version": __version__, "started_at": self.started_at,
                 "store": self.settings.store}
 
     def agents(self, *, names: set[str] | None = None) -> AgentList:
         """Every known agent (or those named): state, load, capabilities, breaker, P95, ..."""
-        now = self.clock()
+        now = self.clock.wall()
         records = self.registry.by_id.values() if names is None else [
             r for n in names if (r := self.registry.by_name.get(n)) is not None]
         return AgentList(self._view(r, now) for r in sorted(records, key=lambda r: r.name))
@@ -314,15 +317,14 @@ class Reach:
     def drain(self, agent: str) -> dict[str, Any]:
         """Stop routing new work to ``agent`` (name or id); its in-flight work finishes."""
         record = self._agent(agent)
-        self.registry.deregister(record, self.clock())
-        return self._view(record, self.clock())
+        self.registry.deregister(record, self.clock.wall())
+        return self._view(record, self.clock.wall())
 
     def undrain(self, agent: str) -> dict[str, Any]:
         """Route work to a drained agent again."""
         record = self._agent(agent)
-        self.registry.undrain(record, self.clock())
-        self.gateway.agents_changed()
-        return self._view(record, self.clock())
+        self.registry.undrain(record, self.clock.wall())
+        return self._view(record, self.clock.wall())
 
     def reset_breaker(self, agent: str) -> dict[str, Any]:
         """Close ``agent``'s breaker and forget its window (after a fix, without waiting)."""
@@ -330,8 +332,7 @@ class Reach:
         before = record.breaker.state
         record.breaker.reset()
         self.gateway.breaker_moved(record, before)
-        self.gateway.agents_changed()
-        return self._view(record, self.clock())
+        return self._view(record, self.clock.wall())
 
     def metrics(self) -> dict[str, Any]:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per

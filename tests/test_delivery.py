@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from reach.delivery import Delivery
+from reach.gateway.clock import LoopClock
+from reach.gateway.delivery import Delivery
 
 
 async def outcome_of(delivery: Delivery) -> str:
@@ -14,24 +15,24 @@ async def outcome_of(delivery: Delivery) -> str:
 
 
 async def test_never_acknowledged_is_undelivered() -> None:
-    delivery = Delivery(asyncio.get_running_loop(), 0.01, 1.0, None)
+    delivery = Delivery(LoopClock(), 0.01, 1.0, None)
     assert await outcome_of(delivery) == "undelivered"
 
 
 async def test_acknowledged_but_slow_is_a_timeout() -> None:
-    delivery = Delivery(asyncio.get_running_loop(), 0.01, 0.05, None)
+    delivery = Delivery(LoopClock(), 0.01, 0.05, None)
     delivery.ack()
     assert await outcome_of(delivery) == "timeout"
 
 
 async def test_completion_before_the_ack_deadline_is_a_timeout_not_undelivered() -> None:
-    delivery = Delivery(asyncio.get_running_loop(), 1.0, 0.01, None)
+    delivery = Delivery(LoopClock(), 1.0, 0.01, None)
     assert await outcome_of(delivery) == "timeout"
 
 
 async def test_ack_deadline_passes_quietly_once_acknowledged() -> None:
     acks: list[bool] = []
-    delivery = Delivery(asyncio.get_running_loop(), 0.01, 0.2, None, lambda: acks.append(True))
+    delivery = Delivery(LoopClock(), 0.01, 0.2, None, lambda: acks.append(True))
     delivery.ack()
     await asyncio.sleep(0.05)
     assert not delivery.fut.done() and acks == [True]
@@ -41,7 +42,7 @@ async def test_ack_deadline_passes_quietly_once_acknowledged() -> None:
 
 async def test_a_stalled_loop_gets_one_grace_period() -> None:
     loop = asyncio.get_running_loop()
-    delivery = Delivery(loop, 1.0, 0.02, None)
+    delivery = Delivery(LoopClock(), 1.0, 0.02, None)
     delivery.ack()
     time.sleep(0.1)  # the coordinator stalls (a GC pause) past the deadline
     loop.call_later(0.01, delivery.resolve, "ok", "late but fine")  # the answer was waiting
@@ -50,7 +51,7 @@ async def test_a_stalled_loop_gets_one_grace_period() -> None:
 
 async def test_the_grace_period_is_given_once() -> None:
     loop = asyncio.get_running_loop()
-    delivery = Delivery(loop, 1.0, 0.02, None)
+    delivery = Delivery(LoopClock(), 1.0, 0.02, None)
     delivery.ack()
     time.sleep(0.06)
     assert await outcome_of(delivery) == "timeout"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from reach import Agent, Client, Context, Reach, ReachError, Unavailable
-from reach.channel import CallerSession
-from reach.resilience import Backoff
+from reach.core.resilience import Backoff
+from reach.server.channel import CallerSession
 from reach.testing import Cluster
 from reach.testing import wait_until as wait_for
 
@@ -245,7 +245,7 @@ async def test_remote_timeout_keeps_its_message_and_details(reach_cluster: Clust
 
 async def test_outcome_asked_while_the_coordinator_resumes_is_answered(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.store import Store
+    from reach.store.store import Store
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     started = asyncio.Event()
@@ -460,8 +460,7 @@ async def test_retry_uses_the_first_agent_when_the_other_is_saturated() -> None:
 
 
 async def test_cancel_right_after_invoke_does_not_poison_the_key(reach_cluster: Cluster) -> None:
-    from reach import protocol as p
-
+    from reach.wire import protocol as p
     async def work(x: int) -> int:
         return x
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reach import Agent, Rejected, TaskFailed, Unavailable
-from reach.resilience import Backoff, Pacer, RetryBudget
+from reach.core.resilience import Backoff, Pacer, RetryBudget
 from reach.testing import Cluster, wait_until
 
 FAST = Backoff(base=0.005, cap=0.02)
@@ -482,8 +482,8 @@ async def test_a_task_that_comes_back_to_the_slot_queue_stays_queued() -> None:
     is taken directly: it must end as a plain ``Rejected`` with the task still queued."""
     import time as _time
 
+    from reach.core.tasks import Envelope, TaskState, new_task
     from reach.errors import Rejected
-    from reach.tasks import Envelope, TaskState, new_task
     from reach.testing import Cluster
 
     cluster = await Cluster.start(queue_wait=0.02)

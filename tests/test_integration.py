@@ -318,8 +318,7 @@ async def test_duplicate_submit_returns_the_first_task(reach_cluster: Cluster) -
 
 
 async def test_agent_runs_a_key_once_even_when_delivered_twice(reach_cluster: Cluster) -> None:
-    from reach import protocol as p
-
+    from reach.wire import protocol as p
     runs = 0
 
     async def slow(x: int) -> int:
@@ -525,9 +524,9 @@ async def test_a_submit_the_store_could_not_commit_is_refused_and_frees_its_key(
 async def _crashed_store(path: Any, *, idempotent: bool) -> tuple[str, str]:
     """A store as a coordinator leaves it when killed mid-task: one task dispatched to agent
     'writer', never finished. Returns (store url, task id)."""
-    from reach.protocol import CapabilitySpec
-    from reach.store import Store
-    from reach.tasks import Attempt, Envelope, TaskState, new_task
+    from reach.core.tasks import Attempt, Envelope, TaskState, new_task
+    from reach.store.store import Store
+    from reach.wire.protocol import CapabilitySpec
 
     url = f"sqlite:///{path / 'crashed.db'}"
     store = Store(url)

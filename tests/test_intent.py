@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reach import NoRoute
-from reach.intent import rank, resolve
+from reach.core.intent import rank, resolve
 from reach.testing import Cluster
 
 CATALOGUE = {

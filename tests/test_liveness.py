@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from reach.liveness import Liveness, LivenessPolicy, deadline, judge
-from reach.protocol import CapabilitySpec
-from reach.registry import Registry
-from reach.resilience import BreakerState
-from reach.schemas import SchemaError
+from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
+from reach.core.registry import Registry
+from reach.core.resilience import BreakerState
+from reach.core.schemas import SchemaError
+from reach.wire.protocol import CapabilitySpec
 
 L = Liveness
 POLICY = LivenessPolicy(interval=10.0, suspect_after=2.0, offline_after=3.0)
@@ -134,9 +134,9 @@ def registry() -> Registry:
 
 
 def register(reg: Registry, agent_id: str = "a1", name: str = "inv", caps=("inventory.query",),
-             now: float = 0.0, max_concurrency: int = 4, session: object = "s"):
+             now: float = 0.0, max_concurrency: int = 4, link: Any = None):
     return reg.register(agent_id=agent_id, name=name, version="1", max_concurrency=max_concurrency,
-                        specs=[spec(c) for c in caps], session=session, now=now)
+                        specs=[spec(c) for c in caps], link=link, now=now)
 
 
 def test_register_adds_online_record_indexed_by_capability():
@@ -178,7 +178,7 @@ def test_heartbeat_does_not_make_a_closed_socket_online():
     reg = registry()
     record = register(reg, now=0.0).record
     assert reg.disconnected(record, 1.0) is L.SUSPECTED
-    assert record.session is None and not record.connected
+    assert record.link is None and not record.connected
     assert reg.heartbeat(record, 2.0, inflight=0, queue_depth=0, load=0.0) is None
     assert record.state is L.SUSPECTED
 
@@ -221,12 +221,12 @@ def test_reregister_same_id_keeps_counters_and_breaker():
         breaker.record(False, 1.0)
     assert breaker.state is BreakerState.OPEN
     reg.disconnected(first, 2.0)
-    again = register(reg, now=3.0, max_concurrency=9, session="s2").record
+    again = register(reg, now=3.0, max_concurrency=9, link=_Link()).record
     assert again is first
     assert (again.calls, again.faults, again.inflight) == (12, 3, 2)
     assert again.breaker is breaker and again.breaker.state is BreakerState.OPEN
     assert again.max_concurrency == 9
-    assert again.connected and again.session == "s2" and again.state is L.ONLINE
+    assert again.connected and isinstance(again.link, _Link) and again.state is L.ONLINE
     assert again.last_beat == again.registered_at == 3.0
 
 
@@ -286,16 +286,16 @@ def test_register_rejects_broken_schema_and_leaves_registry_untouched():
     reg = registry()
     with pytest.raises(SchemaError):
         reg.register(agent_id="a", name="a", version="1", max_concurrency=1,
-                     specs=[spec("x.get", params={"type": "nonsense"})], session=None, now=0.0)
+                     specs=[spec("x.get", params={"type": "nonsense"})], link=None, now=0.0)
     assert reg.by_id == {} and reg.index == {} and reg.by_name == {}
 
 
 def test_intents_collects_phrases_without_duplicates():
     reg = registry()
-    reg.register(agent_id="a", name="a", version="1", max_concurrency=1, session=None, now=0,
+    reg.register(agent_id="a", name="a", version="1", max_concurrency=1, link=None, now=0,
                   specs=[spec("inventory.query", intents=["how many", "stock level"],
                               description="Query stock")])
-    reg.register(agent_id="b", name="b", version="1", max_concurrency=1, session=None, now=0,
+    reg.register(agent_id="b", name="b", version="1", max_concurrency=1, link=None, now=0,
                  specs=[spec("inventory.query", intents=["stock level", "on hand"],
                              description="Query stock")])
     assert reg.intents() == {"inventory.query": ["how many", "stock level", "Query stock",

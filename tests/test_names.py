@@ -11,10 +11,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from reach.liveness import LivenessPolicy
-from reach.names import EXACT, VERBS, NameIndex, closest, look_alikes, normalize, shape, words
-from reach.protocol import CapabilitySpec
-from reach.registry import MAX_WARNINGS, Registry
+from reach.core.liveness import LivenessPolicy
+from reach.core.names import EXACT, VERBS, NameIndex, closest, look_alikes, normalize, shape, words
+from reach.core.registry import MAX_WARNINGS, Registry
+from reach.wire.protocol import CapabilitySpec
 
 CANONICAL = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)*(\.[a-z0-9]+(_[a-z0-9]+)*)*$")
 
@@ -344,7 +344,7 @@ def test_registry_look_alike_warnings_are_what_they_were(registrations):
         index = {cap: set(declared) for cap, declared in reg.index.items()}
         expected = old_warnings(index, agent_id, spelled)
         got = reg.register(agent_id=agent_id, name=agent_id, version="1", max_concurrency=1,
-                           specs=[CapabilitySpec(name=s) for s in spelled], session=None,
+                           specs=[CapabilitySpec(name=s) for s in spelled], link=None,
                            now=0.0).warnings
         if len(expected) <= MAX_WARNINGS:
             assert got == expected
@@ -358,9 +358,9 @@ def test_a_registration_full_of_look_alikes_lists_a_few_and_counts_the_rest():
     reg = Registry(POLICY)
     words_ = [f"w{i}" for i in range(6)]
     alike = sorted({".".join(p) for p in itertools.permutations(words_)})[:300]
-    reg.register(agent_id="a", name="a", version="1", max_concurrency=1, session=None, now=0.0,
+    reg.register(agent_id="a", name="a", version="1", max_concurrency=1, link=None, now=0.0,
                  specs=[CapabilitySpec(name=n) for n in alike[:150]])
-    out = reg.register(agent_id="b", name="b", version="1", max_concurrency=1, session=None,
+    out = reg.register(agent_id="b", name="b", version="1", max_concurrency=1, link=None,
                        now=0.0, specs=[CapabilitySpec(name=n) for n in alike[150:]])
     # Each of b's 150 names looks like a's 150 and b's own earlier ones.
     total = sum(150 + i for i in range(150))
@@ -368,6 +368,6 @@ def test_a_registration_full_of_look_alikes_lists_a_few_and_counts_the_rest():
     assert out.warnings[-1] == f"... and {total - MAX_WARNINGS} more warnings"
     assert all("looks like existing" in w for w in out.warnings[:-1])
     # Re-registering the same names: a's are still others', b's own earlier ones are not.
-    again = reg.register(agent_id="b", name="b", version="1", max_concurrency=1, session=None,
+    again = reg.register(agent_id="b", name="b", version="1", max_concurrency=1, link=None,
                          now=1.0, specs=[CapabilitySpec(name=n) for n in alike[150:]])
     assert again.warnings[-1] == f"... and {total - MAX_WARNINGS} more warnings"

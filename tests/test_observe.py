@@ -12,11 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reach import Context, TaskError, TaskFailed
 from reach.config import loopback as _loopback
-from reach.events import EventBus
-from reach.metrics import Metrics
-from reach.tasks import Attempt, Envelope, TaskState, new_task
+from reach.core.metrics import Metrics
+from reach.core.tasks import Attempt, Envelope, TaskState, new_task
+from reach.core.traces import hops, summary, timeline
+from reach.gateway.events import EventBus
 from reach.testing import Cluster, wait_until
-from reach.traces import hops, summary, timeline
 
 S = TaskState
 
@@ -297,7 +297,7 @@ async def test_events_see_every_kind_of_change() -> None:
 
 
 def test_traceparent_parsing_and_the_child_header() -> None:
-    from reach.traces import child_traceparent, trace_id_of
+    from reach.core.traces import child_traceparent, trace_id_of
 
     tid = "4bf92f3577b34da6a3ce929d0e0e4736"
     assert trace_id_of(f"00-{tid}-00f067aa0ba902b7-01") == tid

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reach import protocol as p
 from reach.errors import ProtocolError, ReachError
+from reach.wire import protocol as p
 
 TRACEPARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 SCHEMA = {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}

@@ -12,13 +12,13 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from reach.core.liveness import Liveness, LivenessPolicy
+from reach.core.registry import FULL, HELD, OUT, READY, AgentRecord, Declared, Registry, routable
+from reach.core.resilience import BreakerState
+from reach.core.routing import STRATEGIES, Permissions, Router, Saturated
+from reach.core.schemas import check
 from reach.errors import Unavailable
-from reach.liveness import Liveness, LivenessPolicy
-from reach.protocol import CapabilitySpec
-from reach.registry import FULL, HELD, OUT, READY, AgentRecord, Declared, Registry, routable
-from reach.resilience import BreakerState
-from reach.routing import STRATEGIES, Permissions, Router, Saturated
-from reach.schemas import check
+from reach.wire.protocol import CapabilitySpec
 
 CAP = "inventory.query"
 OTHER = "inventory.count"
@@ -38,7 +38,7 @@ def join(reg: Registry, i: int, *, now: float = 0.0, max_concurrency: int = 2,
     return reg.register(
         agent_id=f"a{i:05}", name=f"a{i:05}", version="1", max_concurrency=max_concurrency,
         specs=[CapabilitySpec(name=c, params=schema, scope=scope, weight=weight) for c in caps],
-        session=object(), now=now).record
+        link=None, now=now).record
 
 
 def shelf(reg: Registry, record: AgentRecord, cap: str = CAP) -> int:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reach.resilience import Backoff, Breaker, BreakerState, LatencyWindow, completion_timeout
+from reach.core.resilience import Backoff, Breaker, BreakerState, LatencyWindow, completion_timeout
 
 B = BreakerState
 

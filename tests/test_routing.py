@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reach.core.liveness import Liveness
+from reach.core.registry import AgentRecord, Capability
+from reach.core.resilience import Breaker, BreakerState
+from reach.core.routing import STRATEGIES, Permissions, Router, Saturated
+from reach.core.schemas import compile_schema
 from reach.errors import InvalidParams, NoRoute, Unauthorized, Unavailable
-from reach.liveness import Liveness
-from reach.protocol import CapabilitySpec
-from reach.registry import AgentRecord, Capability
-from reach.resilience import Breaker, BreakerState
-from reach.routing import STRATEGIES, Permissions, Router, Saturated
-from reach.schemas import compile_schema
+from reach.wire.protocol import CapabilitySpec
 
 CAP = "inventory.query"
 SCHEMA = {"type": "object", "properties": {"sku": {"type": "string"}}, "required": ["sku"]}

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from reach.schemas import SchemaError, check, compile_schema, schema_of
+from reach.core.schemas import SchemaError, check, compile_schema, schema_of
 
 SCHEMA = {
     "type": "object",
@@ -105,8 +105,8 @@ import time  # noqa: E402
 import fastjsonschema  # noqa: E402
 from fastjsonschema.draft2019 import CodeGeneratorDraft2019  # noqa: E402
 
-from reach import schemas  # noqa: E402
-from reach.schemas import (  # noqa: E402
+from reach.core import schemas  # noqa: E402
+from reach.core.schemas import (  # noqa: E402
     MAX_CHECK_SECONDS,
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,

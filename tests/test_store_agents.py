@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 
-from reach.store import _AGENTS, Store, _agent_upsert
+from reach.store.store import _AGENTS, Store, _agent_upsert
 
 CAPS = [{"name": "echo.run", "params": {}}]
 
@@ -74,7 +74,7 @@ async def test_a_registration_that_fails_does_not_fail_the_tasks_committed_besid
 
     import pytest
 
-    from reach.tasks import Envelope, new_task
+    from reach.core.tasks import Envelope, new_task
 
     store = Store(f"sqlite:///{tmp_path / 'clash.db'}")
     await store.open()

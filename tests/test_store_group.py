@@ -7,8 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from reach.store import Store
-from reach.tasks import Envelope, Task, new_task
+from reach.core.tasks import Envelope, Task, new_task
+from reach.store.store import Store
 
 
 def _task(i: int) -> Task:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reach.tasks import (
+from reach.core.tasks import (
     TERMINAL,
     TRANSITIONS,
     Attempt,

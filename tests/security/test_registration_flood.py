@@ -15,9 +15,9 @@ import pytest
 import websockets
 
 import reach
-from reach.liveness import Liveness
-from reach.names import NameIndex
-from reach.registry import MAX_WARNINGS
+from reach.core.liveness import Liveness
+from reach.core.names import NameIndex
+from reach.core.registry import MAX_WARNINGS
 from reach.testing import Cluster, wait_until
 
 DOMAINS = ("inventory", "sales", "billing", "shipping", "catalog", "pricing", "orders",

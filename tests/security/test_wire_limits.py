@@ -14,8 +14,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from reach import protocol as p
 from reach.testing import Cluster
+from reach.wire import protocol as p
 
 StallProbe = Any  # tests/security/conftest.py's probe fixture
 

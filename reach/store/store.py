@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, SQLModel, create_engine
 
-from .tasks import TERMINAL, Attempt, Envelope, Task, TaskState
+from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
 
 
 class AgentRow(SQLModel, table=True):

@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from .keys import unscoped_key
+from reach.core.keys import unscoped_key
 
 
 class TaskState(enum.StrEnum):
@@ -56,6 +56,39 @@ class InvalidTransition(ValueError):
 
 def can_move(src: TaskState, dst: TaskState) -> bool:
     return dst in TRANSITIONS[src]
+
+
+class Outcome(enum.StrEnum):
+    """How one attempt ended (``Attempt.outcome``); stored and shown as its value."""
+
+    RUNNING = "running"          # not ended yet
+    OK = "ok"                    # a result
+    ANSWER = "answer"            # a deliberate TaskError answer: final, not the agent's fault
+    FAULT = "fault"              # the handler raised anything else
+    TIMEOUT = "timeout"          # acknowledged, no result within the completion timeout
+    LOST = "lost"                # acknowledged, then the link went away
+    UNDELIVERED = "undelivered"  # never acknowledged (or refused before it ran)
+    CANCELLED = "cancelled"      # stopped by the coordinator (a hedge lost, a stop)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest:
+    """What a caller asks for, as it travels from the client SDK through the edge to the
+    gateway, which turns it into an ``Envelope``. ``caller`` is set by the edge from the
+    authenticated connection, never by the caller itself."""
+
+    capability: str  # "" when ``intent`` names the work instead
+    params: dict[str, Any] = field(default_factory=dict)
+    caller: str = ""
+    idempotency_key: str | None = None
+    priority: int = 5
+    timeout: float | None = None
+    max_retries: int | None = None  # None: the coordinator's max_retries
+    trace_id: str | None = None
+    parent_task_id: str | None = None
+    traceparent: str | None = None
+    intent: str | None = None
+    hedge: bool | None = None
 
 
 @dataclass(slots=True)
@@ -99,7 +132,7 @@ class Attempt:
     agent: str
     started_at: float
     ended_at: float | None = None
-    outcome: str = "running"  # ok | answer | fault | timeout | lost | undelivered | cancelled
+    outcome: str = Outcome.RUNNING  # an ``Outcome`` (a plain str when read from the store)
     error: str | None = None
     instance: str | None = None  # the agent process it went to (Register.instance)
 

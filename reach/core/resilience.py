@@ -1,39 +1,22 @@
-"""Resilience decisions (pure): backoff with jitter, per-agent breaker, adaptive timeouts.
+"""Resilience decisions (pure): per-agent breaker, adaptive timeouts, retry budget, pacing.
 
-Nothing here sleeps or reads a clock: callers pass ``now`` and a ``random.Random``.
-Field lessons behind the defaults: un-jittered retries after three agents failed together made
-three synchronized spikes; a fixed 2 s timeout broke when inference went from 1 s to 3 s at peak;
-a global breaker would have cut healthy agents along with a failing one.
+Backoff with jitter lives in ``reach.core.backoff``; the rolling window in ``reach.core.stats``.
+
+Nothing here sleeps or reads a clock: callers pass ``now``. Field lessons behind the defaults:
+a fixed 2 s timeout broke when inference went from 1 s to 3 s at peak; a global breaker would
+have cut healthy agents along with a failing one; three agents failed together and every task
+retried at once.
 """
 
 from __future__ import annotations
 
 import enum
-import random
 from collections import deque
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Exponential backoff: ``base × factor^n``, capped, with ± ``jitter`` share of randomness."""
-
-    base: float = 0.5
-    factor: float = 2.0
-    cap: float = 30.0
-    jitter: float = 0.2
-
-    def delay(self, retry: int, rng: random.Random) -> float:
-        """Seconds to wait before retry number ``retry`` (0 for the first retry)."""
-        try:
-            raw = min(self.cap, self.base * self.factor ** max(0, retry))
-        except OverflowError:
-            raw = self.cap
-        spread = raw * self.jitter
-        delay = raw + rng.uniform(-spread, spread)
-        if delay > self.cap:  # reflect below the cap: clamping would re-synchronize retries there
-            delay = 2 * self.cap - delay
-        return max(0.0, delay)
+# Re-exported while callers move to reach.core.backoff (removed at integration).
+from reach.core.backoff import Backoff as Backoff
+from reach.core.stats import Window
 
 
 class BreakerState(enum.StrEnum):
@@ -115,27 +98,17 @@ class Breaker:
         return sum(1 for ok in self.outcomes if not ok) / len(self.outcomes)
 
 
-@dataclass(slots=True)
-class LatencyWindow:
-    """The last ``size`` successful latencies (seconds) of one capability."""
+class LatencyWindow(Window):
+    """The last ``size`` successful latencies (seconds) of one capability; its P95 sets the
+    completion timeout."""
 
-    size: int = 50
-    samples: deque[float] = field(default_factory=deque)
-    _p95: float | None = None
+    __slots__ = ()
 
-    def add(self, seconds: float) -> None:
-        self.samples.append(seconds)
-        if len(self.samples) > self.size:
-            self.samples.popleft()
-        self._p95 = None
+    def __init__(self, size: int = 50) -> None:
+        super().__init__(size)
 
     def p95(self) -> float | None:
-        if not self.samples:
-            return None
-        if self._p95 is None:
-            ordered = sorted(self.samples)
-            self._p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-        return self._p95
+        return self.quantile(0.95)
 
 
 def completion_timeout(latency_ms: float, window: LatencyWindow, override: float | None) -> float:

@@ -14,10 +14,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .metrics import QUANTILES, Series
+from reach.core.metrics import QUANTILES, Series
 
 if TYPE_CHECKING:
-    from .reach import Reach
+    from reach.reach import Reach
 
 __all__ = ["CONTENT_TYPE_LATEST", "Exporter"]
 

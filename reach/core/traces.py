@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .tasks import TERMINAL, Task, TaskState
+from reach.core.tasks import TERMINAL, Task, TaskState
 
 S = TaskState
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")

@@ -23,11 +23,16 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from . import counts, names, traces
-from . import intent as intents
-from .config import Settings
-from .dispatch import Dispatcher
-from .errors import (
+from reach.config import Settings
+from reach.core import counts, names, traces
+from reach.core import intent as intents
+from reach.core.keys import scoped_key
+from reach.core.metrics import Metrics
+from reach.core.registry import AgentRecord, Registry
+from reach.core.resilience import BreakerState, RetryBudget
+from reach.core.routing import Router, Saturated
+from reach.core.tasks import Envelope, SubmitRequest, Task, TaskState, new_task
+from reach.errors import (
     InvalidParams,
     NoRoute,
     ReachError,
@@ -37,15 +42,10 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .events import BREAKER, DEAD_LETTER, TASK, EventBus
-from .keys import scoped_key
-from .metrics import Metrics
-from .registry import AgentRecord, Registry
-from .resilience import BreakerState, RetryBudget
-from .routing import Router, Saturated
-from .slots import SlotQueue
-from .store import Store
-from .tasks import Envelope, Task, TaskState, new_task
+from reach.gateway.dispatch import Dispatcher
+from reach.gateway.events import BREAKER, DEAD_LETTER, TASK, EventBus
+from reach.gateway.slots import SlotQueue
+from reach.store.store import Store
 
 S = TaskState
 log = logging.getLogger("reach.gateway")
@@ -101,13 +101,13 @@ class Gateway:
                                    emit_chunk=self._emit_chunk, answered=self._answered)
         self._agents_changed = asyncio.Event()
         self.accepting = True
+        registry.listen(lambda _record: self.agents_changed())
 
     # ------------------------------------------------------------ submit
 
-    async def submit(self, **request: Any) -> tuple[Task, bool]:
-        """Accept a task and return once it is committed: (task, duplicate).
-        Keywords are those of ``accept``."""
-        admission = self.accept(**request)
+    async def submit(self, request: SubmitRequest) -> tuple[Task, bool]:
+        """Accept a task and return once it is committed: (task, duplicate)."""
+        admission = self.accept(request)
         task = admission.task
         if task is None:  # a duplicate key whose first task is no longer in memory
             task = await self.task(admission.lookup or "")
@@ -117,15 +117,16 @@ class Gateway:
             await asyncio.shield(admission.commit)
         return task, admission.duplicate
 
-    def accept(self, *, capability: str, params: dict[str, Any], caller: str,
-               idempotency_key: str | None = None, priority: int = 5,
-               timeout: float | None = None, max_retries: int | None = None,
-               trace_id: str | None = None, parent_task_id: str | None = None,
-               traceparent: str | None = None,
-               sink: Callable[[str, int, Any], None] | None = None,
-               intent: str | None = None, hedge: bool | None = None) -> Admission:
+    def accept(self, request: SubmitRequest,
+               sink: Callable[[str, int, Any], None] | None = None) -> Admission:
         """Check, record and start a task without waiting: the caller acknowledges it once
-        ``commit`` completes. Raises the typed ``ReachError`` when the task is refused."""
+        ``commit`` completes. Raises the typed ``ReachError`` when the task is refused.
+        ``sink`` receives the task's stream chunks (task id, seq, data)."""
+        r = request
+        capability, params, caller = r.capability, r.params, r.caller
+        idempotency_key, priority, timeout = r.idempotency_key, r.priority, r.timeout
+        max_retries, trace_id, parent_task_id = r.max_retries, r.trace_id, r.parent_task_id
+        traceparent, intent, hedge = r.traceparent, r.intent, r.hedge
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
         if not capability:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
-from . import counts
+from reach.core import counts
 
 Waiter = tuple[int, float, str, asyncio.Future[None]]
 

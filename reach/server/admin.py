@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from websockets.asyncio.server import ServerConnection
 
-from . import protocol as p
-from .channel import _Session, refuse
-from .errors import InvalidParams, ReachError, Unauthorized
-from .events import AGENT, BREAKER, DEAD_LETTER, TASK, Event, Subscription
+from reach.errors import InvalidParams, ReachError, Unauthorized
+from reach.gateway.events import AGENT, BREAKER, DEAD_LETTER, TASK, Event, Subscription
+from reach.server.channel import _Session, refuse
+from reach.wire import protocol as p
 
 if TYPE_CHECKING:
-    from .reach import Reach
+    from reach.reach import Reach
 
 log = logging.getLogger("reach.admin")
 MIN_GAP = 0.25
@@ -59,7 +59,7 @@ class AdminSession(_Session):
 
     def _snapshot(self) -> str:
         reach = self.reach
-        return p.encode("snapshot", at=reach.clock(), coordinator=reach.describe(),
+        return p.encode("snapshot", at=reach.clock.wall(), coordinator=reach.describe(),
                         agents=reach.agents(), traces=reach.traces(),
                         dead_letters=reach.dead_letters(), metrics=reach.metrics())
 
@@ -106,7 +106,7 @@ class AdminSession(_Session):
                     added.pop(tid, None)
         agents = reach.agents() if full else reach.agents(names=names)
         letters = [v for tid in added if (v := reach.dead_letter(tid)) is not None]
-        return p.encode("delta", at=reach.clock(), agents=agents,
+        return p.encode("delta", at=reach.clock.wall(), agents=agents,
                         traces=[reach.trace_summary(t) for t in traces],
                         dead_letters=letters, resolved=list(resolved),
                         metrics=reach.metrics(), dropped=0)

@@ -32,13 +32,13 @@ from pydantic_core import PydanticSerializationError, to_json
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from . import protocol as p
-from .client import Client
-from .context import Context
-from .errors import ReachError, TaskError, Unavailable, from_wire
-from .keys import unscoped_key
-from .outbox import Outbox
-from .schemas import schema_of
+from reach.core.keys import unscoped_key
+from reach.core.schemas import schema_of
+from reach.errors import ReachError, TaskError, Unavailable, from_wire
+from reach.sdk.client import Client
+from reach.sdk.context import Context
+from reach.server.outbox import Outbox
+from reach.wire import protocol as p
 
 log = logging.getLogger("reach.agent")
 Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
@@ -445,7 +445,7 @@ class Agent:
             self._slots.release()
 
     def _by_normalized(self, capability: str) -> _Handler | None:
-        from .names import normalize
+        from reach.core.names import normalize
         for name, handler in self.handlers.items():
             if normalize(name) == capability:
                 self.handlers[capability] = handler

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .errors import Unauthorized
-from .keys import scoped_key, unscoped_key
-from .routing import Permissions
+from reach.core.keys import scoped_key, unscoped_key
+from reach.core.routing import Permissions
+from reach.errors import Unauthorized
 
 __all__ = ["Trust", "may_read", "scoped_key", "unscoped_key"]
 

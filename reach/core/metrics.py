@@ -12,9 +12,10 @@ only when somebody reads them. ``reach.metrics()``, the admin feed and the Prome
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from reach.core.stats import Window
 
 WINDOW = 1000  # successful attempts the latency percentiles cover
 QUANTILES = (("p50_ms", 0.50), ("p90_ms", 0.90), ("p95_ms", 0.95), ("p99_ms", 0.99))
@@ -29,17 +30,12 @@ class Series:
     retries: int = 0
     rejections: int = 0
     inflight: int = 0
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
-    _sorted: list[float] | None = None
+    latencies: Window = field(default_factory=lambda: Window(WINDOW))  # seconds
 
     def quantile(self, q: float) -> float | None:
         """The ``q`` quantile of recent successful latencies, in ms (None before any)."""
-        if not self.latencies:
-            return None
-        if self._sorted is None:
-            self._sorted = sorted(self.latencies)
-        ordered = self._sorted
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 3)
+        seconds = self.latencies.quantile(q)
+        return None if seconds is None else round(seconds * 1000, 3)
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -83,8 +79,7 @@ class Metrics:
             s.inflight -= 1
             if outcome == "ok":
                 s.succeeded += 1
-                s.latencies.append(seconds)
-                s._sorted = None
+                s.latencies.add(seconds)
             elif outcome == "answer":
                 s.answers += 1
             elif outcome not in ("caller_deadline", "cancelled"):

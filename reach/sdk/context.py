@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ReachTimeout
+from reach.errors import ReachTimeout
 
 
 @dataclass(slots=True)

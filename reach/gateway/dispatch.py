@@ -16,16 +16,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .config import Settings
-from .delivery import Delivery
-from .errors import Unavailable
-from .metrics import Metrics
-from .protocol import encode
-from .registry import AgentRecord, Registry
-from .resilience import BreakerState, LatencyWindow, RetryBudget, completion_timeout
-from .routing import Router, Saturated
-from .store import Store
-from .tasks import Attempt, Task, TaskState
+from reach.config import Settings
+from reach.core.metrics import Metrics
+from reach.core.registry import AgentRecord, Registry
+from reach.core.resilience import BreakerState, LatencyWindow, RetryBudget, completion_timeout
+from reach.core.routing import Router, Saturated
+from reach.core.tasks import Attempt, Task, TaskState
+from reach.errors import Unavailable
+from reach.gateway.delivery import Delivery
+from reach.store.store import Store
+from reach.wire.protocol import encode
 
 S = TaskState
 HEALTH_WINDOW = 50

@@ -11,7 +11,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .reach import Reach
+    from reach.reach import Reach
 
 _STATE_COLOUR = {"online": "#2e7d32", "suspected": "#f9a825", "offline": "#c62828",
                  "closed": "#2e7d32", "half_open": "#f9a825", "open": "#c62828"}

@@ -24,8 +24,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from . import protocol as p
-from .errors import (
+from reach.core.resilience import Pacer
+from reach.errors import (
     InvalidParams,
     ProtocolError,
     ReachError,
@@ -34,8 +34,8 @@ from .errors import (
     Unavailable,
     from_wire,
 )
-from .outbox import Outbox
-from .resilience import Pacer
+from reach.server.outbox import Outbox
+from reach.wire import protocol as p
 
 log = logging.getLogger("reach.client")
 class _End:

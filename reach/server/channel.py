@@ -20,17 +20,17 @@ from pydantic_core import from_json
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from . import counts, names
-from . import protocol as p
-from .delivery import Delivery
-from .errors import InvalidParams, ProtocolError, ReachError, Unavailable
-from .outbox import Outbox
-from .schemas import SchemaError, compile_schema
-from .tasks import TaskState
-from .trust import may_read
+from reach.core import counts, names
+from reach.core.schemas import SchemaError, compile_schema
+from reach.core.tasks import SubmitRequest, TaskState
+from reach.core.trust import may_read
+from reach.errors import InvalidParams, ProtocolError, ReachError, Unavailable
+from reach.ports import Reply, Work
+from reach.server.outbox import Outbox
+from reach.wire import protocol as p
 
 if TYPE_CHECKING:
-    from .reach import Reach
+    from reach.reach import Reach
 
 log = logging.getLogger("reach.channel")
 POLICY_VIOLATION = 1008
@@ -113,7 +113,9 @@ class Channel:
         elif isinstance(first, p.Hello):
             session = CallerSession(self.reach, ws)
         elif isinstance(first, p.AdminHello):
-            from .admin import AdminSession  # here: admin builds on this module's sessions
+            from reach.server.admin import (
+                AdminSession,  # here: admin builds on this module's sessions
+            )
 
             session = AdminSession(self.reach, ws)
         else:
@@ -188,7 +190,7 @@ class AgentSession(_Session):
     def __init__(self, reach: Reach, ws: ServerConnection) -> None:
         super().__init__(reach, ws)
         self.record: Any = None
-        self.pending: dict[tuple[str, int], Delivery] = {}
+        self.pending: dict[tuple[str, int], Reply] = {}
         self._closer: asyncio.Task[None] | None = None
 
     async def run(self, reg: p.Register) -> None:
@@ -197,7 +199,7 @@ class AgentSession(_Session):
             await self._admit(reg)
             agent_id = reach.identity(reg.name)
             known = reach.registry.by_id.get(agent_id)
-            previous = known.session if known is not None else None
+            previous = known.link if known is not None else None
             if isinstance(previous, AgentSession) and previous is not self and \
                     not reach.trust.may_take_over(old_instance=known.instance if known else None,
                                                   new_instance=reg.instance):
@@ -208,8 +210,8 @@ class AgentSession(_Session):
                     f"answering keepalive pings", agent=reg.name)
             registration = reach.registry.register(
                 agent_id=agent_id, name=reg.name, version=reg.version,
-                max_concurrency=reg.max_concurrency, specs=reg.capabilities, session=self,
-                now=reach.clock(), instance=reg.instance)
+                max_concurrency=reg.max_concurrency, specs=reg.capabilities, link=self,
+                now=reach.clock.wall(), instance=reg.instance)
         except (SchemaError, ValueError) as exc:
             await refuse(self.ws, InvalidParams(f"registration refused: {exc}"))
             await self.out.aclose()
@@ -228,7 +230,6 @@ class AgentSession(_Session):
             max_frame_bytes=reach.settings.max_frame_bytes,
             capabilities=registration.normalized, warnings=registration.warnings)))
         await reach.remember_agent(registration.record, reg)
-        reach.gateway.agents_changed()
         try:
             await self._frames(self._on_frame)
         finally:
@@ -236,9 +237,8 @@ class AgentSession(_Session):
                 delivery.resolve("lost")
             self.pending.clear()
             record = self.record
-            if record.session is self:
-                reach.registry.disconnected(record, reach.clock())
-                reach.gateway.agents_changed()
+            if record.link is self:
+                reach.registry.disconnected(record, reach.clock.wall())
             await self.out.aclose()
 
     async def _admit(self, reg: p.Register) -> None:
@@ -272,24 +272,32 @@ class AgentSession(_Session):
             self.ws.close(4000, "replaced by a newer connection of the same agent"))
 
     # called by the gateway
-    def deliver(self, task_id: str, attempt: int, delivery: Delivery, text: str) -> bool:
+    # ------------------------------------------------------------ ports.AgentLink
+
+    def deliver(self, work: Work, reply: Reply) -> bool:
         """Send an invoke frame; False if this connection can no longer carry it."""
-        if not self.out.post(text):
+        if not self.out.post(p.encode(
+                "invoke", task_id=work.task_id, attempt=work.attempt,
+                capability=work.capability, params=work.params,
+                idempotency_key=work.idempotency_key, trace_id=work.trace_id,
+                parent_task_id=work.parent_task_id, traceparent=work.traceparent,
+                deadline_ms=work.deadline_ms, caller=work.caller)):
             return False
-        self.pending[(task_id, attempt)] = delivery
+        self.pending[(work.task_id, work.attempt)] = reply
         return True
 
-    def forget(self, task_id: str, attempt: int) -> None:
+    def cancel(self, task_id: str, attempt: int) -> None:
         self.pending.pop((task_id, attempt), None)
+
+    async def close(self, reason: str) -> None:
+        await self.ws.close(1000, reason)
 
     def _on_frame(self, frame: Any) -> None:
         kind = frame.type
         if kind == "heartbeat":
-            changed = self.reach.registry.heartbeat(
-                self.record, self.reach.clock(), inflight=frame.inflight,
+            self.reach.registry.heartbeat(
+                self.record, self.reach.clock.wall(), inflight=frame.inflight,
                 queue_depth=frame.queue_depth, load=frame.load)
-            if changed is not None:
-                self.reach.gateway.agents_changed()
         elif kind == "result":
             delivery = self.pending.pop((frame.task_id, frame.attempt), None)
             if delivery is not None:
@@ -309,11 +317,9 @@ class AgentSession(_Session):
             delivery = self.pending.get((frame.task_id, frame.attempt))
             if delivery is not None:
                 delivery.ack()
-                if delivery.on_chunk is not None:
-                    delivery.on_chunk(frame.seq, frame.data)
+                delivery.chunk(frame.seq, frame.data)
         elif kind == "deregister":
-            if self.reach.registry.deregister(self.record, self.reach.clock()) is not None:
-                self.reach.gateway.agents_changed()
+            self.reach.registry.deregister(self.record, self.reach.clock.wall())
         else:
             raise ProtocolError(f"frame type {kind!r} is not accepted from an agent")
 
@@ -415,12 +421,10 @@ class CallerSession(_Session):
         # completion callback. Only a duplicate known solely to the store needs a coroutine.
         sink = self._chunk_sink(f.id) if f.wait else None
         try:
-            admission = self.reach.gateway.accept(
-                capability=f.capability, params=f.params, caller=self.caller,
-                idempotency_key=f.idempotency_key, priority=f.priority, timeout=f.timeout,
-                max_retries=f.max_retries, trace_id=f.trace_id,
-                parent_task_id=f.parent_task_id, traceparent=f.traceparent, sink=sink,
-                intent=f.intent, hedge=f.hedge)
+            admission = self.reach.gateway.accept(SubmitRequest(
+                f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
+                f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent,
+                f.hedge), sink)
         except ReachError as exc:
             self.out.post(error_frame(exc, id=f.id))
             return

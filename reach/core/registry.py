@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import names
-from .liveness import Liveness, LivenessPolicy, deadline, judge
-from .protocol import CapabilitySpec
-from .resilience import Breaker, BreakerState
-from .schemas import MAX_SCHEMA_BYTES, Validator, compile_schema
+from reach.core import names
+from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
+from reach.core.resilience import Breaker, BreakerState
+from reach.core.schemas import MAX_SCHEMA_BYTES, Validator, compile_schema
+from reach.ports import AgentLink
+from reach.wire.protocol import CapabilitySpec
 
 # Warnings one registration lists at most; past them, one line says how many more there were.
 MAX_WARNINGS = 20
@@ -43,7 +44,7 @@ class AgentRecord:
     version: str
     max_concurrency: int
     capabilities: dict[str, Capability]
-    session: Any = None  # the channel's connection object; opaque here
+    link: AgentLink | None = None  # how work reaches it (None while disconnected)
     instance: str | None = None  # the agent process's own id (Register.instance)
     connected: bool = True
     draining: bool = False
@@ -265,8 +266,8 @@ class Registry:
         # The names of ``index`` (a capability stays while any agent declares it), indexed
         # for look-alike warnings and ``no_route`` suggestions.
         self.names = names.NameIndex()
-        # Told of every registration and liveness change (the coordinator publishes events).
-        self.on_change: Callable[[AgentRecord], None] | None = None
+        # Told of every registration and liveness change (``listen``).
+        self._listeners: list[Callable[[AgentRecord], None]] = []
         self._slot_width = policy.interval / 16
         self._wheel: dict[int, list[tuple[float, AgentRecord]]] = {}
         self._cursor: int | None = None  # the first slot the next sweep looks at
@@ -274,7 +275,7 @@ class Registry:
     # ------------------------------------------------------------ membership
 
     def register(self, *, agent_id: str, name: str, version: str, max_concurrency: int,
-                 specs: list[CapabilitySpec], session: Any, now: float,
+                 specs: list[CapabilitySpec], link: AgentLink | None, now: float,
                  instance: str | None = None) -> Registration:
         """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration."""
         caps: dict[str, Capability] = {}
@@ -341,7 +342,7 @@ class Registry:
                 record.breaker.reset()
             record.name, record.version = name, version
             record.max_concurrency, record.capabilities = max_concurrency, caps
-        record.session, record.connected, record.draining = session, True, False
+        record.link, record.connected, record.draining = link, True, False
         record.instance = instance
         record.last_beat = record.registered_at = now
         self._set(record, now)
@@ -352,8 +353,7 @@ class Registry:
                 declared = self.index[cap] = Declared(cap)
                 self.names.add(cap)
             record.groups.append(declared.join(record))
-        if self.on_change is not None:
-            self.on_change(record)
+        self._changed(record)
         return Registration(record, list(caps), warnings)
 
     def _unindex(self, record: AgentRecord) -> None:
@@ -375,7 +375,7 @@ class Registry:
 
     def disconnected(self, record: AgentRecord, now: float) -> Liveness | None:
         record.connected = False
-        record.session = None
+        record.link = None
         return self._set(record, now)
 
     def deregister(self, record: AgentRecord, now: float) -> Liveness | None:
@@ -444,9 +444,18 @@ class Registry:
         record.state = new
         record.reshelve()
         self._schedule(record, now)
-        if self.on_change is not None:
-            self.on_change(record)
+        self._changed(record)
         return new
+
+    def listen(self, fn: Callable[[AgentRecord], None]) -> None:
+        """Call ``fn(record)`` after every registration and every liveness change: the
+        gateway wakes tasks waiting for an agent, the coordinator publishes events. Nothing
+        has to remember to tell them."""
+        self._listeners.append(fn)
+
+    def _changed(self, record: AgentRecord) -> None:
+        for fn in self._listeners:
+            fn(record)
 
     def _schedule(self, record: AgentRecord, now: float) -> None:
         """Make sure the agent is looked at again once its next threshold passes."""

@@ -41,7 +41,7 @@ from pydantic import (
 )
 from pydantic_core import to_json
 
-from .errors import ProtocolError
+from reach.errors import ProtocolError
 
 VERSION = 1
 SUPPORTED_VERSIONS = frozenset({VERSION})

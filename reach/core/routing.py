@@ -21,11 +21,11 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from . import names
-from .errors import InvalidParams, NoRoute, Unauthorized, Unavailable
-from .registry import FULL, HELD, READY, AgentRecord, Declared, Group, routable
-from .resilience import BreakerState
-from .schemas import Validator, check
+from reach.core import names
+from reach.core.registry import FULL, HELD, READY, AgentRecord, Declared, Group, routable
+from reach.core.resilience import BreakerState
+from reach.core.schemas import Validator, check
+from reach.errors import InvalidParams, NoRoute, Unauthorized, Unavailable
 
 STRATEGIES = ("weighted", "least_load", "lowest_latency", "round_robin", "random")
 

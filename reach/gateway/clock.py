@@ -1,0 +1,70 @@
+"""The real clock (the event loop's monotonic time, the system's wall time) and waits bounded
+by any ``ports.Clock``: the gateway times everything through these, so a fake clock drives it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from reach.ports import Clock, Timer
+
+
+class LoopClock:
+    """``ports.Clock`` on the running event loop; ``wall`` is injectable (``Reach.start(clock=)``)."""
+
+    __slots__ = ("_wall",)
+
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
+        self._wall = wall
+
+    def wall(self) -> float:
+        return self._wall()
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_at(when, fn)
+
+    async def sleep(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+
+
+async def within(clock: Clock, waitable: Awaitable[Any], limit: float) -> bool:
+    """Wait for ``waitable`` at most ``limit`` seconds of ``clock``; True if it completed.
+    A future is left running when the time is up (its owner decides what to do with it); a
+    coroutine is cancelled."""
+    fut = asyncio.ensure_future(waitable)
+    if fut.done():
+        return True
+    if limit <= 0:
+        if not asyncio.isfuture(waitable):
+            fut.cancel()
+        return False
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[bool] = loop.create_future()
+
+    def done(_f: object) -> None:
+        if not waiter.done():
+            waiter.set_result(True)
+
+    def expire() -> None:
+        if not waiter.done():
+            waiter.set_result(False)
+
+    fut.add_done_callback(done)
+    timer = clock.call_at(clock.now() + limit, expire)
+    try:
+        finished = await waiter
+    except asyncio.CancelledError:
+        if not asyncio.isfuture(waitable):
+            fut.cancel()
+        raise
+    finally:
+        timer.cancel()
+        fut.remove_done_callback(done)
+    if not finished and not asyncio.isfuture(waitable):
+        fut.cancel()
+    return finished

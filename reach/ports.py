@@ -1,0 +1,130 @@
+"""The seams between the gateway and the world: interfaces only, no implementations.
+
+The gateway (reach.gateway) decides and drives; it reaches agents through ``AgentLink``, keeps
+tasks through ``TaskStore`` and tells time through ``Clock``. Each port is what the gateway
+needs and nothing more, so an HTTP service, a child process, a queue worker, an MCP or A2A
+server or a peer coordinator can stand behind it with the same guarantees as a websocket agent
+(DESIGN.md, "Every agent is an AgentLink"). ``reach.testing`` ships fakes of all three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from reach.core.tasks import Task
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One attempt's work as an agent receives it (the invoke of docs/protocol.md §4)."""
+
+    task_id: str
+    attempt: int
+    capability: str
+    params: dict[str, Any]
+    idempotency_key: str
+    trace_id: str
+    caller: str
+    parent_task_id: str | None = None
+    traceparent: str | None = None
+    deadline_ms: float | None = None  # the caller's time left, when it gave one
+
+
+class Reply(Protocol):
+    """Where an ``AgentLink`` reports what became of one delivered ``Work``.
+
+    ``resolve`` kinds: ``ok`` (payload = result), ``error`` (payload = the wire error, whose
+    ``details.answer`` marks a deliberate answer) and ``lost`` (the link went away). Timers for
+    the ack and completion deadlines belong to the gateway, not the link."""
+
+    def ack(self) -> None: ...
+
+    def chunk(self, seq: int, data: Any) -> None: ...
+
+    def resolve(self, kind: str, payload: Any = None) -> None: ...
+
+
+class AgentLink(Protocol):
+    """What the gateway needs of any agent, whatever carries the work to it."""
+
+    def deliver(self, work: Work, reply: Reply) -> bool:
+        """Start sending ``work``; False when this link can no longer carry it (then nothing
+        was sent and the gateway fails over at once). Never blocks."""
+        ...
+
+    def cancel(self, task_id: str, attempt: int) -> None:
+        """The gateway no longer waits for this attempt (answered, timed out, hedge lost):
+        forget it, and tell the agent to stop where the link can."""
+        ...
+
+    def close(self, reason: str) -> Awaitable[None]:
+        """End the link (the agent was replaced, drained or the coordinator stops)."""
+        ...
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """The coordinator's one time base: ``wall`` for what is recorded (task history, breaker
+    and budget windows, events), ``now`` (monotonic) for what is timed (deadlines, backoff,
+    queue waits). A fake clock (``reach.testing.ManualClock``) drives every timeout."""
+
+    def wall(self) -> float: ...
+
+    def now(self) -> float: ...
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
+        """Run ``fn`` once ``now()`` reaches ``when``."""
+        ...
+
+    async def sleep(self, delay: float) -> None: ...
+
+
+class TaskStore(Protocol):
+    """Durable tasks: an acknowledged task's row is committed before the caller hears of it."""
+
+    def insert(self, task: Task) -> Awaitable[None]:
+        """Queue the first write of a task; the future completes once it is committed."""
+        ...
+
+    def update(self, task: Task) -> None:
+        """Queue a write of the task's current state (it rides the next group commit)."""
+        ...
+
+    def persist(self, task: Task) -> Awaitable[None]:
+        """Queue a write of the task's current state; completes once it is committed."""
+        ...
+
+    async def get(self, task_id: str) -> Task | None: ...
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None:
+        """Commit what is queued, then release the database."""
+        ...
+
+    async def unfinished(self) -> list[Task]:
+        """Tasks a stopped coordinator left unfinished: resumed at start."""
+        ...
+
+    async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]: ...
+
+    async def keys_since(self, since: float, limit: int | None = None
+                         ) -> list[tuple[str, str, float]]:
+        """(idempotency key, task id, created) of tasks created since ``since``."""
+        ...
+
+    async def agent_ids(self) -> dict[str, str]:
+        """Agent name → its stable id (identity survives restarts)."""
+        ...
+
+    async def declared(self) -> dict[str, list[str]]:
+        """Capability → names of agents that ever declared it."""
+        ...
+
+    async def save_agent(self, agent_id: str, name: str, version: str,
+                         capabilities: list[Any], max_concurrency: int, now: float) -> None: ...

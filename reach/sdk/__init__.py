@@ -1,0 +1,1 @@
+"""The two SDKs: Agent (serves capabilities) and Client (calls them), and Context."""

@@ -1,0 +1,1 @@
+"""The websocket and HTTP edge: sessions of agents, callers and operators."""

@@ -1,0 +1,1 @@
+"""The task store (SQLite by default): implements ports.TaskStore."""
