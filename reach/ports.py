@@ -9,6 +9,7 @@ server or a peer coordinator can stand behind it with the same guarantees as a w
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -87,15 +88,16 @@ class Clock(Protocol):
 class TaskStore(Protocol):
     """Durable tasks: an acknowledged task's row is committed before the caller hears of it."""
 
-    def insert(self, task: Task) -> Awaitable[None]:
-        """Queue the first write of a task; the future completes once it is committed."""
+    def insert(self, task: Task) -> asyncio.Future[None]:
+        """Queue the first write of a task; the future completes once it is committed (the
+        gateway acknowledges the task from its done-callback, without a coroutine)."""
         ...
 
     def update(self, task: Task) -> None:
         """Queue a write of the task's current state (it rides the next group commit)."""
         ...
 
-    def persist(self, task: Task) -> Awaitable[None]:
+    def persist(self, task: Task) -> asyncio.Future[None]:
         """Queue a write of the task's current state; completes once it is committed."""
         ...
 

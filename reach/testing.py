@@ -20,7 +20,6 @@ from typing import Any
 
 from reach.core.tasks import Task
 from reach.ports import Reply, Work
-
 from reach.reach import Reach
 from reach.sdk.agent import Agent
 from reach.sdk.client import Client

@@ -382,14 +382,14 @@ async def test_the_answer_leaves_before_the_bookkeeping_and_the_task_is_whole_at
         client = await cluster.client()
         seen: list[tuple[str, str, bool]] = []
         gateway = cluster.reach.gateway
-        answered = gateway._answered
+        answered = gateway.answered
 
         def spy(task: Any, result: Any) -> None:
             answered(task, result)
             attempt = task.attempts[-1]
             seen.append((task.state.value, attempt.outcome, attempt.ended_at is not None))
 
-        gateway.dispatch.answered = spy
+        gateway.answered = spy  # type: ignore[method-assign]
         assert await client.call("x.echo", {"n": 1}) == {"n": 1}
         assert seen == [("succeeded", "ok", True)]
     finally:
@@ -445,7 +445,7 @@ async def test_a_losing_streaming_hedge_leaves_nothing_behind_the_answer() -> No
         gateway = cluster.reach.gateway
         await wait_until(lambda: not gateway._drivers)  # the losers are cancelled
         await asyncio.sleep(0.05)  # chunks still in flight arrive
-        assert not [t for t in gateway._chunk_next if t not in gateway.live]
+        assert not [t for t in gateway.book._chunk_next if t not in gateway.live]
     finally:
         await cluster.close()
 
@@ -509,7 +509,7 @@ async def test_a_task_that_comes_back_to_the_slot_queue_stays_queued() -> None:
                                  idempotency_key="k-requeued", created_at=now), now)
         task.move(TaskState.QUEUED, now, "waiting for a free slot")  # its first wait
         with pytest.raises(Rejected):
-            await gateway._acquire(task, frozenset(), None)
+            await gateway.driver._acquire(task, frozenset(), None)
         assert task.state is TaskState.QUEUED
         gate.set()
         assert await first.result(5) == "done"

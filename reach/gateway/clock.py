@@ -12,7 +12,8 @@ from reach.ports import Clock, Timer
 
 
 class LoopClock:
-    """``ports.Clock`` on the running event loop; ``wall`` is injectable (``Reach.start(clock=)``)."""
+    """``ports.Clock`` on the running event loop; ``wall`` is injectable
+    (``Reach.start(clock=)``)."""
 
     __slots__ = ("_wall",)
 

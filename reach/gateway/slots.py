@@ -17,13 +17,16 @@ import asyncio
 from collections.abc import Callable, Iterable
 
 from reach.core import counts
+from reach.gateway.clock import within
+from reach.ports import Clock
 
 Waiter = tuple[int, float, str, asyncio.Future[None]]
 
 
 class SlotQueue:
-    def __init__(self, aging: float) -> None:
+    def __init__(self, aging: float, clock: Clock) -> None:
         self.aging = aging
+        self.clock = clock
         # capability → (priority, first queued at, caller, waker)
         self._waiters: dict[str, list[Waiter]] = {}
         # capability → caller → its waiters not yet back from ``wait`` (a woken one counts
@@ -38,10 +41,7 @@ class SlotQueue:
         callers = self._callers.setdefault(capability, {})
         counts.add(callers, caller)
         try:
-            async with asyncio.timeout(limit):
-                await fut
-        except TimeoutError:
-            pass
+            await within(self.clock, fut, limit)
         finally:
             if not fut.done():
                 fut.cancel()

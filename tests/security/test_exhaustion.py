@@ -88,7 +88,7 @@ async def test_finished_tasks_are_kept_within_a_byte_budget() -> None:
         for h in handles:
             await h.result(5)
         gateway = cluster.reach.gateway
-        assert gateway._recent_bytes <= 2_000_000
+        assert gateway.book._recent_bytes <= 2_000_000
         assert 3 <= len(gateway.recent) < 30  # each task holds ~200 KB (params + result)
         # A task that left memory is read from the store, whole.
         first = await client.status(handles[0].task_id)

@@ -1,0 +1,232 @@
+"""The task book: every task the gateway knows in memory, and who waits on each.
+
+Live tasks, recently finished ones (for status and traces, bounded in count and bytes),
+unresolved dead letters, trace membership, caller-scoped idempotency keys (with their ages,
+for the TTL), each caller's count of unfinished tasks, and the waiters of a task: its outcome
+future, synchronous watchers, stream sinks and the pending commit of its first write. What the
+store keeps durably is not here; this is what answers without a query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_core import to_json
+
+from reach.config import Settings
+from reach.core import counts
+from reach.core.tasks import Task, TaskState
+from reach.gateway.events import DEAD_LETTER, EventBus
+
+S = TaskState
+log = logging.getLogger("reach.gateway")
+ChunkSink = Callable[[str, int, Any], None]
+
+
+class TaskBook:
+    def __init__(self, settings: Settings, events: EventBus) -> None:
+        self.settings = settings
+        self.events = events
+        self.live: dict[str, Task] = {}
+        self.recent: OrderedDict[str, Task] = OrderedDict()
+        self.traces: dict[str, list[str]] = {}
+        self.dead: dict[str, Task] = {}
+        self.keys: dict[str, str] = {}  # caller-scoped idempotency key → task id
+        self.caller_live: dict[str, int] = {}  # caller → its unfinished tasks
+        self.commits: dict[str, asyncio.Future[None]] = {}
+        self._recent_bytes = 0  # about how much ``recent`` holds (params and results)
+        self._recent_sizes: dict[str, int] = {}
+        self._keys_capped = False
+        self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
+        self._outcomes: dict[str, asyncio.Future[Task]] = {}
+        self._watchers: dict[str, list[Callable[[Task], None]]] = {}
+        self._chunk_sinks: dict[str, list[ChunkSink]] = {}
+        self._chunk_next: dict[str, int] = {}  # task id → the next chunk seq callers expect
+
+    # ------------------------------------------------------------ membership
+
+    def track(self, task: Task) -> None:
+        """A task became live (accepted, resumed or replayed)."""
+        if task.task_id not in self.live:
+            counts.add(self.caller_live, task.envelope.caller)
+        self.live[task.task_id] = task
+        ids = self.traces.setdefault(task.envelope.trace_id, [])
+        if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
+            ids.append(task.task_id)
+        self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
+
+    def unlive(self, task: Task) -> None:
+        if self.live.pop(task.task_id, None) is not None:
+            counts.drop(self.caller_live, task.envelope.caller)
+
+    def forget(self, task: Task) -> None:
+        """A task whose first write failed: it was never accepted, nothing may remain."""
+        env, tid = task.envelope, task.task_id
+        self.unlive(task)
+        self._outcomes.pop(tid, None)
+        self._watchers.pop(tid, None)
+        self._chunk_sinks.pop(tid, None)
+        ids = self.traces.get(env.trace_id)
+        if ids is not None and tid in ids:
+            ids.remove(tid)
+            if not ids:
+                del self.traces[env.trace_id]
+        if self.keys.get(env.idempotency_key) == tid:
+            del self.keys[env.idempotency_key]
+
+    def find(self, task_id: str) -> Task | None:
+        """A task still in memory: live, recently finished, or an unresolved dead letter."""
+        return self.live.get(task_id) or self.recent.get(task_id) or self.dead.get(task_id)
+
+    def usage(self, caller: str) -> int:
+        return self.caller_live.get(caller, 0)
+
+    # ------------------------------------------------------------ waiters
+
+    def outcome(self, task_id: str) -> asyncio.Future[Task] | None:
+        """A future that completes with the task once it is terminal (None if not live)."""
+        return self._outcomes.get(task_id)
+
+    def watch(self, task_id: str, fn: Callable[[Task], None]) -> bool:
+        """Call ``fn(task)`` the moment the task's outcome is released (synchronously, without
+        the extra turn of the loop a future's callback costs). False if the task is not live."""
+        if task_id not in self._outcomes:
+            return False
+        self._watchers.setdefault(task_id, []).append(fn)
+        return True
+
+    def add_chunk_sink(self, task_id: str, sink: ChunkSink) -> None:
+        self._chunk_sinks.setdefault(task_id, []).append(sink)
+
+    def emit_chunk(self, task_id: str, seq: int, data: Any) -> None:
+        # A losing hedge may stream on after the task was answered: nobody listens any more.
+        if task_id not in self.live:
+            return
+        # A retried attempt streams again from 0: callers already have those chunks.
+        if seq < self._chunk_next.get(task_id, 0):
+            return
+        self._chunk_next[task_id] = seq + 1
+        for sink in self._chunk_sinks.get(task_id, ()):
+            sink(task_id, seq, data)
+
+    def release(self, task: Task) -> None:
+        """The task is terminal: answer its waiters (once what they are told is stored),
+        then keep it among the recent ones (and the dead letters when it died)."""
+        tid = task.task_id
+        fut = self._outcomes.pop(tid, None)
+        watchers = self._watchers.pop(tid, ())
+        if fut is not None and not fut.done():
+            def answer(_c: object = None) -> None:
+                for fn in watchers:
+                    try:
+                        fn(task)
+                    except Exception:  # one watcher's bug must not cost the others or
+                        log.exception("a watcher of task %s failed", tid)  # the bookkeeping
+                if not fut.done():
+                    fut.set_result(task)
+            commit = self.commits.get(tid)
+            if commit is None or commit.done():
+                answer()
+            else:  # answer only what was stored
+                commit.add_done_callback(answer)
+
+    def settle(self, task: Task) -> None:
+        """After the answer: the task leaves the live set, and is kept as recent (and as a
+        dead letter when it died)."""
+        tid = task.task_id
+        self.unlive(task)
+        if task.state is S.DEAD:
+            self.dead[tid] = task
+            self.events.publish(DEAD_LETTER, {"action": "added", "task_id": tid,
+                                              "capability": task.envelope.capability})
+        elif self.dead.pop(tid, None) is not None:
+            self.events.publish(DEAD_LETTER, {"action": "resolved", "task_id": tid,
+                                              "capability": task.envelope.capability})
+        self._keep_recent(task)
+        if task.state is S.DEAD and len(self.dead) > self.settings.dead_letters_max:
+            self.drop_dead(next(iter(self.dead)))
+        self._chunk_sinks.pop(tid, None)
+        self._chunk_next.pop(tid, None)
+
+    def fail_waiters(self, error: Exception) -> None:
+        """The coordinator stops: every waiter still waiting hears ``error``."""
+        for fut in self._outcomes.values():
+            if not fut.done():
+                fut.set_exception(error)
+                fut.exception()  # retrieved: nobody may be waiting, that is not an error
+
+    # ------------------------------------------------------------ bounded memory
+
+    def _keep_recent(self, task: Task) -> None:
+        """Keep a finished task for status and traces, within ``recent_tasks`` and
+        ``recent_bytes`` (older ones are read from the store)."""
+        tid = task.task_id
+        size = footprint(task)
+        self._recent_bytes += size - self._recent_sizes.get(tid, 0)
+        self._recent_sizes[tid] = size
+        self.recent[tid] = task
+        self.recent.move_to_end(tid)
+        s = self.settings
+        while len(self.recent) > 1 and (len(self.recent) > s.recent_tasks
+                                        or self._recent_bytes > s.recent_bytes):
+            old_id, old = self.recent.popitem(last=False)
+            self._recent_bytes -= self._recent_sizes.pop(old_id, 0)
+            ids = self.traces.get(old.envelope.trace_id)
+            if ids is not None and old_id in ids and old_id not in self.live:
+                ids.remove(old_id)
+                if not ids:
+                    del self.traces[old.envelope.trace_id]
+
+    def remember_key(self, key: str, task_id: str, created_at: float) -> None:
+        self.keys[key] = task_id
+        self._key_ages.append((created_at, key, task_id))
+        if len(self._key_ages) > self.settings.idempotency_keys_max:
+            # Memory over the TTL: the oldest keys go early (a repeat of one runs again).
+            _, old_key, old_task = self._key_ages.popleft()
+            if self.keys.get(old_key) == old_task and old_task not in self.live:
+                del self.keys[old_key]
+            if not self._keys_capped:
+                self._keys_capped = True
+                log.warning("more than %d idempotency keys within their TTL: the oldest are "
+                            "forgotten early (raise idempotency_keys_max or lower "
+                            "idempotency_ttl)", self.settings.idempotency_keys_max)
+
+    def prune_keys(self, before: float) -> int:
+        """Forget the keys of tasks created before ``before`` (the TTL); returns how many."""
+        ages, pruned = self._key_ages, 0
+        while ages and ages[0][0] < before:
+            _, key, task_id = ages.popleft()
+            if self.keys.get(key) == task_id and task_id not in self.live:
+                del self.keys[key]
+                pruned += 1
+        return pruned
+
+    def prune_dead(self, before: float) -> int:
+        """Stop listing dead letters that died before ``before`` (the retention); their rows
+        stay in the store, where ``status`` and ``replay`` still find them."""
+        old = [tid for tid, t in self.dead.items()
+               if t.state is S.DEAD and t.updated_at < before]
+        for tid in old:
+            self.drop_dead(tid)
+        return len(old)
+
+    def drop_dead(self, task_id: str) -> None:
+        task = self.dead.pop(task_id, None)
+        if task is not None:
+            self.events.publish(DEAD_LETTER, {"action": "expired", "task_id": task_id,
+                                              "capability": task.envelope.capability})
+
+
+def footprint(task: Task) -> int:
+    """About the bytes a finished task holds: its params and result as JSON, plus the rest."""
+    env = task.envelope
+    size = 600 + 200 * len(task.attempts) + 60 * len(task.history)
+    if env.params:
+        size += len(to_json(env.params))
+    if task.result is not None:
+        size += len(to_json(task.result))
+    return size
