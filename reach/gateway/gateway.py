@@ -15,11 +15,9 @@ import os
 import random
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from reach.config import Settings
-from reach.core import intent as intents
 from reach.core import names, traces
 from reach.core.keys import scoped_key
 from reach.core.metrics import Metrics
@@ -29,12 +27,12 @@ from reach.core.routing import Router
 from reach.core.tasks import Envelope, Outcome, SubmitRequest, Task, TaskState, new_task
 from reach.errors import (
     InvalidParams,
-    NoRoute,
     ReachError,
     Rejected,
-    Unauthorized,
     Unavailable,
 )
+from reach.gateway import admission
+from reach.gateway.admission import Admission
 from reach.gateway.book import ChunkSink, TaskBook
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
@@ -44,17 +42,6 @@ from reach.gateway.slots import SlotQueue
 from reach.ports import Clock, TaskStore
 
 S = TaskState
-
-
-@dataclass(slots=True)
-class Admission:
-    """What ``Gateway.accept`` decided: the task (None when only the store knows it, see
-    ``lookup``), whether it is a duplicate, and the commit to wait for before acknowledging."""
-
-    task: Task | None
-    duplicate: bool
-    commit: asyncio.Future[None] | None
-    lookup: str | None
 
 
 class Gateway:
@@ -67,8 +54,7 @@ class Gateway:
         self.clock = clock
         self.rng = rng or random.Random()
         self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
-        # The two most recent distinct submitters and when (``contended``).
-        self._last_callers: list[tuple[str | None, float]] = [(None, 0.0), (None, 0.0)]
+        self.submitters = admission.Submitters()
         self.events = EventBus(clock.wall)
         self.metrics = Metrics()
         self.book = TaskBook(settings, self.events)
@@ -135,7 +121,7 @@ class Gateway:
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
         if not capability:
-            capability = self._by_intent(intent or "")
+            capability = admission.by_intent(self.registry, intent or "")
         try:
             cap = names.normalize(capability)
         except ValueError as exc:
@@ -169,14 +155,14 @@ class Gateway:
                 f"caller {caller!r} has {live} unfinished tasks, its limit "
                 f"(max_caller_tasks); wait for some to finish", level=1.0, capability=cap)
         now = self.clock.wall()
-        self._note_caller(caller, now)
+        self.submitters.note(caller, now)
         task_id = os.urandom(16).hex()
         # A W3C traceparent from the caller names the trace; agents get one naming this task.
         trace_id = trace_id or traces.trace_id_of(traceparent)
         if trace_id is None:
             trace_id = os.urandom(16).hex()
         else:
-            self._check_join(trace_id, caller, parent_task_id)
+            admission.check_join(self.book, trace_id, caller, parent_task_id)
         traceparent = traces.child_traceparent(trace_id, task_id, traceparent)
         env = Envelope(
             task_id=task_id, trace_id=trace_id, capability=cap,
@@ -209,56 +195,11 @@ class Gateway:
         commit.add_done_callback(settled)
         return Admission(task, False, commit, task_id)
 
-    @staticmethod
-    def check_same_work(first: Task, capability: str, key: str) -> None:
-        """A key names one piece of work: reusing it for another capability is a mistake
-        that must not be answered with the other capability's result."""
-        if first.envelope.capability != capability:
-            raise InvalidParams(
-                f"idempotency key {key!r} was already used for "
-                f"{first.envelope.capability!r}; use a new key for {capability!r}",
-                task_id=first.task_id)
-
-    def _note_caller(self, caller: str, now: float) -> None:
-        last = self._last_callers
-        if last[0][0] == caller:
-            last[0] = (caller, now)
-        else:
-            last[1], last[0] = last[0], (caller, now)
+    check_same_work = staticmethod(admission.check_same_work)
 
     def contended(self, caller: str, within: float = 0.5) -> bool:
-        """Whether a caller other than ``caller`` submitted work in the last ``within`` s (the
-        two most recent submitters are kept, so this costs the same for any number)."""
-        other = self._last_callers[1] if self._last_callers[0][0] == caller \
-            else self._last_callers[0]
-        return other[0] is not None and other[1] >= self.clock.wall() - within
-
-    def _check_join(self, trace_id: str, caller: str, parent_task_id: str | None) -> None:
-        """A caller may add to a trace it started, or one whose ``parent_task_id`` task its
-        agent is running (a nested call); not to a stranger's trace, whose views it would
-        otherwise join (and whose operator would see its tasks as part of the chain)."""
-        ids = self.book.traces.get(trace_id)
-        if not ids:
-            return
-        root = self.find(ids[0])
-        if root is None or root.envelope.caller == caller:
-            return
-        parent = None if parent_task_id is None else self.find(parent_task_id)
-        if parent is not None and parent.envelope.trace_id == trace_id and \
-                any(a.agent == caller for a in parent.attempts):
-            return
-        raise Unauthorized(
-            f"trace {trace_id!r} belongs to another caller; start a new trace, or name as "
-            f"parent_task_id the task your agent is running", trace_id=trace_id)
-
-    def _by_intent(self, text: str) -> str:
-        if not text.strip():
-            raise InvalidParams("name a capability or state an intent")
-        found, closest = intents.resolve(text, self.registry.intents())
-        if found is None:
-            raise NoRoute(f"no capability matches the intent {text!r}; name one explicitly",
-                          intent=text, suggestions=closest)
-        return found
+        """Whether a caller other than ``caller`` submitted work in the last ``within`` s."""
+        return self.submitters.contended(caller, self.clock.wall(), within)
 
     # ------------------------------------------------------------ state and events
 

@@ -1,0 +1,89 @@
+"""The checks ``Gateway.accept`` makes before it records a task, and what it answers.
+
+A refusal is a typed ``ReachError`` raised before anything is stored: a key reused for other
+work, a trace that belongs to another caller, an intent nothing matches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from reach.core import intent as intents
+from reach.core.registry import Registry
+from reach.core.tasks import Task
+from reach.errors import InvalidParams, NoRoute, Unauthorized
+from reach.gateway.book import TaskBook
+
+
+@dataclass(slots=True)
+class Admission:
+    """What ``Gateway.accept`` decided: the task (None when only the store knows it, see
+    ``lookup``), whether it is a duplicate, and the commit to wait for before acknowledging."""
+
+    task: Task | None
+    duplicate: bool
+    commit: asyncio.Future[None] | None
+    lookup: str | None
+
+
+def check_same_work(first: Task, capability: str, key: str) -> None:
+    """A key names one piece of work: reusing it for another capability is a mistake that
+    must not be answered with the other capability's result."""
+    if first.envelope.capability != capability:
+        raise InvalidParams(
+            f"idempotency key {key!r} was already used for "
+            f"{first.envelope.capability!r}; use a new key for {capability!r}",
+            task_id=first.task_id)
+
+
+def check_join(book: TaskBook, trace_id: str, caller: str, parent_task_id: str | None) -> None:
+    """A caller may add to a trace it started, or one whose ``parent_task_id`` task its agent
+    is running (a nested call); not to a stranger's trace, whose views it would otherwise
+    join (and whose operator would see its tasks as part of the chain)."""
+    ids = book.traces.get(trace_id)
+    if not ids:
+        return
+    root = book.find(ids[0])
+    if root is None or root.envelope.caller == caller:
+        return
+    parent = None if parent_task_id is None else book.find(parent_task_id)
+    if parent is not None and parent.envelope.trace_id == trace_id and \
+            any(a.agent == caller for a in parent.attempts):
+        return
+    raise Unauthorized(
+        f"trace {trace_id!r} belongs to another caller; start a new trace, or name as "
+        f"parent_task_id the task your agent is running", trace_id=trace_id)
+
+
+def by_intent(registry: Registry, text: str) -> str:
+    """The capability an intent names, or ``NoRoute`` with the closest ones."""
+    if not text.strip():
+        raise InvalidParams("name a capability or state an intent")
+    found, closest = intents.resolve(text, registry.intents())
+    if found is None:
+        raise NoRoute(f"no capability matches the intent {text!r}; name one explicitly",
+                      intent=text, suggestions=closest)
+    return found
+
+
+class Submitters:
+    """The two most recent distinct submitters and when: enough to tell whether another
+    caller is competing now (``contended``), at the same cost for any number of callers."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: list[tuple[str | None, float]] = [(None, 0.0), (None, 0.0)]
+
+    def note(self, caller: str, now: float) -> None:
+        last = self._last
+        if last[0][0] == caller:
+            last[0] = (caller, now)
+        else:
+            last[1], last[0] = last[0], (caller, now)
+
+    def contended(self, caller: str, now: float, within: float = 0.5) -> bool:
+        """Whether a caller other than ``caller`` submitted work in the last ``within`` s."""
+        other = self._last[1] if self._last[0][0] == caller else self._last[0]
+        return other[0] is not None and other[1] >= now - within
