@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from reach.core.tasks import Task
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Work:
     """One attempt's work as an agent receives it (the invoke of docs/protocol.md §4)."""
 

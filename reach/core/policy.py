@@ -46,31 +46,34 @@ class Verdict:
         return self.outcome in (Outcome.OK, Outcome.ANSWER)
 
 
+_OK = Verdict(Outcome.OK, True, True, None)
+_ANSWER = Verdict(Outcome.ANSWER, True, True, None)
+_UNDELIVERED = Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")
+_LOST = Verdict(Outcome.LOST, False, True, "connection lost")
+_TIMEOUT = Verdict(Outcome.TIMEOUT, False, True, "completion timeout")
+_CALLER_DEADLINE = Verdict(Outcome.TIMEOUT, False, False, "the caller's deadline passed")
+
+
 def classify(kind: str, payload: Any, *, acked: bool, caller_bound: bool) -> Verdict:
     """Judge how an attempt ended. ``kind`` is what the link reported (ok | error | lost |
     timeout | undelivered); ``caller_bound``: the caller's deadline was shorter than the
     capability's own completion timeout."""
     if kind == "ok":
-        return Verdict(Outcome.OK, True, True, None)
+        return _OK
     if kind == "error":
         error = payload if isinstance(payload, dict) else {}
         if error.get("code") == "unavailable":  # refused before it ran (shutting down)
-            return Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")
+            return _UNDELIVERED
         if (error.get("details") or {}).get("answer"):
-            return Verdict(Outcome.ANSWER, True, True, None)
+            return _ANSWER
         return Verdict(Outcome.FAULT, False, True, str(error.get("message")))
     if kind == "lost":
-        if not acked:
-            return Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")
-        return Verdict(Outcome.LOST, False, True, "connection lost")
+        return _LOST if acked else _UNDELIVERED
     if kind == "timeout":
-        if caller_bound:
-            return Verdict(Outcome.TIMEOUT, False, False, "the caller's deadline passed")
-        return Verdict(Outcome.TIMEOUT, False, True, "completion timeout")
+        return _CALLER_DEADLINE if caller_bound else _TIMEOUT
     if kind == "undelivered":
-        return Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")
-    return Verdict(Outcome(kind) if kind in Outcome.__members__.values() else Outcome.FAULT,
-                   False, True, kind)
+        return _UNDELIVERED
+    return Verdict(Outcome.FAULT, False, True, kind)
 
 
 def mostly_healthy(recent: Sequence[bool]) -> bool:
@@ -117,6 +120,8 @@ class Finish:
 
 
 Step = Retry | FailOver | Wait | Finish
+_SUCCEEDED = Finish(TaskState.SUCCEEDED)
+_ANSWERED = Finish(TaskState.FAILED)
 
 
 @dataclass(slots=True)
@@ -143,9 +148,9 @@ def after_attempt(verdict: Verdict, tries: Tries, *, idempotent: bool,
     """The next step once an attempt ended. ``others_left``: a healthy candidate not yet
     tried remains; ``idempotent``: the capability may run twice."""
     if verdict.outcome is Outcome.OK:
-        return Finish(TaskState.SUCCEEDED)
+        return _SUCCEEDED
     if verdict.outcome is Outcome.ANSWER:
-        return Finish(TaskState.FAILED)
+        return _ANSWERED
     if verdict.outcome is Outcome.UNDELIVERED:
         # Never acknowledged: fail over while another candidate is left; once every one was
         # tried, it costs a retry like any other failure.
