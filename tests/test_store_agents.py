@@ -8,7 +8,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 
-from reach.store.store import _AGENTS, Store, _agent_upsert
+from reach.store.store import Store
+from reach.store.tables import AGENTS, agent_upsert
 
 CAPS = [{"name": "echo.run", "params": {}}]
 
@@ -21,7 +22,7 @@ async def test_a_second_registration_updates_the_row_and_keeps_first_seen(
         await store.save_agent("ag-1", "echo", "1", CAPS, 4, now=100.0)
         await store.save_agent("ag-1", "echo", "2", [{"name": "echo.loud"}], 8, now=200.0)
         with store.engine.connect() as conn:
-            row = conn.execute(select(_AGENTS)).one()
+            row = conn.execute(select(AGENTS)).one()
         assert (row.version, row.max_concurrency, row.first_seen, row.last_registered) == \
             ("2", 8, 100.0, 200.0)
         assert await store.declared() == {"echo": ["echo.loud"]}
@@ -58,12 +59,12 @@ async def test_identities_survive_a_reopen(tmp_path: Path) -> None:
 
 
 def test_the_postgresql_upsert_keeps_the_id_and_first_seen() -> None:
-    sql = str(_agent_upsert("postgresql").compile(dialect=postgresql.dialect()))
+    sql = str(agent_upsert("postgresql").compile(dialect=postgresql.dialect()))
     assert "ON CONFLICT (agent_id) DO UPDATE SET" in sql
     updated = sql.split("DO UPDATE SET", 1)[1]
     assert "last_registered = excluded.last_registered" in updated
     assert "first_seen" not in updated and "agent_id =" not in updated
-    assert _agent_upsert("mssql") is None  # falls back to one upsert at a time
+    assert agent_upsert("mssql") is None  # falls back to one upsert at a time
 
 
 async def test_a_registration_that_fails_does_not_fail_the_tasks_committed_beside_it(
@@ -123,3 +124,24 @@ async def test_registering_on_a_closed_store_says_so(tmp_path: Path) -> None:
     await store.close()
     with pytest.raises(RuntimeError, match="not open"):
         await asyncio.wait_for(store.save_agent("ag-1", "a", "0", CAPS, 4, 0.0), 5)
+
+
+async def test_without_an_upsert_a_registration_is_written_alone_and_keeps_first_seen(
+        tmp_path: Path) -> None:
+    """A dialect without INSERT .. ON CONFLICT (``agent_upsert`` gives None): update, else
+    insert, one registration at a time, with the same outcome as the upsert."""
+    store = Store(f"sqlite:///{tmp_path / 'plain.db'}")
+    await store.open()
+    try:
+        del store._sql["agent"]  # as compile_statements leaves it for such a dialect
+        before = store.commits
+        await store.save_agent("ag-1", "echo", "1", CAPS, 4, now=100.0)
+        await store.save_agent("ag-1", "echo", "2", [{"name": "echo.loud"}], 8, now=200.0)
+        assert store.commits == before  # not through the group commit
+        with store.engine.connect() as conn:
+            row = conn.execute(select(AGENTS)).one()
+        assert (row.version, row.max_concurrency, row.first_seen, row.last_registered) == \
+            ("2", 8, 100.0, 200.0)
+        assert await store.declared() == {"echo": ["echo.loud"]}
+    finally:
+        await store.close()

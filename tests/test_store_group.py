@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
-from reach.core.tasks import Envelope, Task, new_task
+from reach.core.tasks import Envelope, Task, TaskState, new_task
 from reach.store.store import Store
 
 
@@ -48,3 +49,117 @@ async def test_a_partial_group_commits_when_the_window_ends(tmp_path: Path) -> N
         assert len(await store.unfinished()) == 13
     finally:
         await store.close()
+
+
+# ------------------------------------------------------------------ the writer's other paths
+
+def _stores(tmp_path: Path, name: str) -> list[Store]:
+    """The writer on the loop (SQLite, WAL) and on its worker thread (as for PostgreSQL)."""
+    return [Store(f"sqlite:///{tmp_path / name}"),
+            Store(f"sqlite:///{tmp_path / ('t-' + name)}", threaded=True)]
+
+
+async def test_persist_of_a_queued_insert_is_that_insert(tmp_path: Path) -> None:
+    for store in _stores(tmp_path, "persist.db"):
+        await store.open()
+        try:
+            task = _task(1)
+            inserted = store.insert(task)
+            task.move(TaskState.QUEUED, 1.0)
+            assert store.persist(task) is inserted  # one row, built from the latest state
+            await inserted
+            got = await store.get("t-1")
+            assert got is not None and got.state is TaskState.QUEUED
+        finally:
+            await store.close()
+
+
+async def test_persist_and_update_of_a_stored_task_reach_the_row(tmp_path: Path) -> None:
+    for store in _stores(tmp_path, "later.db"):
+        await store.open()
+        try:
+            task = _task(1)
+            await store.insert(task)
+            task.move(TaskState.QUEUED, 1.0)
+            await store.persist(task)
+            got = await store.get("t-1")
+            assert got is not None and got.state is TaskState.QUEUED
+            task.move(TaskState.DISPATCHED, 2.0)
+            store.update(task)  # written behind: flush waits for it
+            await store.flush()
+            got = await store.get("t-1")
+            assert got is not None and got.state is TaskState.DISPATCHED
+            assert [h[0] for h in got.history] == ["pending", "queued", "dispatched"]
+        finally:
+            await store.close()
+
+
+async def test_an_update_alone_is_written_after_update_delay(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'behind.db'}", update_delay=0.01)
+    await store.open()
+    try:
+        task = _task(1)
+        await store.insert(task)
+        commits = store.commits
+        task.move(TaskState.QUEUED, 1.0)
+        store.update(task)
+        async with asyncio.timeout(5):
+            while store.commits == commits:
+                await asyncio.sleep(0.005)
+        got = await store.get("t-1")
+        assert got is not None and got.state is TaskState.QUEUED
+    finally:
+        await store.close()
+
+
+async def test_a_failed_commit_fails_its_submitters_and_the_writer_goes_on(
+        tmp_path: Path) -> None:
+    for store in _stores(tmp_path, "fail.db"):
+        await store.open()
+        real = store._commit
+
+        def broken(*args: Any) -> None:
+            raise OSError("disk full")
+
+        try:
+            store._commit = broken  # type: ignore[method-assign]
+            futures = [store.insert(_task(i)) for i in range(3)]
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            assert all(isinstance(r, OSError) for r in results)
+            store._commit = real  # type: ignore[method-assign]
+            await store.insert(_task(9))
+            assert [t.task_id for t in await store.unfinished()] == ["t-9"]
+            assert store.rows_written == 1
+        finally:
+            await store.close()
+
+
+async def test_max_batch_one_is_a_commit_per_task(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'one.db'}", max_batch=1)
+    await store.open()
+    try:
+        commits = store.commits
+        await _group(store, 0, 5)
+        assert store.commits - commits == 5
+        assert len(await store.unfinished()) == 5
+    finally:
+        await store.close()
+
+
+async def test_close_commits_what_is_queued(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'close.db'}"
+    store = Store(url)
+    await store.open()
+    task = _task(1)
+    inserted = store.insert(task)
+    task.move(TaskState.QUEUED, 1.0)
+    store.update(task)
+    await store.close()
+    assert inserted.done() and inserted.exception() is None
+    again = Store(url)
+    await again.open()
+    try:
+        got = await again.get("t-1")
+        assert got is not None and got.state is TaskState.QUEUED
+    finally:
+        await again.close()

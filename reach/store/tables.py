@@ -1,0 +1,190 @@
+"""The store's tables (SQLModel), the statements written to them, and ``Task`` ↔ row.
+
+Two tables: ``reach_agents`` (an agent's identity and last declaration; heartbeats stay in
+memory) and ``reach_tasks`` (every task: envelope, state, result or error, attempts, history).
+Structured fields are stored as JSON text, so SQLite and PostgreSQL hold the same rows. The
+writer's statements (task insert and update, agents' upsert) are compiled once per dialect.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pydantic_core import to_json
+from sqlalchemy import Table, bindparam, insert, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+from sqlmodel import Field, SQLModel
+
+from reach.core.tasks import Attempt, Envelope, Task, TaskState
+
+
+class AgentRow(SQLModel, table=True):
+    """Static identity and declaration; heartbeats live in memory, never here."""
+
+    __tablename__ = "reach_agents"
+    agent_id: str = Field(primary_key=True)
+    name: str = Field(index=True, unique=True)
+    version: str = "0"
+    capabilities: str = "[]"
+    max_concurrency: int = 20
+    first_seen: float = 0.0
+    last_registered: float = 0.0
+
+
+class TaskRow(SQLModel, table=True):
+    """One task, whole: what ``task_from_row`` needs to resume it after a restart."""
+
+    __tablename__ = "reach_tasks"
+    task_id: str = Field(primary_key=True)
+    trace_id: str = ""
+    capability: str = ""
+    caller: str = ""
+    idempotency_key: str = ""
+    priority: int = 5
+    timeout: float | None = None
+    max_retries: int = 2
+    parent_task_id: str | None = None
+    traceparent: str | None = None
+    params: str = "{}"
+    state: str = Field(default="pending", index=True)
+    result: str | None = None
+    error: str | None = None
+    attempts: str = "[]"
+    history: str = "[]"
+    created_at: float = Field(default=0.0, index=True)  # idempotency keys reload by age
+    updated_at: float = 0.0
+
+
+TASKS: Table = TaskRow.__table__  # type: ignore[attr-defined]
+AGENTS: Table = AgentRow.__table__  # type: ignore[attr-defined]
+
+
+def create_tables(engine: Engine) -> None:
+    """Create both tables where they do not exist yet."""
+    SQLModel.metadata.create_all(engine, [TASKS, AGENTS])
+
+
+# ------------------------------------------------------------------ statements
+
+Statements = dict[str, tuple[str, tuple[str, ...] | None]]
+"""Statement name → (SQL in the dialect's paramstyle, column order when it is positional)."""
+
+_KEPT = ("agent_id", "first_seen")  # the agent columns a re-registration leaves as they are
+TASK_UPDATE = (  # a task's later changes: the rows ``commit_rows`` builds for it
+    update(TASKS)
+    .where(TASKS.c.task_id == bindparam("k_task_id"))
+    .values(state=bindparam("state"), result=bindparam("result"), error=bindparam("error"),
+            attempts=bindparam("attempts"), history=bindparam("history"),
+            updated_at=bindparam("updated_at"))
+)
+
+
+def agent_upsert(dialect: str) -> Any:
+    """INSERT .. ON CONFLICT DO UPDATE for agents (SQLite, PostgreSQL); ``first_seen`` is
+    kept from the first registration. None for a dialect without it."""
+    dml: dict[str, Callable[[Any], Any]] = {"sqlite": sqlite.insert,
+                                            "postgresql": postgresql.insert}
+    if dialect not in dml:
+        return None
+    stmt = dml[dialect](AGENTS)
+    return stmt.on_conflict_do_update(
+        index_elements=[AGENTS.c.agent_id],
+        set_={c.name: stmt.excluded[c.name] for c in AGENTS.columns if c.name not in _KEPT})
+
+
+def upsert_agent(engine: Engine, row: dict[str, Any]) -> None:
+    """One agent's row, for a database without INSERT .. ON CONFLICT: update, else insert."""
+    changed = {k: v for k, v in row.items() if k not in _KEPT}
+    with engine.begin() as conn:
+        hit = conn.execute(update(AGENTS).where(AGENTS.c.agent_id == row["agent_id"])
+                           .values(**changed))
+        if hit.rowcount == 0:
+            conn.execute(insert(AGENTS).values(**row))
+
+
+def compile_statements(engine: Engine) -> Statements:
+    """The writer's statements, compiled once for the engine's dialect: the new task's insert,
+    the task change's update and, where the dialect has one, the agents' upsert."""
+    dialect = engine.dialect
+    statements: list[tuple[str, Any, list[str] | None]] = [
+        ("insert", insert(TASKS), [c.name for c in TASKS.columns]),
+        ("update", TASK_UPDATE, None)]
+    upsert = agent_upsert(dialect.name)
+    if upsert is not None:
+        statements.append(("agent", upsert, [c.name for c in AGENTS.columns]))
+    compiled_all: Statements = {}
+    for name, stmt, keys in statements:
+        compiled = stmt.compile(dialect=dialect, column_keys=keys)
+        order = compiled.positiontup
+        compiled_all[name] = (str(compiled), tuple(order) if order else None)
+    return compiled_all
+
+
+# ------------------------------------------------------------------ rows
+
+
+def dumps(value: Any) -> str:
+    """JSON text of a stored field (pydantic-core's encoder: faster than ``json.dumps``)."""
+    return to_json(value).decode()
+
+
+def task_row(task: Task) -> dict[str, Any]:
+    """Every column of a new task's row."""
+    env = task.envelope
+    return {
+        "task_id": env.task_id, "trace_id": env.trace_id, "capability": env.capability,
+        "caller": env.caller, "idempotency_key": env.idempotency_key,
+        "priority": env.priority, "timeout": env.timeout, "max_retries": env.max_retries,
+        "parent_task_id": env.parent_task_id, "traceparent": env.traceparent,
+        "params": dumps(env.params), "created_at": env.created_at,
+        **task_changes(task),
+    }
+
+
+def task_changes(task: Task) -> dict[str, Any]:
+    """The columns that change after a task is created (its state and what it gathered)."""
+    return {
+        "state": task.state.value,
+        "result": None if task.result is None else dumps(task.result),
+        "error": None if task.error is None else dumps(task.error),
+        "attempts": dumps([a.to_dict() for a in task.attempts]),
+        "history": dumps(task.history),
+        "updated_at": task.updated_at,
+    }
+
+
+def commit_rows(new: Iterable[Task], changed: dict[str, Task]
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One transaction's rows: every column of each new task, and ``TASK_UPDATE``'s parameters
+    for each changed task (task id → task) not among the new ones (whose row, built now,
+    already holds its latest state)."""
+    new_rows = [task_row(t) for t in new]
+    fresh = {r["task_id"] for r in new_rows}
+    updates = [{"k_task_id": tid, **task_changes(t)} for tid, t in changed.items()
+               if tid not in fresh]
+    return new_rows, updates
+
+
+def task_from_row(row: Any) -> Task:
+    """Rebuild a live ``Task`` from a stored row."""
+    env = Envelope(
+        task_id=row.task_id, trace_id=row.trace_id, capability=row.capability,
+        params=json.loads(row.params), caller=row.caller,
+        idempotency_key=row.idempotency_key, priority=row.priority, timeout=row.timeout,
+        max_retries=row.max_retries, created_at=row.created_at,
+        parent_task_id=row.parent_task_id, traceparent=row.traceparent,
+    )
+    task = Task(envelope=env, state=TaskState(row.state), updated_at=row.updated_at)
+    task.result = None if row.result is None else json.loads(row.result)
+    task.error = None if row.error is None else json.loads(row.error)
+    for a in json.loads(row.attempts):
+        task.attempts.append(Attempt(
+            number=a["number"], agent_id=a["agent_id"], agent=a["agent"],
+            started_at=a["started_at"], ended_at=a.get("ended_at"),
+            outcome=a.get("outcome", "lost"), error=a.get("error"),
+            instance=a.get("instance")))
+    task.history = [(str(st), float(at), str(note)) for st, at, note in json.loads(row.history)]
+    return task
