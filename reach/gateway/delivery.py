@@ -62,8 +62,8 @@ class Delivery:
 
     def resolve(self, kind: str, payload: Any = None) -> None:
         """kind: ok | error (payload = wire error) | lost (connection went away)."""
+        self._timer.cancel()  # also when the waiter was cancelled: no timer outlives it
         if not self.fut.done():
-            self._timer.cancel()
             if kind == "ok" and self.on_ok is not None:
                 self.on_ok(payload)
             self.fut.set_result((kind, payload))

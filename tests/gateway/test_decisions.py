@@ -326,3 +326,141 @@ async def test_a_failed_first_commit_leaves_nothing_behind(rig: Rig) -> None:
         await rig.gateway.submit(SubmitRequest("x.work", {}, "tester", idempotency_key="k"))
     await rig.clock.settle()
     assert not rig.gateway.live and not rig.gateway.keys and not rig.gateway.caller_live
+
+
+# ---------------------------------------------------------------- after a restart
+
+
+def resumed(rig: Rig, agent: AgentRecord, *, idempotent: bool = False,
+            instance: str | None = "p1") -> Task:
+    """A task the store says was running at ``agent`` when the coordinator stopped."""
+    from reach.core.tasks import Attempt, Envelope, new_task
+    now = rig.clock.wall()
+    task = new_task(Envelope(task_id="t-crash", trace_id="tr-crash", capability="x.work",
+                             params={}, caller="tester", idempotency_key="tester/k",
+                             created_at=now), now)
+    task.attempts.append(Attempt(1, agent.agent_id, agent.name, now, instance=instance))
+    rig.gateway.resume(task)
+    return task
+
+
+async def test_a_resumed_task_goes_back_to_the_agent_that_was_running_it(rig: Rig) -> None:
+    a, a_link = rig.agent("a", ok, weight=1)
+    rig.agent("b", ok, weight=1000)  # the router would pick "b"
+    a.instance = "p1"
+    task = resumed(rig, a)
+    await rig.clock.settle()
+    assert task.state is S.SUCCEEDED
+    assert outcomes(task) == [("a", Outcome.LOST), ("a", Outcome.OK)]
+    assert a_link.delivered[0].attempt == 2
+
+
+async def test_a_resumed_task_waits_for_its_agent_within_the_recovery_grace() -> None:
+    rig = Rig(recovery_grace=2.0)
+    try:
+        a, _ = rig.agent("a", ok)
+        a.connected = False  # not back yet
+        rig.registry.disconnected(a, rig.clock.wall())
+        task = resumed(rig, a, instance=None)
+        await rig.clock.advance(1.0)
+        assert not task.terminal
+        rig.agent("a", ok)  # it reconnects under its identity
+        await rig.clock.advance(0.5)
+        assert task.state is S.SUCCEEDED and outcomes(task)[-1] == ("a", Outcome.OK)
+    finally:
+        await rig.close()
+
+
+async def test_a_non_idempotent_task_whose_agent_restarted_is_dead_not_run_twice(
+        rig: Rig) -> None:
+    a, link = rig.agent("a", ok)
+    a.instance = "p2"  # back under its name, as a new process
+    task = resumed(rig, a, instance="p1")
+    await rig.clock.settle()
+    assert task.state is S.DEAD and not link.delivered
+    assert task.error is not None and "restarted" in task.error["message"]
+
+
+async def test_an_idempotent_task_whose_agent_never_came_back_runs_elsewhere() -> None:
+    rig = Rig(recovery_grace=1.0)
+    try:
+        gone, _ = rig.agent("gone", ok, idempotent=True)
+        rig.registry.disconnected(gone, rig.clock.wall())
+        _, other = rig.agent("other", ok, idempotent=True)
+        task = resumed(rig, gone, idempotent=True, instance=None)
+        await rig.clock.advance(0.9)
+        assert not task.terminal and not other.delivered
+        await rig.outcome(task, step=0.1)
+        assert task.state is S.SUCCEEDED and outcomes(task)[-1] == ("other", Outcome.OK)
+    finally:
+        await rig.close()
+
+
+# ---------------------------------------------------------------- keys, replay, streams, stop
+
+
+async def test_a_repeated_key_returns_the_first_task(rig: Rig) -> None:
+    _, link = rig.agent("a", ok)
+    first = await rig.submit(idempotency_key="k1", params={"n": 1})
+    again, duplicate = await rig.gateway.submit(
+        SubmitRequest("x.work", {"n": 2}, "tester", idempotency_key="k1"))
+    assert duplicate and again is first and len(link.delivered) == 1
+    other, duplicate = await rig.gateway.submit(  # another caller's key is its own
+        SubmitRequest("x.work", {"n": 3}, "someone-else", idempotency_key="k1"))
+    assert not duplicate and other is not first
+
+
+async def test_a_replayed_dead_letter_runs_again_and_leaves_the_list(rig: Rig) -> None:
+    results = iter([("fault", "down"), ("ok", "fixed")])
+    rig.agent("a", lambda w: next(results))
+    task = await rig.submit()
+    assert task.state is S.DEAD and task.task_id in rig.gateway.dead
+    rig.gateway.replay(task)
+    await rig.clock.settle()
+    assert task.state is S.SUCCEEDED and task.result == "fixed"
+    assert task.task_id not in rig.gateway.dead
+
+
+async def test_chunks_of_a_retried_attempt_are_not_sent_twice() -> None:
+    rig = Rig()
+    try:
+        record, link = rig.agent("a", None, idempotent=True)
+        got: list[tuple[int, Any]] = []
+        admission = rig.gateway.accept(SubmitRequest("x.work", {}, "tester"),
+                                       lambda tid, seq, data: got.append((seq, data)))
+        task = admission.task
+        assert task is not None
+        await rig.clock.settle()
+        reply = link.pending[(task.task_id, 1)]
+        reply.chunk(0, "a")
+        reply.chunk(1, "b")
+        link.finish(task.task_id, "fault", "mid-stream")
+        await rig.clock.advance(0.1)  # the backoff; attempt 2 streams from 0 again
+        reply = link.pending[(task.task_id, 2)]
+        for seq, data in enumerate("abc"):
+            reply.chunk(seq, data)
+        link.finish(task.task_id, "ok", "done")
+        await rig.clock.settle()
+        assert got == [(0, "a"), (1, "b"), (2, "c")] and task.result == "done"
+    finally:
+        await rig.close()
+
+
+async def test_a_draining_agent_gets_no_new_work(rig: Rig) -> None:
+    a, a_link = rig.agent("a", ok, weight=1000)
+    _, b_link = rig.agent("b", ok, weight=1)
+    rig.registry.deregister(a, rig.clock.wall())
+    task = await rig.submit()
+    assert task.state is S.SUCCEEDED and not a_link.delivered and b_link.delivered
+
+
+async def test_stop_leaves_running_tasks_unfinished_and_tells_their_waiters() -> None:
+    rig = Rig()
+    rig.agent("a", lambda w: "hang")
+    task = await rig.submit()
+    waiter = rig.gateway.outcome(task.task_id)
+    assert waiter is not None and task.state is S.RUNNING
+    await rig.gateway.stop(0)
+    assert not task.terminal  # resumed at the next start, not dead-lettered
+    assert waiter.done() and waiter.exception() is not None
+    assert rig.clock.pending() == 0  # its attempt's timers went with it
