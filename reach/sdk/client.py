@@ -17,14 +17,15 @@ import itertools
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import websockets
 from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed
 
+from reach.core.backoff import Backoff
 from reach.core.resilience import Pacer
+from reach.core.tasks import SubmitRequest
 from reach.errors import (
     InvalidParams,
     ProtocolError,
@@ -34,65 +35,25 @@ from reach.errors import (
     Unavailable,
     from_wire,
 )
+from reach.sdk.connection import dial
+from reach.sdk.handle import Handle
+from reach.sdk.opening import Opening
 from reach.server.outbox import Outbox
 from reach.wire import protocol as p
 
+__all__ = ["Client", "Handle"]  # Handle lives in reach.sdk.handle; reach imports it from here
+
 log = logging.getLogger("reach.client")
+
+RECONNECT = Backoff(base=0.05, factor=2.0, cap=2.0, jitter=0.2)
+"""How soon the client tries again after losing its coordinator: 50 ms, doubling up to 2 s."""
+
+
 class _End:
     """The end of a stream, with the task's final result (the list of every chunk)."""
 
     def __init__(self, result: Any) -> None:
         self.result = result
-
-
-class Handle:
-    """An accepted task: its ids, and its outcome when it comes."""
-
-    def __init__(self, client: Client, task_id: str, trace_id: str, duplicate: bool,
-                 outcome: asyncio.Future[Any] | None) -> None:
-        self.client = client
-        self.task_id = task_id
-        self.trace_id = trace_id
-        self.duplicate = duplicate
-        self._outcome = outcome
-
-    async def result(self, timeout: float | None = None) -> Any:
-        """The task's result; raises its ``ReachError`` if it failed, ``ReachTimeout`` if late."""
-        if self._outcome is None:
-            self._outcome = await self.client._subscribe(self.task_id)
-        try:
-            async with asyncio.timeout(timeout):
-                return await asyncio.shield(self._outcome)
-        except ReachError:
-            raise  # the task's own error (a remote timeout included), not our wait's
-        except TimeoutError:
-            raise ReachTimeout(f"task {self.task_id} has no outcome after {timeout}s; it is "
-                               f"still tracked: call handle.result() or client.status() again",
-                               task_id=self.task_id) from None
-
-    async def status(self) -> dict[str, Any]:
-        return await self.client.status(self.task_id)
-
-    def __repr__(self) -> str:
-        return f"Handle(task_id={self.task_id!r}, trace_id={self.trace_id!r})"
-
-
-class _Connecting:
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def __await__(self) -> Generator[Any, None, Client]:
-        return self._open().__await__()
-
-    async def _open(self) -> Client:
-        await self._client._open()
-        return self._client
-
-    async def __aenter__(self) -> Client:
-        return await self._open()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._client.close()
 
 
 class Client:
@@ -118,11 +79,14 @@ class Client:
         self._reader: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._closing = False
+        self._rng = random.Random()
 
     @classmethod
     def connect(cls, url: str, caller: str = "anonymous", token: str | None = None,
-                **options: Any) -> _Connecting:
-        return _Connecting(cls(url, caller, token, **options))
+                **options: Any) -> Opening[Client]:
+        """Connect to the coordinator at ``url``: await it, or use it with ``async with``."""
+        client = cls(url, caller, token, **options)
+        return Opening(client, client._open, client.close)
 
     # ------------------------------------------------------------ connection
 
@@ -132,33 +96,12 @@ class Client:
                                                               name=f"reach-client-{self.caller}")
 
     async def _dial(self) -> None:
-        try:
-            ws = await websockets.connect(self.url, max_size=self.max_frame_bytes,
-                                          compression=None, ping_interval=None,
-                                          open_timeout=10)
-        except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-            raise Unavailable(f"cannot reach a coordinator at {self.url}: {exc}; is it running?"
-                              ) from exc
-        try:
-            await ws.send(p.dump(p.Hello(caller=self.caller, token=self.token)))
-            async with asyncio.timeout(10):
-                frame = p.parse(await ws.recv())
-        except TimeoutError as exc:
-            await ws.close()
-            raise Unavailable(f"coordinator at {self.url} did not answer 'hello' in 10 s"
-                              ) from exc
-        except ConnectionClosed as exc:
-            raise Unavailable(f"coordinator at {self.url} closed the connection") from exc
-        if isinstance(frame, p.Error):
-            await ws.close()
-            raise from_wire(frame.error.model_dump())
-        if not isinstance(frame, p.Welcome):
-            await ws.close()
-            raise ProtocolError(f"expected 'welcome', got {frame.type!r}")
+        ws, welcome = await dial(self.url, p.Hello(caller=self.caller, token=self.token),
+                                 max_frame_bytes=self.max_frame_bytes)
         if self._out is not None:
             await self._out.aclose()
         self._ws = ws
-        self.frame_limit = frame.max_frame_bytes
+        self.frame_limit = welcome.max_frame_bytes
         self._out = Outbox(ws, name=f"reach-client-out-{self.caller}")
         self._connected.set()
 
@@ -203,10 +146,10 @@ class Client:
     async def _reconnect(self) -> bool:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.reconnect_for
-        delay = 0.05
+        retry = 0
         while not self._closing and loop.time() < give_up:
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, 2.0)
+            await asyncio.sleep(RECONNECT.delay(retry, self._rng))
+            retry += 1
             try:
                 await self._dial()
             except ReachError:
@@ -329,25 +272,8 @@ class Client:
         self._send(frame)
         return await fut
 
-    # ------------------------------------------------------------ calls
-
-    async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
-                     idempotency_key: str | None = None, priority: int = 5,
-                     timeout: float | None = None, max_retries: int | None = None,
-                     trace_id: str | None = None, parent_task_id: str | None = None,
-                     traceparent: str | None = None, hedge: bool | None = None) -> Handle:
-        """Hand a task over; returns once the coordinator has durably accepted it.
-        ``hedge`` overrides the capability's own hedging of slow idempotent reads."""
-        handle, _ = await self._submit(capability, params or {}, idempotency_key, priority,
-                                       timeout, max_retries, trace_id, parent_task_id,
-                                       traceparent, False, hedge=hedge)
-        return handle
-
-    async def _submit(self, capability: str, params: dict[str, Any], key: str | None,
-                      priority: int, timeout: float | None, max_retries: int | None,
-                      trace_id: str | None, parent_task_id: str | None,
-                      traceparent: str | None, stream: bool, intent: str | None = None,
-                      hedge: bool | None = None) -> tuple[Handle, int]:
+    async def _submit(self, request: SubmitRequest, *, stream: bool = False
+                      ) -> tuple[Handle, int]:
         await self._pace()
         req_id = next(self._ids)
         loop = asyncio.get_running_loop()
@@ -357,10 +283,8 @@ class Client:
             self._streams[req_id] = asyncio.Queue()
         # Registered before sending: the outcome may arrive right behind the acceptance.
         self._outcomes[req_id] = ("", outcome)
-        text = self._submit_frame(req_id, capability, params, key, priority, timeout,
-                                  max_retries, trace_id, parent_task_id, traceparent, intent,
-                                  defer_ack=False, hedge=hedge)
         try:
+            text = self._submit_frame(req_id, request, defer_ack=False)
             accepted = await self._request(text, req_id)
         except BaseException:
             self._streams.pop(req_id, None)
@@ -370,21 +294,19 @@ class Client:
         return Handle(self, accepted.task_id, accepted.trace_id, accepted.duplicate,
                       outcome), req_id
 
-    def _submit_frame(self, req_id: int, capability: str, params: dict[str, Any],
-                      key: str | None, priority: int, timeout: float | None,
-                      max_retries: int | None, trace_id: str | None,
-                      parent_task_id: str | None, traceparent: str | None,
-                      intent: str | None, defer_ack: bool, hedge: bool | None = None) -> str:
+    def _submit_frame(self, req_id: int, r: SubmitRequest, defer_ack: bool) -> str:
+        """The ``submit`` frame for ``r`` (``caller`` stays out: the coordinator knows it from
+        the connection), kept to be sent again after a reconnect."""
         # Checked here, so a bad argument raises at once rather than as a frame error.
-        _check_submit(capability, intent, key, priority, timeout, max_retries)
+        _check_submit(r)
         # Every submit carries a key (one is made up when the caller gave none), so sending it
         # again after a lost connection can never start a second task.
         text = p.encode(
-            "submit", id=req_id, capability=capability, params=params,
-            idempotency_key=key or os.urandom(16).hex(), priority=priority, timeout=timeout,
-            max_retries=max_retries, trace_id=trace_id, parent_task_id=parent_task_id,
-            traceparent=traceparent, wait=True, intent=intent, defer_ack=defer_ack or None,
-            hedge=hedge)
+            "submit", id=req_id, capability=r.capability, params=r.params,
+            idempotency_key=r.idempotency_key or os.urandom(16).hex(), priority=r.priority,
+            timeout=r.timeout, max_retries=r.max_retries, trace_id=r.trace_id,
+            parent_task_id=r.parent_task_id, traceparent=r.traceparent, wait=True,
+            intent=r.intent, defer_ack=defer_ack or None, hedge=r.hedge)
         limit = min(self.max_frame_bytes, self.frame_limit)
         if len(text) > limit // 4 and len(text.encode()) > limit:
             raise ProtocolError(
@@ -392,6 +314,21 @@ class Client:
                 f"limit; send a reference to large data instead of the data")
         self._submits[req_id] = text
         return text
+
+    # ------------------------------------------------------------ calls
+
+    async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
+                     idempotency_key: str | None = None, priority: int = 5,
+                     timeout: float | None = None, max_retries: int | None = None,
+                     trace_id: str | None = None, parent_task_id: str | None = None,
+                     traceparent: str | None = None, hedge: bool | None = None) -> Handle:
+        """Hand a task over; returns once the coordinator has durably accepted it.
+        ``hedge`` overrides the capability's own hedging of slow idempotent reads."""
+        handle, _ = await self._submit(SubmitRequest(
+            capability, params or {}, idempotency_key=idempotency_key, priority=priority,
+            timeout=timeout, max_retries=max_retries, trace_id=trace_id,
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge))
+        return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
                    timeout: float | None = None, idempotency_key: str | None = None,
@@ -402,17 +339,18 @@ class Client:
 
         Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
         folds its acknowledgement into the answer (``defer_ack``)."""
+        request = SubmitRequest(
+            capability, params or {}, idempotency_key=idempotency_key, priority=priority,
+            timeout=timeout, max_retries=max_retries, trace_id=trace_id,
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge)
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(_consume)
         self._outcomes[req_id] = ("", outcome)
-        text = self._submit_frame(req_id, capability, params or {}, idempotency_key, priority,
-                                  timeout, max_retries, trace_id, parent_task_id, traceparent,
-                                  None, defer_ack=True, hedge=hedge)
         try:
-            self._send(text)
+            self._send(self._submit_frame(req_id, request, defer_ack=True))
             async with asyncio.timeout(None if timeout is None else timeout + 1.0):
                 return await outcome
         except ReachError:
@@ -429,17 +367,20 @@ class Client:
                           priority: int = 5) -> Any:
         """Say what you need in words (Chinese or English); Reach picks the capability.
         No good match raises ``NoRoute`` listing the closest capabilities."""
-        handle, _ = await self._submit("", params or {}, idempotency_key, priority, timeout,
-                                       None, None, None, None, False, intent=text)
+        handle, _ = await self._submit(SubmitRequest(
+            "", params or {}, idempotency_key=idempotency_key, priority=priority,
+            timeout=timeout, intent=text))
         return await handle.result(None if timeout is None else timeout + 1.0)
 
     async def stream(self, capability: str, params: dict[str, Any] | None = None, *,
                      timeout: float | None = None, **options: Any) -> AsyncIterator[Any]:
         """Yield the chunks a streaming capability produces, as they arrive."""
-        _, req_id = await self._submit(
-            capability, params or {}, options.get("idempotency_key"), options.get("priority", 5),
-            timeout, options.get("max_retries"), options.get("trace_id"),
-            options.get("parent_task_id"), options.get("traceparent"), True)
+        _, req_id = await self._submit(SubmitRequest(
+            capability, params or {}, idempotency_key=options.get("idempotency_key"),
+            priority=options.get("priority", 5), timeout=timeout,
+            max_retries=options.get("max_retries"), trace_id=options.get("trace_id"),
+            parent_task_id=options.get("parent_task_id"),
+            traceparent=options.get("traceparent")), stream=True)
         queue = self._streams[req_id]
         received = 0
         try:
@@ -479,18 +420,18 @@ class Client:
         return await handle.result(timeout)
 
 
-def _check_submit(capability: str, intent: str | None, key: str | None, priority: int,
-                  timeout: float | None, max_retries: int | None) -> None:
-    if not capability and not intent:
+def _check_submit(r: SubmitRequest) -> None:
+    if not r.capability and not r.intent:
         raise InvalidParams("name a capability (or state an intent)")
-    if len(capability) > 200 or (key is not None and len(key) > 400):
+    if len(r.capability) > 200 or (r.idempotency_key is not None
+                                   and len(r.idempotency_key) > 400):
         raise InvalidParams("capability names are at most 200 characters, keys at most 400")
-    if not 0 <= priority <= 9:
-        raise InvalidParams(f"priority must be 0..9 (9 highest), not {priority}")
-    if timeout is not None and timeout <= 0:
-        raise ReachTimeout(f"the deadline has already passed (timeout={timeout})")
-    if max_retries is not None and not 0 <= max_retries <= 100:
-        raise InvalidParams(f"max_retries must be 0..100, not {max_retries}")
+    if not 0 <= r.priority <= 9:
+        raise InvalidParams(f"priority must be 0..9 (9 highest), not {r.priority}")
+    if r.timeout is not None and r.timeout <= 0:
+        raise ReachTimeout(f"the deadline has already passed (timeout={r.timeout})")
+    if r.max_retries is not None and not 0 <= r.max_retries <= 100:
+        raise InvalidParams(f"max_retries must be 0..100, not {r.max_retries}")
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:

@@ -10,9 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from reach.core.tasks import SubmitRequest
 from reach.errors import ReachTimeout
+from reach.sdk.handle import Handle
+
+if TYPE_CHECKING:
+    from reach.sdk.client import Client
 
 
 @dataclass(slots=True)
@@ -26,20 +31,27 @@ class Context:
     parent_task_id: str | None = None
     traceparent: str | None = None
     deadline: float | None = None  # time.monotonic() value, None when the caller set none
-    _client: Callable[[], Awaitable[Any]] | None = field(default=None, repr=False)
+    _client: Callable[[], Awaitable[Client]] | None = field(default=None, repr=False)
 
     def time_left(self) -> float | None:
         """Seconds left before the caller's deadline (None: no deadline)."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
-                   timeout: float | None = None, **options: Any) -> Any:
+                   timeout: float | None = None, idempotency_key: str | None = None,
+                   priority: int = 5, max_retries: int | None = None,
+                   hedge: bool | None = None) -> Any:
         """Call another capability as part of this trace, within the remaining deadline."""
-        handle = await self.submit(capability, params, timeout=timeout, **options)
+        handle = await self.submit(capability, params, timeout=timeout,
+                                   idempotency_key=idempotency_key, priority=priority,
+                                   max_retries=max_retries, hedge=hedge)
         return await handle.result()
 
     async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
-                     timeout: float | None = None, **options: Any) -> Any:
+                     timeout: float | None = None, idempotency_key: str | None = None,
+                     priority: int = 5, max_retries: int | None = None,
+                     hedge: bool | None = None) -> Handle:
+        """Submit another capability's task as a child of this one, in the same trace."""
         if self._client is None:
             raise RuntimeError("this context has no connection to call through")
         left = self.time_left()
@@ -49,6 +61,8 @@ class Context:
                                    f"({self.task_id}) has passed", task_id=self.task_id)
             timeout = left if timeout is None else min(timeout, left)
         client = await self._client()
-        return await client.submit(capability, params, timeout=timeout, trace_id=self.trace_id,
-                                   parent_task_id=self.task_id, traceparent=self.traceparent,
-                                   **options)
+        handle, _ = await client._submit(SubmitRequest(
+            capability, params or {}, idempotency_key=idempotency_key, priority=priority,
+            timeout=timeout, max_retries=max_retries, trace_id=self.trace_id,
+            parent_task_id=self.task_id, traceparent=self.traceparent, hedge=hedge))
+        return handle

@@ -1,0 +1,56 @@
+"""Opening an SDK connection: dial the coordinator, say who we are, read its ``welcome``.
+
+Both SDKs open the same way, the agent with ``register`` and the caller with ``hello``; each
+keeps its own loop for reading frames and for coming back after a lost connection (with
+``core.backoff``). Every failure to get a connection is one of the library's errors:
+
+    Unavailable         the coordinator is not there, did not answer, or hung up
+    (from the wire)     it answered with an ``error`` frame (unauthorized, protocol_error, ...)
+    ``unexpected``      it answered with something other than ``welcome``
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from reach.errors import ProtocolError, ReachError, Unavailable, from_wire
+from reach.wire import protocol as p
+
+ANSWER_TIMEOUT = 10.0
+"""Seconds to wait for the websocket handshake, and then for the answer to the first frame (a
+coordinator that accepts but never answers)."""
+
+
+async def dial(url: str, first: p.Register | p.Hello, *, max_frame_bytes: int,
+               unexpected: Callable[[str], ReachError] = ProtocolError
+               ) -> tuple[ClientConnection, p.Welcome]:
+    """Connect to ``url``, send ``first`` and return the open connection with its welcome."""
+    try:
+        ws = await websockets.connect(url, max_size=max_frame_bytes, compression=None,
+                                      ping_interval=None, open_timeout=ANSWER_TIMEOUT)
+    except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+        raise Unavailable(f"cannot reach a coordinator at {url}: {exc}; is it running?"
+                          ) from exc
+    try:
+        try:
+            await ws.send(p.dump(first))
+            async with asyncio.timeout(ANSWER_TIMEOUT):
+                frame = p.parse(await ws.recv())
+        except TimeoutError as exc:
+            raise Unavailable(f"coordinator at {url} did not answer {first.type!r} "
+                              f"in {ANSWER_TIMEOUT:g} s") from exc
+        except ConnectionClosed as exc:
+            raise Unavailable(f"coordinator at {url} closed the connection") from exc
+        if isinstance(frame, p.Error):
+            raise from_wire(frame.error.model_dump())
+        if not isinstance(frame, p.Welcome):
+            raise unexpected(f"expected 'welcome', got {frame.type!r}")
+    except BaseException:
+        await ws.close()
+        raise
+    return ws, frame

@@ -1,0 +1,52 @@
+"""``Handle``: an accepted task, by id, and a way to wait for its outcome.
+
+    handle = await client.submit("report.generate", {...}, idempotency_key="k1")
+    result = await handle.result(timeout=15)     # handle.task_id, handle.trace_id
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from reach.errors import ReachError, ReachTimeout
+
+
+class Tasks(Protocol):
+    """What a handle needs of the client that made it."""
+
+    async def status(self, task_id: str) -> dict[str, Any]: ...
+
+    async def _subscribe(self, task_id: str) -> asyncio.Future[Any]: ...
+
+
+class Handle:
+    """An accepted task: its ids, and its outcome when it comes."""
+
+    def __init__(self, client: Tasks, task_id: str, trace_id: str, duplicate: bool,
+                 outcome: asyncio.Future[Any] | None) -> None:
+        self.client = client
+        self.task_id = task_id
+        self.trace_id = trace_id
+        self.duplicate = duplicate
+        self._outcome = outcome
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The task's result; raises its ``ReachError`` if it failed, ``ReachTimeout`` if late."""
+        if self._outcome is None:
+            self._outcome = await self.client._subscribe(self.task_id)
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(self._outcome)
+        except ReachError:
+            raise  # the task's own error (a remote timeout included), not our wait's
+        except TimeoutError:
+            raise ReachTimeout(f"task {self.task_id} has no outcome after {timeout}s; it is "
+                               f"still tracked: call handle.result() or client.status() again",
+                               task_id=self.task_id) from None
+
+    async def status(self) -> dict[str, Any]:
+        return await self.client.status(self.task_id)
+
+    def __repr__(self) -> str:
+        return f"Handle(task_id={self.task_id!r}, trace_id={self.trace_id!r})"

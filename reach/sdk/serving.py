@@ -1,0 +1,301 @@
+"""Serving invokes: run each handler at most once per idempotency key, acknowledge, answer.
+
+``Agent`` is a ``Serving``: this is its half that turns ``invoke`` frames into handler runs
+and ``ack``/``chunk``/``result``/``error`` frames, the other half (agent.py) being the
+connection it keeps and the capabilities it declares. A serving object sends through
+``_post_text`` and makes nested calls through ``_get_client``; the agent provides both.
+
+One idempotency key never runs twice here: a duplicate that arrives while the first run is going
+waits for it; one that arrives later gets the cached answer (a bounded cache). Faults are not
+cached, so a retry after a fault really runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError, to_json
+
+from reach.core.keys import unscoped_key
+from reach.core.names import normalize
+from reach.errors import ReachError, TaskError
+from reach.sdk.client import Client
+from reach.sdk.context import Context
+from reach.wire import protocol as p
+
+log = logging.getLogger("reach.agent")
+Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
+
+
+@dataclass(slots=True)
+class Handler:
+    spec: p.CapabilitySpec
+    fn: Callable[..., Any]
+    model: type[BaseModel] | None
+    ctx_param: str | None
+    accepts: frozenset[str] | None  # None: takes **kwargs
+    streaming: bool
+    is_async: bool
+
+
+def inspect_handler(fn: Callable[..., Any]) -> tuple[str | None, frozenset[str] | None]:
+    sig = inspect.signature(fn)
+    ctx_param = None
+    names: set[str] = set()
+    var_kw = False
+    for param in sig.parameters.values():
+        ann = param.annotation
+        if ann is Context or ann == "Context" or (ann is inspect.Parameter.empty
+                                                  and param.name == "ctx"):
+            ctx_param = param.name
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kw = True
+        else:
+            names.add(param.name)
+    return ctx_param, None if var_kw else frozenset(names)
+
+
+class Serving:
+    """Invokes in, outcomes out, for the handlers in ``handlers`` (see the module docstring)."""
+
+    name: str
+    handlers: dict[str, Handler]
+    max_frame_bytes: int
+    frame_limit: int  # the coordinator's, once it has said (welcome)
+    _closing: bool
+
+    def __init__(self, max_concurrency: int, cache_size: int, ack_grace: float) -> None:
+        self.max_concurrency = max_concurrency
+        self.cache_size = cache_size
+        self.ack_grace = ack_grace
+        self.executions = 0  # handler runs started (duplicates answered from cache excluded)
+        self._runs: dict[str, asyncio.Future[Outcome]] = {}
+        # reads waiting out the ack grace, in deadline order, and the one timer for them
+        self._acks: deque[tuple[float, p.Invoke, asyncio.Future[Outcome]]] = deque()
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._by_task: dict[str, asyncio.Task[None]] = {}
+        self._done: OrderedDict[str, Outcome] = OrderedDict()
+        self._work: set[asyncio.Task[Any]] = set()
+        self._slots: asyncio.Semaphore | None = None
+        self._waiting = 0
+
+    def _post_text(self, text: str) -> None:
+        raise NotImplementedError
+
+    async def _get_client(self) -> Client:
+        raise NotImplementedError
+
+    def _stop_acks(self) -> None:
+        if self._ack_timer is not None:  # its loop may end with us: never leave it armed
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        self._acks.clear()
+
+    def _on_frame(self, raw: str | bytes) -> None:
+        try:
+            frame = p.parse(raw)
+        except ReachError as exc:
+            log.warning("agent %s: bad frame from coordinator: %s", self.name, exc)
+            return
+        if isinstance(frame, p.Invoke):
+            self._on_invoke(frame)
+        elif isinstance(frame, p.Cancel):
+            work = self._by_task.get(frame.task_id)
+            if work is not None:
+                work.cancel()
+        elif isinstance(frame, p.Error):
+            log.warning("agent %s: coordinator says %s", self.name, frame.error.message)
+
+    def _on_invoke(self, f: p.Invoke) -> None:
+        if self._closing:  # deregistered: refuse before running, so it can go elsewhere
+            self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error={
+                "code": "unavailable", "message": f"agent {self.name!r} is shutting down",
+                "details": {"agent": self.name}}))
+            return
+        key = f.idempotency_key
+        cached = self._done.get(key)
+        if cached is not None:
+            self._done.move_to_end(key)
+            self._reply(f, cached)
+            return
+        loop = asyncio.get_running_loop()
+        running = self._runs.get(key)
+        if running is not None:  # same key while the first run goes on: share its outcome
+            running.add_done_callback(lambda fut: self._reply(f, fut.result()))
+        else:
+            outcome: asyncio.Future[Outcome] = loop.create_future()
+            self._runs[key] = outcome
+            work = loop.create_task(self._execute(f, outcome), name=f"handler-{f.task_id}")
+            self._work.add(work)
+            self._by_task[f.task_id] = work
+            work.add_done_callback(self._work.discard)
+            work.add_done_callback(lambda w: self._cancelled_early(w, f, outcome))
+            running = outcome
+        handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
+        if handler is not None and not handler.spec.idempotent:
+            # A write is acknowledged before it starts: were this process to die unacked, the
+            # coordinator takes the work as never delivered and sends it elsewhere, which is
+            # only safe if it really did not start here.
+            self._ack(f, running)
+        else:  # a quick read answers within the grace, sparing the ack frame
+            self._ack_later(loop, f, running)
+
+    def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke,
+                         outcome: asyncio.Future[Outcome]) -> None:
+        """A task cancelled before its first step never ran ``_execute``'s cleanup."""
+        if not work.cancelled() or outcome.done():
+            return
+        self._runs.pop(f.idempotency_key, None)
+        self._by_task.pop(f.task_id, None)
+        outcome.set_result(_error("task_failed", "cancelled", answer=False, agent=self.name))
+        self._reply(f, outcome.result())
+
+    def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
+        if not running.done():
+            self._post_text(p.encode("ack", task_id=f.task_id, attempt=f.attempt))
+
+    def _ack_later(self, loop: asyncio.AbstractEventLoop, f: p.Invoke,
+                   running: asyncio.Future[Outcome]) -> None:
+        """Ack ``f`` after the grace unless it has answered by then. All reads share one
+        grace, so their deadlines come in order and one timer serves them all: a timer per
+        invoke cost a heap push, and a loop wake-up each, for acks that are almost never sent."""
+        self._acks.append((loop.time() + self.ack_grace, f, running))
+        if self._ack_timer is None:
+            self._ack_timer = loop.call_at(self._acks[0][0], self._acks_due, loop)
+
+    def _acks_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ack_timer = None
+        now = loop.time()
+        acks = self._acks
+        while acks and (acks[0][0] <= now or acks[0][2].done()):
+            _, f, running = acks.popleft()
+            self._ack(f, running)  # a no-op for one that has answered
+        if acks:
+            self._ack_timer = loop.call_at(acks[0][0], self._acks_due, loop)
+
+    async def _execute(self, f: p.Invoke, outcome: asyncio.Future[Outcome]) -> None:
+        key = f.idempotency_key
+        try:
+            result = await self._run_handler(f)
+        except asyncio.CancelledError:
+            self._runs.pop(key, None)
+            outcome.set_result(("error", {"code": "task_failed", "message": "cancelled",
+                                          "details": {"answer": False, "agent": self.name}}))
+            self._reply(f, outcome.result())
+            raise
+        finally:
+            self._by_task.pop(f.task_id, None)
+        self._runs.pop(key, None)
+        if result[0] == "ok" or result[1].get("details", {}).get("answer"):
+            self._done[key] = result  # faults are not cached: a retry must really run again
+            if len(self._done) > self.cache_size:
+                self._done.popitem(last=False)
+        outcome.set_result(result)
+        self._reply(f, result)
+
+    async def _run_handler(self, f: p.Invoke) -> Outcome:
+        handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
+        if handler is None:
+            return _error("task_failed", f"agent {self.name!r} does not serve {f.capability!r}",
+                          answer=False, agent=self.name)
+        assert self._slots is not None
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            self.executions += 1
+            kwargs = self._arguments(handler, f)
+            if handler.streaming:
+                chunks: list[Any] = []
+                async for item in handler.fn(**kwargs):
+                    item = _jsonable(item)
+                    self._post_text(p.encode("chunk", task_id=f.task_id, attempt=f.attempt,
+                                             seq=len(chunks),
+                                       data=item))
+                    chunks.append(item)
+                value: Any = chunks
+            elif handler.is_async:
+                value = await handler.fn(**kwargs)
+            else:
+                value = await asyncio.to_thread(handler.fn, **kwargs)
+            value = _jsonable(value)
+            to_json(value)  # not JSON-able: a fault, reported now rather than lost
+            return ("ok", value)
+        except TaskError as exc:
+            # The handler's own details may use any name, "code" and "agent" included.
+            return _error("task_failed", exc.message,
+                          **{**exc.details, "answer": True, "agent": self.name})
+        except ValidationError as exc:
+            return _error("invalid_params", f"params rejected by {self.name!r}: {exc}",
+                          answer=True, agent=self.name)
+        except PydanticSerializationError as exc:
+            return _error("task_failed", f"result is not JSON-serializable: {exc}",
+                          answer=False, agent=self.name)
+        except Exception as exc:  # an agent fault: reported, counted, maybe retried elsewhere
+            log.exception("agent %s: handler for %s failed", self.name, f.capability)
+            return _error("task_failed", f"{type(exc).__name__}: {exc}", answer=False,
+                          agent=self.name, type=type(exc).__name__)
+        finally:
+            self._slots.release()
+
+    def _by_normalized(self, capability: str) -> Handler | None:
+        for name, handler in self.handlers.items():
+            if normalize(name) == capability:
+                self.handlers[capability] = handler
+                return handler
+        return None
+
+    def _arguments(self, handler: Handler, f: p.Invoke) -> dict[str, Any]:
+        if handler.model is not None:
+            model = handler.model.model_validate(f.params)
+            kwargs = {k: getattr(model, k) for k in type(model).model_fields}
+        else:
+            kwargs = dict(f.params)
+        if handler.accepts is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in handler.accepts}
+        if handler.ctx_param is not None:
+            kwargs[handler.ctx_param] = Context(
+                task_id=f.task_id, trace_id=f.trace_id,
+                idempotency_key=unscoped_key(f.caller, f.idempotency_key),
+                capability=f.capability, caller=f.caller, attempt=f.attempt,
+                parent_task_id=f.parent_task_id, traceparent=f.traceparent,
+                deadline=None if f.deadline_ms is None
+                else time.monotonic() + f.deadline_ms / 1000.0,
+                _client=self._get_client)
+        return kwargs
+
+    def _reply(self, f: p.Invoke, outcome: Outcome) -> None:
+        kind, payload = outcome
+        if kind == "ok":
+            text = p.encode("result", task_id=f.task_id, attempt=f.attempt, result=payload)
+            limit = min(self.max_frame_bytes, self.frame_limit)
+            if len(text) <= limit // 4 or len(text.encode()) <= limit:
+                self._post_text(text)
+                return
+            # Sent, it would close the connection (1009) and lose every task on it. Running
+            # again would give the same result, so this is a final answer, not a fault.
+            payload = _error("task_failed", f"the result is {len(text.encode())} bytes, over "
+                             f"the {limit}-byte frame limit; return a reference to large data",
+                             answer=True, agent=self.name)[1]
+        self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error=payload))
+
+
+def _error(code: str, message: str, /, **details: Any) -> Outcome:
+    return ("error", {"code": code, "message": message, "details": details})
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
