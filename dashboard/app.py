@@ -19,6 +19,8 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
+from reach.core.backoff import Backoff
+
 from .feed import (
     AdminRefused,
     CommandFailed,
@@ -46,11 +48,6 @@ TABS: dict[str, tuple[str, type[TableView]]] = {
 REPLAY_WAIT_S = 30.0
 """How long one replay command waits for the replayed task's outcome."""
 BULK_REPLAY_WAIT_S = 10.0
-
-
-def backoff(failures: int, base: float, cap: float) -> float:
-    """Seconds to wait before reconnect attempt ``failures`` (1, 2, ...): doubling, capped."""
-    return float(min(cap, base * 2 ** max(0, failures - 1)))
 
 
 def replay_outcome(task_ids: list[str], results: list[Any]) -> tuple[str, bool]:
@@ -152,6 +149,8 @@ class ReachDashboard(App[None]):
     async def follow_feed(self) -> None:
         """Read the feed for as long as the app runs: reconnect with backoff when it goes
         away (a new snapshot replaces the state), stop for good when the token is refused."""
+        # One dashboard has nobody to fall into step with: doubling, capped, no jitter.
+        backoff = Backoff(self.reconnect_base, 2.0, self.reconnect_cap, jitter=0.0)
         failures = 0
         while True:
             try:
@@ -177,8 +176,8 @@ class ReachDashboard(App[None]):
                 self.notify(f"admin token refused: {exc}", severity="error", timeout=30)
                 return
             except FeedError as exc:
+                delay = backoff.nominal(failures)
                 failures += 1
-                delay = backoff(failures, self.reconnect_base, self.reconnect_cap)
                 self.link = Link("disconnected",
                                  f"disconnected — reconnecting in {delay:.1f}s ({exc})")
                 await asyncio.sleep(delay)
