@@ -1,10 +1,12 @@
-"""``Reach``: one coordinator — store, registry, router, gateway and websocket channel, wired.
+"""``Reach``: one coordinator — store, registry, router, gateway and websocket edge, wired.
 
     reach = await Reach.start()                     # in-memory SQLite, 127.0.0.1, free port
     async with Reach.start(store="sqlite:///reach.db") as reach: ...
 
-Nothing here blocks the event loop or calls ``asyncio.run``, so it works under top-level
-``await`` in Jupyter. Two instances in one process share nothing.
+Settings become parts here, and parts are started and stopped here; what an operator can ask
+and do lives in reach.ops (``Reach``'s operator methods delegate to it), the websocket and HTTP
+edge in reach.server. Nothing here blocks the event loop or calls ``asyncio.run``, so it works
+under top-level ``await`` in Jupyter. Two instances in one process share nothing.
 """
 
 from __future__ import annotations
@@ -17,29 +19,27 @@ import secrets
 import time
 from collections.abc import Callable, Generator
 from dataclasses import fields
-from http import HTTPStatus
 from typing import Any
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.http11 import Request, Response
+from websockets.asyncio.server import Server
 
-from reach.config import Settings, loopback
-from reach.gateway.clock import LoopClock
-from reach.ports import Clock
-from reach.core import names, traces
+from reach.config import Settings
+from reach.core import names
 from reach.core.liveness import LivenessPolicy
-from reach.core.registry import AgentRecord, Registry
+from reach.core.registry import Registry
 from reach.core.routing import Router
-from reach.core.tasks import Task, TaskState
 from reach.core.trust import Trust
-from reach.errors import InvalidParams
-from reach.gateway.events import ADMIN, AGENT, Event
+from reach.gateway.clock import LoopClock
+from reach.gateway.events import Event
 from reach.gateway.gateway import Gateway
-from reach.server.channel import Channel, new_agent_id
+from reach.ops import Ops
+from reach.ports import Clock
+from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
-from reach.server.prom import CONTENT_TYPE_LATEST, Exporter
+from reach.server.http import listen
+from reach.server.identities import Identities
+from reach.server.services import Services
 from reach.store.store import Store
-from reach.wire.protocol import Register
 
 log = logging.getLogger("reach")
 events_log = logging.getLogger("reach.events")
@@ -71,10 +71,9 @@ class Reach:
 
     def __init__(self, settings: Settings | None = None, *,
                  clock: Callable[[], float] | Clock = time.time, seed: int | None = None) -> None:
-        self.settings = settings or Settings()
+        self.settings = s = settings or Settings()
         # One time base for every part: a wall-time function (as before) or a whole Clock.
         self.clock: Clock = LoopClock(clock) if callable(clock) else clock
-        s = self.settings
         self.store = Store(s.store, s.sqlite_synchronous)
         self.registry = Registry(
             LivenessPolicy(s.heartbeat_interval, s.suspect_after, s.offline_after),
@@ -83,18 +82,19 @@ class Reach:
         self.trust = Trust.of(s.tokens, s.permissions, s.serves)
         self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
         self.gateway = Gateway(s, self.registry, self.router, self.store, self.clock, rng)
-        self.channel = Channel(self)
         self.events = self.gateway.events
+        self.ops = Ops(s, self.gateway, self.registry, self.clock)
+        self.identities = Identities(self.registry, self.gateway, self.store, self.clock)
         # Without a configured token the admin feed still needs one: a random one, readable
         # here and printed by `reach serve`, so an open port never means an open admin feed.
         self.admin_token: str = s.admin_token or secrets.token_urlsafe(18)
-        self.registry.listen(self._agent_changed)
-        self._exporter = Exporter(self)
-        self._auto_replayed: set[str] = set()
-        self.started_at = 0.0
+        self.channel = Channel(Services(
+            settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
+            clock=self.clock, identities=self.identities, operator=self.ops,
+            admin_token=self.admin_token))
+        self.registry.listen(self.ops.agent_changed)
         if s.json_logs:
             self.events.listen(_log_json)
-        self._identities: dict[str, str] = {}
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
         self._port = s.port
@@ -136,7 +136,7 @@ class Reach:
     async def _open_parts(self) -> None:
         s = self.settings
         await self.store.open()
-        self._identities = await self.store.agent_ids()
+        await self.identities.load()
         for name, caps in (await self.store.declared()).items():
             for cap in caps:
                 try:
@@ -155,17 +155,13 @@ class Reach:
             self.gateway.resume(task)
         if unfinished:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
-        self._server = await serve(self.channel.handle, s.host, s.port,
-                                   max_size=s.max_frame_bytes, compression=None,
-                                   ping_interval=s.ping_interval, ping_timeout=s.ping_timeout,
-                                   open_timeout=s.hello_timeout, close_timeout=1.0,
-                                   process_request=self._http,
-                                   logger=Throttled(logging.getLogger("websockets.server")))
+        self._server = await listen(self.channel.services, self.channel)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
-        self.started_at = self.clock.wall()
+        self.ops.url = self.url
+        self.ops.started_at = self.clock.wall()
         self.started = True
         for warning in self.trust_warnings():
             log.warning("%s", warning)
@@ -214,6 +210,10 @@ class Reach:
     def port(self) -> int:
         return int(self._port)
 
+    @property
+    def started_at(self) -> float:
+        return self.ops.started_at
+
     async def _sweep_loop(self) -> None:
         period = max(0.005, min(1.0, self.settings.heartbeat_interval / 4))
         next_prune = 0.0
@@ -226,254 +226,69 @@ class Reach:
                 self.gateway.prune_dead(now - self.settings.dead_letter_retention)
                 next_prune = now + 60.0
 
-    # ------------------------------------------------------------ identities (channel calls)
-
     def identity(self, name: str) -> str:
         """The agent id for ``name``: the same one across reconnects and restarts."""
-        record = self.registry.by_name.get(name)
-        if record is not None:
-            return record.agent_id
-        agent_id = self._identities.get(name)
-        if agent_id is None:
-            agent_id = self._identities[name] = new_agent_id()
-        return agent_id
+        return self.identities.identity(name)
 
-    async def remember_agent(self, record: AgentRecord, reg: Register) -> None:
-        for cap in record.capabilities:
-            self.gateway.known.setdefault(cap, set()).add(record.name)
-        await self.store.save_agent(
-            record.agent_id, record.name, record.version,
-            [c.model_dump() for c in reg.capabilities], record.max_concurrency, self.clock.wall())
-
-    # ------------------------------------------------------------ plain HTTP on the same port
-
-    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
-        """``GET /metrics`` (Prometheus text format); anything else goes on to the websocket
-        handshake. Metrics answer loopback peers only unless ``metrics_public``."""
-        if request.path.split("?", 1)[0] != "/metrics":
-            if self.channel.full:  # refused before the upgrade: no session is built for it
-                return connection.respond(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    "the coordinator is at its connection limit (max_connections); retry "
-                    "later or on another coordinator\n")
-            return None
-        peer = str(connection.remote_address[0]) if connection.remote_address else ""
-        if not self.settings.metrics_public and not loopback(peer):
-            return connection.respond(
-                HTTPStatus.FORBIDDEN,
-                "/metrics answers loopback peers only; start with metrics_public=True\n")
-        response = connection.respond(HTTPStatus.OK, "")
-        body = self._exporter.render()
-        response.body = body
-        del response.headers["Content-Type"]
-        del response.headers["Content-Length"]
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        response.headers["Content-Length"] = str(len(body))
-        return response
-
-    # ------------------------------------------------------------ events
-
-    def _agent_changed(self, record: AgentRecord) -> None:
-        self.events.publish(AGENT, {"agent": record.name, "agent_id": record.agent_id,
-                                    "state": record.state.value})
-        if self.settings.auto_replay and record.reachable:
-            self._auto_replay(record)
-
-    def _auto_replay(self, record: AgentRecord) -> None:
-        """A capability got a healthy agent: replay its dead letters, each at most once."""
-        for task in list(self.gateway.dead.values()):
-            if (task.state is TaskState.DEAD and task.envelope.capability in record.capabilities
-                    and task.task_id not in self._auto_replayed):
-                self._auto_replayed.add(task.task_id)
-                self.gateway.replay(task)
-
-    def admin_action(self, action: str, args: dict[str, Any], ok: bool) -> None:
-        """Record an operator's action as an event (and a JSON log line when enabled)."""
-        self.events.publish(ADMIN, {"action": action, "args": args, "ok": ok})
-
-    # ------------------------------------------------------------ admin surface
+    # ------------------------------------------------------------ operator surface (reach.ops)
 
     def describe(self) -> dict[str, Any]:
-        from reach import __version__
-        return {"url": self.url, "version": __version__, "started_at": self.started_at,
-                "store": self.settings.store}
+        return self.ops.coordinator()
 
     def agents(self, *, names: set[str] | None = None) -> AgentList:
-        """Every known agent (or those named): state, load, capabilities, breaker, P95, ..."""
-        now = self.clock.wall()
-        records = self.registry.by_id.values() if names is None else [
-            r for n in names if (r := self.registry.by_name.get(n)) is not None]
-        return AgentList(self._view(r, now) for r in sorted(records, key=lambda r: r.name))
-
-    def _view(self, record: AgentRecord, now: float) -> dict[str, Any]:
-        return record.view(now, self.gateway.metrics.p95_ms(record.name))
-
-    def _agent(self, ref: str) -> AgentRecord:
-        record = self.registry.by_name.get(ref) or self.registry.by_id.get(ref)
-        if record is None:
-            raise InvalidParams(f"no agent named {ref!r}; see reach.agents()")
-        return record
+        return self.ops.agents(names=names)
 
     def drain(self, agent: str) -> dict[str, Any]:
-        """Stop routing new work to ``agent`` (name or id); its in-flight work finishes."""
-        record = self._agent(agent)
-        self.registry.deregister(record, self.clock.wall())
-        return self._view(record, self.clock.wall())
+        return self.ops.drain(agent)
 
     def undrain(self, agent: str) -> dict[str, Any]:
-        """Route work to a drained agent again."""
-        record = self._agent(agent)
-        self.registry.undrain(record, self.clock.wall())
-        return self._view(record, self.clock.wall())
+        return self.ops.undrain(agent)
 
     def reset_breaker(self, agent: str) -> dict[str, Any]:
-        """Close ``agent``'s breaker and forget its window (after a fix, without waiting)."""
-        record = self._agent(agent)
-        before = record.breaker.state
-        record.breaker.reset()
-        self.gateway.breaker_moved(record, before)
-        return self._view(record, self.clock.wall())
+        return self.ops.reset_breaker(agent)
 
     def metrics(self) -> dict[str, Any]:
-        """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
-        capability, per agent and in total (docs/admin-feed.md, "Metrics")."""
-        return self.gateway.metrics.snapshot()
+        return self.ops.metrics()
 
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
                      error: str | None = None, since: float | None = None,
                      until: float | None = None) -> list[dict[str, Any]]:
-        """Unresolved dead letters (envelope, error, attempts), oldest first; a letter being
-        replayed stays listed (its ``state`` says so) until the replay succeeds. Filters: the
-        capability, an agent that made an attempt, a substring of the error (any case), and
-        the time it became a dead letter."""
-        return [_letter(t) for t in self._letters(capability, agent, error, since, until)]
+        return self.ops.dead_letters(capability=capability, agent=agent, error=error,
+                                     since=since, until=until)
 
     def dead_letter(self, task_id: str) -> dict[str, Any] | None:
-        task = self.gateway.dead.get(task_id)
-        return None if task is None else _letter(task)
-
-    def _letters(self, capability: str | None, agent: str | None, error: str | None,
-                 since: float | None, until: float | None) -> list[Task]:
-        needle = None if error is None else error.lower()
-        out = []
-        for task in sorted(self.gateway.dead.values(), key=lambda t: t.envelope.created_at):
-            if capability is not None and task.envelope.capability != capability:
-                continue
-            if agent is not None and not any(agent in (a.agent, a.agent_id)
-                                             for a in task.attempts):
-                continue
-            if needle is not None and needle not in json.dumps(task.error).lower():
-                continue
-            if since is not None and task.updated_at < since:
-                continue
-            if until is not None and task.updated_at > until:
-                continue
-            out.append(task)
-        return out
+        return self.ops.dead_letter(task_id)
 
     async def replay(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
-        """Run a dead letter again; returns its view once it ends (or after ``wait`` s). A
-        letter past the retention (or the in-memory cap) is found in the store."""
-        task = self.gateway.dead.get(task_id)
-        if task is None:
-            task = await self.gateway.task(task_id)
-        if task is None or task.state is not TaskState.DEAD:
-            raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "
-                                f"see reach.dead_letters()")
-        self.gateway.replay(task)
-        fut = self.gateway.outcome(task_id)
-        if fut is not None:
-            try:
-                async with asyncio.timeout(wait):
-                    await asyncio.shield(fut)
-            except TimeoutError:
-                pass
-        return task.view()
+        return await self.ops.replay(task_id, wait=wait)
 
     def replay_many(self, *, capability: str | None = None, agent: str | None = None,
                     error: str | None = None, since: float | None = None,
                     until: float | None = None) -> list[str]:
-        """Replay every dead letter matching the filter (as ``dead_letters``); returns their
-        task ids at once. Each is a tracked task: follow it with ``task()`` or ``trace()``."""
-        letters = [t for t in self._letters(capability, agent, error, since, until)
-                   if t.state is TaskState.DEAD]  # not those being replayed already
-        for task in letters:
-            self.gateway.replay(task)
-        return [t.task_id for t in letters]
+        return self.ops.replay_many(capability=capability, agent=agent, error=error,
+                                    since=since, until=until)
 
     def traces(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Summaries of the most recent traces, newest first."""
-        limit = self.settings.recent_traces if limit is None else limit
-        ids = list(self.gateway.traces)[-limit:] if limit > 0 else []
-        return [self.trace_summary(t) for t in reversed(ids)]
-
-    def _trace_tasks(self, trace_id: str) -> list[Task]:
-        return [t for tid in self.gateway.traces.get(trace_id, ())
-                if (t := self.gateway.find(tid)) is not None]
+        return self.ops.traces(limit)
 
     def trace_summary(self, trace_id: str) -> dict[str, Any]:
-        return traces.summary(trace_id, self._trace_tasks(trace_id))
+        return self.ops.trace_summary(trace_id)
 
     def trace(self, trace_id: str) -> TraceView:
-        """The ordered events of one call chain (every task's transitions, with times); the
-        result also carries ``.hops`` (per-hop timings: queued, delivered, processing, retry,
-        done), ``.tasks`` and ``.summary``, and renders as a timeline in a notebook."""
-        tasks = self._trace_tasks(trace_id)
-        events: list[dict[str, Any]] = []
-        for task in tasks:
-            events.extend(_events(task))
-        events.sort(key=lambda e: e["at"])
-        return TraceView(events, traces.timeline(trace_id, tasks))
+        return self.ops.trace(trace_id)
 
     async def task(self, task_id: str) -> dict[str, Any] | None:
-        """A task's full view, from memory or the store."""
-        task = await self.gateway.task(task_id)
-        return None if task is None else task.view()
+        return await self.ops.task(task_id)
 
     async def admin_command(self, action: str, args: dict[str, Any]) -> Any:
-        """Run one admin-feed command (docs/admin-feed.md, "Commands")."""
-        if action == "replay":
-            return await self.replay(str(args["task_id"]), wait=float(args.get("wait", 30.0)))
-        if action == "replay_filter":
-            allowed = {"capability", "agent", "error", "since", "until"}
-            unknown = set(args) - allowed
-            if unknown:
-                raise InvalidParams(f"unknown filter(s) {sorted(unknown)}; use {sorted(allowed)}")
-            return {"replayed": self.replay_many(**args)}
-        if action in ("drain", "undrain", "reset_breaker"):
-            return getattr(self, action)(str(args["agent"]))
-        if action == "trace":
-            return self.trace(str(args["trace_id"])).timeline
-        raise InvalidParams(f"unknown admin action {action!r}; see docs/admin-feed.md")
+        return await self.ops.command(action, args)
+
+    def admin_action(self, action: str, args: dict[str, Any], ok: bool) -> None:
+        self.ops.record(action, args, ok)
 
     def _repr_html_(self) -> str:
-        return reach_html(self)
-
-
-class Throttled(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """The websockets server's logger, saying each distinct message at most once a second: at
-    the file-descriptor limit, failed handshakes would otherwise fill the log at MB/s."""
-
-    def __init__(self, logger: logging.Logger, every: float = 1.0) -> None:
-        super().__init__(logger, {})
-        self.every = every
-        self._last: dict[str, float] = {}
-        self._quiet: dict[str, int] = {}
-
-    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
-        if not self.isEnabledFor(level):
-            return
-        key, now = str(msg), time.monotonic()
-        if now - self._last.get(key, -self.every) < self.every:
-            self._quiet[key] = self._quiet.get(key, 0) + 1
-            return
-        if len(self._last) > 1000:
-            self._last.clear()
-        self._last[key] = now
-        quiet = self._quiet.pop(key, 0)
-        if quiet:
-            msg = f"{msg} (and {quiet} more like it in the last {self.every:.0f}s)"
-        super().log(level, msg, *args, **kwargs)
+        return reach_html(self.url, self.started, self.agents(), len(self.gateway.live),
+                          len(self.gateway.dead))
 
 
 def _log_json(event: Event) -> None:
@@ -481,18 +296,3 @@ def _log_json(event: Event) -> None:
     if events_log.isEnabledFor(logging.INFO):
         events_log.info(json.dumps({"event": event.kind, "timestamp": event.at, **event.data},
                                    default=str, ensure_ascii=False))
-
-
-def _letter(task: Task) -> dict[str, Any]:
-    env = task.envelope
-    return {"task_id": task.task_id, "capability": env.capability, "caller": env.caller,
-            "agent": task.attempts[-1].agent if task.attempts else None,
-            "state": task.state.value, "envelope": env.to_dict(), "error": task.error,
-            "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at}
-
-
-def _events(task: Task) -> list[dict[str, Any]]:
-    env = task.envelope
-    return [{"task_id": env.task_id, "parent_task_id": env.parent_task_id,
-             "capability": env.capability, "caller": env.caller, "state": state, "at": at,
-             "note": note} for state, at, note in task.history]

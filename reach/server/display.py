@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from html import escape
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from reach.reach import Reach
+from typing import Any
 
 _STATE_COLOUR = {"online": "#2e7d32", "suspected": "#f9a825", "offline": "#c62828",
                  "closed": "#2e7d32", "half_open": "#f9a825", "open": "#c62828"}
@@ -99,9 +96,10 @@ class TraceView(list[dict[str, Any]]):
         return timeline_html(self.timeline)
 
 
-def reach_html(reach: Reach) -> str:
-    state = "running" if reach.started else "stopped"
-    head = (f"<p><b>Agent-Reach</b> at <code>{escape(reach.url)}</code> ({state}): "
-            f"{len(reach.registry.by_id)} agent(s), {len(reach.gateway.live)} task(s) in "
-            f"flight, {len(reach.gateway.dead)} dead letter(s)</p>")
-    return head + agents_html(reach.agents())
+def reach_html(url: str, running: bool, agents: list[dict[str, Any]], live: int, dead: int
+               ) -> str:
+    """A coordinator in a notebook: where it listens, what it holds, and its agents."""
+    state = "running" if running else "stopped"
+    head = (f"<p><b>Agent-Reach</b> at <code>{escape(url)}</code> ({state}): "
+            f"{len(agents)} agent(s), {live} task(s) in flight, {dead} dead letter(s)</p>")
+    return head + agents_html(agents)

@@ -1,23 +1,21 @@
 """``GET /metrics``: the coordinator's metrics in the Prometheus text format.
 
-prometheus_client writes the format; a collector reads ``reach.metrics`` and the registry at
-scrape time, so nothing on the hot path knows Prometheus exists. Each coordinator has its own
+prometheus_client writes the format; a collector reads the gateway's metrics and the registry
+at scrape time, so nothing on the hot path knows Prometheus exists. Each coordinator has its own
 ``CollectorRegistry`` (no global state: two coordinators in one process never mix numbers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from reach.core.metrics import QUANTILES, Series
-
-if TYPE_CHECKING:
-    from reach.reach import Reach
+from reach.core.registry import Registry
+from reach.gateway.gateway import Gateway
 
 __all__ = ["CONTENT_TYPE_LATEST", "Exporter"]
 
@@ -33,12 +31,13 @@ _BREAKER_VALUE = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 
 
 class _Collector:
-    def __init__(self, reach: Reach) -> None:
-        self._reach = reach
+    def __init__(self, gateway: Gateway, registry: Registry) -> None:
+        self._gateway = gateway
+        self._registry = registry
 
     def collect(self) -> Iterator[Metric]:
-        reach = self._reach
-        metrics = reach.gateway.metrics
+        gateway = self._gateway
+        metrics = gateway.metrics
         for label, table in (("capability", metrics.capabilities), ("agent", metrics.agents)):
             yield from _series_families(label, table)
         states = GaugeMetricFamily("reach_agents", "known agents by liveness state",
@@ -47,7 +46,7 @@ class _Collector:
         breaker = GaugeMetricFamily(
             "reach_agent_breaker_state", "per-agent breaker: 0 closed, 1 half-open, 2 open",
             labels=["agent"])
-        for record in reach.registry.by_id.values():
+        for record in self._registry.by_id.values():
             counts[record.state.value] += 1
             breaker.add_metric([record.name], _BREAKER_VALUE[record.breaker.state.value])
         for state, n in counts.items():
@@ -55,9 +54,9 @@ class _Collector:
         yield states
         yield breaker
         yield GaugeMetricFamily("reach_tasks_live", "tasks accepted and not yet ended",
-                                value=len(reach.gateway.live))
+                                value=len(gateway.live))
         yield GaugeMetricFamily("reach_dead_letters", "unresolved dead letters",
-                                value=len(reach.gateway.dead))
+                                value=len(gateway.dead))
 
 
 def _series_families(label: str, table: dict[str, Series]) -> Iterator[Metric]:
@@ -86,9 +85,9 @@ def _series_families(label: str, table: dict[str, Series]) -> Iterator[Metric]:
 class Exporter:
     """Renders one coordinator's metrics for a scrape."""
 
-    def __init__(self, reach: Reach) -> None:
+    def __init__(self, gateway: Gateway, registry: Registry) -> None:
         self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(_Collector(reach))
+        self._registry.register(_Collector(gateway, registry))
 
     def render(self) -> bytes:
         return generate_latest(self._registry)

@@ -3,7 +3,7 @@
 After an ``admin`` frame with the admin token, the session sends a ``snapshot``, then a
 ``delta`` whenever something changed (at most every ``MIN_GAP``, at least every ``MAX_GAP``),
 and runs ``command`` frames concurrently, answering each with a ``reply``. It reads coordinator
-state only through the event bus and ``Reach``'s admin surface, so a slow operator connection
+state only through the event bus and the ``Operator`` surface, so a slow operator connection
 costs routing nothing: its event buffer is bounded, and overflowing it just means a fresh
 snapshot.
 """
@@ -13,36 +13,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
 from reach.errors import InvalidParams, ReachError, Unauthorized
 from reach.gateway.events import AGENT, BREAKER, DEAD_LETTER, TASK, Event, Subscription
-from reach.server.channel import _Session, refuse
+from reach.server.services import Services
+from reach.server.session import Session, refuse, wire_error
+from reach.wire import admin as a
 from reach.wire import protocol as p
-
-if TYPE_CHECKING:
-    from reach.reach import Reach
 
 log = logging.getLogger("reach.admin")
 MIN_GAP = 0.25
 MAX_GAP = 1.0
+# Built from the operator surface's own views (plain dicts where the models name objects):
+# no validation on the way out, see reach.wire.admin.dump_admin.
+_Snapshot = p.unchecked(a.Snapshot)
+_Delta = p.unchecked(a.Delta)
+_Reply = p.unchecked(a.Reply)
 
 
-class AdminSession(_Session):
-    def __init__(self, reach: Reach, ws: ServerConnection) -> None:
-        super().__init__(reach, ws)
+class AdminSession(Session):
+    def __init__(self, services: Services, ws: ServerConnection) -> None:
+        super().__init__(services, ws)
         self._commands: set[asyncio.Task[None]] = set()
 
     async def run(self, hello: p.AdminHello) -> None:
         if not secrets.compare_digest((hello.token or "").encode(),
-                                      self.reach.admin_token.encode()):
+                                      self.services.admin_token.encode()):
             await refuse(self.ws, Unauthorized(
                 "admin token refused; use the coordinator's admin token (Settings.admin_token, "
                 "reach.admin_token, printed by `reach serve`)"))
             return
-        sub = self.reach.gateway.events.subscribe()
+        sub = self.services.gateway.events.subscribe()
         pump = asyncio.get_running_loop().create_task(self._pump(sub), name="reach-admin-feed")
         try:
             self.out.post(self._snapshot())
@@ -58,10 +62,10 @@ class AdminSession(_Session):
     # ------------------------------------------------------------ snapshot and deltas
 
     def _snapshot(self) -> str:
-        reach = self.reach
-        return p.encode("snapshot", at=reach.clock.wall(), coordinator=reach.describe(),
-                        agents=reach.agents(), traces=reach.traces(),
-                        dead_letters=reach.dead_letters(), metrics=reach.metrics())
+        op: Any = self.services.operator  # its views are the dicts the frame's models describe
+        return a.dump_admin(_Snapshot(
+            at=self.services.clock.wall(), coordinator=op.coordinator(), agents=op.agents(),
+            traces=op.traces(), dead_letters=op.dead_letters(), metrics=op.metrics()))
 
     async def _pump(self, sub: Subscription) -> None:
         loop = asyncio.get_running_loop()
@@ -83,7 +87,7 @@ class AdminSession(_Session):
             self.out.post(self._delta(events, full))
 
     def _delta(self, events: list[Event], full: bool) -> str:
-        reach = self.reach
+        op: Any = self.services.operator
         names: set[str] = set()
         traces: dict[str, None] = {}
         added: dict[str, None] = {}
@@ -104,12 +108,12 @@ class AdminSession(_Session):
                 else:
                     resolved[tid] = None
                     added.pop(tid, None)
-        agents = reach.agents() if full else reach.agents(names=names)
-        letters = [v for tid in added if (v := reach.dead_letter(tid)) is not None]
-        return p.encode("delta", at=reach.clock.wall(), agents=agents,
-                        traces=[reach.trace_summary(t) for t in traces],
-                        dead_letters=letters, resolved=list(resolved),
-                        metrics=reach.metrics(), dropped=0)
+        agents = op.agents() if full else op.agents(names=names)
+        letters = [v for tid in added if (v := op.dead_letter(tid)) is not None]
+        return a.dump_admin(_Delta(
+            at=self.services.clock.wall(), agents=agents,
+            traces=[op.trace_summary(t) for t in traces], dead_letters=letters,
+            resolved=list(resolved), metrics=op.metrics(), dropped=0))
 
     # ------------------------------------------------------------ commands
 
@@ -121,22 +125,25 @@ class AdminSession(_Session):
         task.add_done_callback(self._commands.discard)
 
     async def _command(self, f: p.Command) -> None:
-        ok = True
         try:
-            result = await self.reach.admin_command(f.action, f.args)
-            self.out.post(p.encode("reply", id=f.id, ok=True, result=result))
+            result = await self.services.operator.command(f.action, f.args)
         except ReachError as exc:
-            ok = False
-            self.out.post(p.encode("reply", id=f.id, ok=False, error=exc.to_wire()))
+            self._reply(f, error=exc)
         except (TypeError, ValueError, KeyError) as exc:
-            ok = False
             what = f"missing argument {exc}" if isinstance(exc, KeyError) else str(exc)
-            err = InvalidParams(f"bad arguments for {f.action!r}: {what}; "
-                                f"see docs/admin-feed.md")
-            self.out.post(p.encode("reply", id=f.id, ok=False, error=err.to_wire()))
+            self._reply(f, error=InvalidParams(f"bad arguments for {f.action!r}: {what}; "
+                                               f"see docs/admin-feed.md"))
         except Exception as exc:  # a bug must still answer, or the operator waits forever
-            ok = False
             log.exception("admin command %r failed", f.action)
-            fault = ReachError(f"{f.action!r} failed inside the coordinator: {exc!r}")
-            self.out.post(p.encode("reply", id=f.id, ok=False, error=fault.to_wire()))
-        self.reach.admin_action(f.action, f.args, ok)
+            self._reply(f, error=ReachError(
+                f"{f.action!r} failed inside the coordinator: {exc!r}"))
+        else:
+            self._reply(f, result=result)
+
+    def _reply(self, f: p.Command, *, result: Any = None, error: ReachError | None = None
+               ) -> None:
+        ok = error is None
+        self.out.post(a.dump_admin(_Reply(
+            id=f.id, ok=ok, result=result,
+            error=None if error is None else wire_error(error.to_wire()))))
+        self.services.operator.record(f.action, f.args, ok)

@@ -1,0 +1,267 @@
+"""The operator surface: agents, dead letters and replay, drain, breakers, traces, metrics.
+
+``Ops`` is what ``Reach``'s operator methods delegate to and what the admin feed's session
+reads (it implements ``reach.server.services.Operator``). Admin commands are a table of
+handlers (``COMMANDS``: action → handler), so a new command is one function and one row.
+Reading here never blocks routing: every view is built from memory in one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from reach.config import Settings
+from reach.core import traces
+from reach.core.registry import AgentRecord, Registry
+from reach.core.tasks import Task, TaskState
+from reach.errors import InvalidParams
+from reach.gateway.events import ADMIN, AGENT
+from reach.gateway.gateway import Gateway
+from reach.ports import Clock
+from reach.server.display import AgentList, TraceView
+
+Command = Callable[["Ops", dict[str, Any]], Awaitable[Any]]
+FILTERS = frozenset({"capability", "agent", "error", "since", "until"})
+
+
+class Ops:
+    """One coordinator's operator surface, over its gateway and registry."""
+
+    def __init__(self, settings: Settings, gateway: Gateway, registry: Registry,
+                 clock: Clock) -> None:
+        self.settings = settings
+        self.gateway = gateway
+        self.registry = registry
+        self.clock = clock
+        self.url = ""  # set once the coordinator listens
+        self.started_at = 0.0
+        self._auto_replayed: set[str] = set()
+
+    def coordinator(self) -> dict[str, Any]:
+        """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
+        # The package's own version, read where it is kept without importing the package
+        # (``reach/__init__`` imports this module through ``reach.reach``: no cycle).
+        version = getattr(sys.modules.get("reach"), "__version__", "0")
+        return {"url": self.url, "version": version, "started_at": self.started_at,
+                "store": self.settings.store}
+
+    # ------------------------------------------------------------ agents
+
+    def agents(self, *, names: set[str] | None = None) -> AgentList:
+        """Every known agent (or those named): state, load, capabilities, breaker, P95, ..."""
+        now = self.clock.wall()
+        records = self.registry.by_id.values() if names is None else [
+            r for n in names if (r := self.registry.by_name.get(n)) is not None]
+        return AgentList(self._view(r, now) for r in sorted(records, key=lambda r: r.name))
+
+    def _view(self, record: AgentRecord, now: float) -> dict[str, Any]:
+        return record.view(now, self.gateway.metrics.p95_ms(record.name))
+
+    def _agent(self, ref: str) -> AgentRecord:
+        record = self.registry.by_name.get(ref) or self.registry.by_id.get(ref)
+        if record is None:
+            raise InvalidParams(f"no agent named {ref!r}; see reach.agents()")
+        return record
+
+    def drain(self, agent: str) -> dict[str, Any]:
+        """Stop routing new work to ``agent`` (name or id); its in-flight work finishes."""
+        record = self._agent(agent)
+        self.registry.deregister(record, self.clock.wall())
+        return self._view(record, self.clock.wall())
+
+    def undrain(self, agent: str) -> dict[str, Any]:
+        """Route work to a drained agent again."""
+        record = self._agent(agent)
+        self.registry.undrain(record, self.clock.wall())
+        return self._view(record, self.clock.wall())
+
+    def reset_breaker(self, agent: str) -> dict[str, Any]:
+        """Close ``agent``'s breaker and forget its window (after a fix, without waiting)."""
+        record = self._agent(agent)
+        before = record.breaker.state
+        record.breaker.reset()
+        self.gateway.breaker_moved(record, before)
+        return self._view(record, self.clock.wall())
+
+    def metrics(self) -> dict[str, Any]:
+        """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
+        capability, per agent and in total (docs/admin-feed.md, "Metrics")."""
+        return self.gateway.metrics.snapshot()
+
+    # ------------------------------------------------------------ dead letters and replay
+
+    def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
+                     error: str | None = None, since: float | None = None,
+                     until: float | None = None) -> list[dict[str, Any]]:
+        """Unresolved dead letters (envelope, error, attempts), oldest first; a letter being
+        replayed stays listed (its ``state`` says so) until the replay succeeds. Filters: the
+        capability, an agent that made an attempt, a substring of the error (any case), and
+        the time it became a dead letter."""
+        return [_letter(t) for t in self._letters(capability, agent, error, since, until)]
+
+    def dead_letter(self, task_id: str) -> dict[str, Any] | None:
+        task = self.gateway.dead.get(task_id)
+        return None if task is None else _letter(task)
+
+    def _letters(self, capability: str | None, agent: str | None, error: str | None,
+                 since: float | None, until: float | None) -> list[Task]:
+        needle = None if error is None else error.lower()
+        out = []
+        for task in sorted(self.gateway.dead.values(), key=lambda t: t.envelope.created_at):
+            if capability is not None and task.envelope.capability != capability:
+                continue
+            if agent is not None and not any(agent in (a.agent, a.agent_id)
+                                             for a in task.attempts):
+                continue
+            if needle is not None and needle not in json.dumps(task.error).lower():
+                continue
+            if since is not None and task.updated_at < since:
+                continue
+            if until is not None and task.updated_at > until:
+                continue
+            out.append(task)
+        return out
+
+    async def replay(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
+        """Run a dead letter again; returns its view once it ends (or after ``wait`` s). A
+        letter past the retention (or the in-memory cap) is found in the store."""
+        task = self.gateway.dead.get(task_id)
+        if task is None:
+            task = await self.gateway.task(task_id)
+        if task is None or task.state is not TaskState.DEAD:
+            raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "
+                                f"see reach.dead_letters()")
+        self.gateway.replay(task)
+        fut = self.gateway.outcome(task_id)
+        if fut is not None:
+            try:
+                async with asyncio.timeout(wait):
+                    await asyncio.shield(fut)
+            except TimeoutError:
+                pass
+        return task.view()
+
+    def replay_many(self, *, capability: str | None = None, agent: str | None = None,
+                    error: str | None = None, since: float | None = None,
+                    until: float | None = None) -> list[str]:
+        """Replay every dead letter matching the filter (as ``dead_letters``); returns their
+        task ids at once. Each is a tracked task: follow it with ``task()`` or ``trace()``."""
+        letters = [t for t in self._letters(capability, agent, error, since, until)
+                   if t.state is TaskState.DEAD]  # not those being replayed already
+        for task in letters:
+            self.gateway.replay(task)
+        return [t.task_id for t in letters]
+
+    def agent_changed(self, record: AgentRecord) -> None:
+        """A registry listener: publish the change, and with ``auto_replay``, replay the dead
+        letters of a capability that just got a healthy agent (each letter at most once)."""
+        self.gateway.events.publish(AGENT, {"agent": record.name, "agent_id": record.agent_id,
+                                            "state": record.state.value})
+        if not (self.settings.auto_replay and record.reachable):
+            return
+        for task in list(self.gateway.dead.values()):
+            if (task.state is TaskState.DEAD and task.envelope.capability in record.capabilities
+                    and task.task_id not in self._auto_replayed):
+                self._auto_replayed.add(task.task_id)
+                self.gateway.replay(task)
+
+    # ------------------------------------------------------------ tasks and traces
+
+    def traces(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Summaries of the most recent traces, newest first."""
+        limit = self.settings.recent_traces if limit is None else limit
+        ids = list(self.gateway.traces)[-limit:] if limit > 0 else []
+        return [self.trace_summary(t) for t in reversed(ids)]
+
+    def _trace_tasks(self, trace_id: str) -> list[Task]:
+        return [t for tid in self.gateway.traces.get(trace_id, ())
+                if (t := self.gateway.find(tid)) is not None]
+
+    def trace_summary(self, trace_id: str) -> dict[str, Any]:
+        return traces.summary(trace_id, self._trace_tasks(trace_id))
+
+    def trace(self, trace_id: str) -> TraceView:
+        """The ordered events of one call chain (every task's transitions, with times); the
+        result also carries ``.hops`` (per-hop timings: queued, delivered, processing, retry,
+        done), ``.tasks`` and ``.summary``, and renders as a timeline in a notebook."""
+        tasks = self._trace_tasks(trace_id)
+        events: list[dict[str, Any]] = []
+        for task in tasks:
+            events.extend(_events(task))
+        events.sort(key=lambda e: e["at"])
+        return TraceView(events, traces.timeline(trace_id, tasks))
+
+    async def task(self, task_id: str) -> dict[str, Any] | None:
+        """A task's full view, from memory or the store."""
+        task = await self.gateway.task(task_id)
+        return None if task is None else task.view()
+
+    # ------------------------------------------------------------ admin commands
+
+    async def command(self, action: str, args: dict[str, Any]) -> Any:
+        """Run one admin-feed command (docs/admin-feed.md, "Commands")."""
+        handler = COMMANDS.get(action)
+        if handler is None:
+            raise InvalidParams(f"unknown admin action {action!r}; see docs/admin-feed.md")
+        return await handler(self, args)
+
+    def record(self, action: str, args: dict[str, Any], ok: bool) -> None:
+        """Record an operator's action as an event (and a JSON log line when enabled)."""
+        self.gateway.events.publish(ADMIN, {"action": action, "args": args, "ok": ok})
+
+
+async def _replay(ops: Ops, args: dict[str, Any]) -> Any:
+    return await ops.replay(str(args["task_id"]), wait=float(args.get("wait", 30.0)))
+
+
+async def _replay_filter(ops: Ops, args: dict[str, Any]) -> Any:
+    unknown = set(args) - FILTERS
+    if unknown:
+        raise InvalidParams(f"unknown filter(s) {sorted(unknown)}; use {sorted(FILTERS)}")
+    return {"replayed": ops.replay_many(**args)}
+
+
+async def _drain(ops: Ops, args: dict[str, Any]) -> Any:
+    return ops.drain(str(args["agent"]))
+
+
+async def _undrain(ops: Ops, args: dict[str, Any]) -> Any:
+    return ops.undrain(str(args["agent"]))
+
+
+async def _reset_breaker(ops: Ops, args: dict[str, Any]) -> Any:
+    return ops.reset_breaker(str(args["agent"]))
+
+
+async def _trace(ops: Ops, args: dict[str, Any]) -> Any:
+    return ops.trace(str(args["trace_id"])).timeline
+
+
+COMMANDS: dict[str, Command] = {
+    "replay": _replay,
+    "replay_filter": _replay_filter,
+    "drain": _drain,
+    "undrain": _undrain,
+    "reset_breaker": _reset_breaker,
+    "trace": _trace,
+}
+"""Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""
+
+
+def _letter(task: Task) -> dict[str, Any]:
+    env = task.envelope
+    return {"task_id": task.task_id, "capability": env.capability, "caller": env.caller,
+            "agent": task.attempts[-1].agent if task.attempts else None,
+            "state": task.state.value, "envelope": env.to_dict(), "error": task.error,
+            "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at}
+
+
+def _events(task: Task) -> list[dict[str, Any]]:
+    env = task.envelope
+    return [{"task_id": env.task_id, "parent_task_id": env.parent_task_id,
+             "capability": env.capability, "caller": env.caller, "state": state, "at": at,
+             "note": note} for state, at, note in task.history]

@@ -1,0 +1,102 @@
+"""What every websocket session shares: an outbox, a frame reader, and how a peer is refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from reach.errors import ProtocolError, ReachError
+from reach.server.services import Services
+from reach.wire import protocol as p
+from reach.wire.outbox import Outbox
+
+POLICY_VIOLATION = 1008
+YIELD_EVERY = 16  # frames one session reads before it lets the loop run others
+_Error = p.unchecked(p.Error)
+_WireError = p.unchecked(p.WireError)
+
+
+def wire_error(error: dict[str, Any]) -> p.WireError:
+    """An error object (``ReachError.to_wire()`` or a task's stored error) as the model."""
+    return _WireError(**error)
+
+
+def error_frame(err: ReachError, *, id: int | None = None, task_id: str | None = None) -> str:
+    return p.dump(_Error(id=id, task_id=task_id, error=wire_error(err.to_wire())))
+
+
+async def refuse(ws: ServerConnection, err: ReachError) -> None:
+    try:
+        await ws.send(error_frame(err))
+        # A close reason may be 123 bytes: cut by bytes, not characters (non-ASCII text
+        # cut at 120 characters made the close itself fail, and the connection end 1011).
+        await ws.close(POLICY_VIOLATION,
+                       err.message.encode()[:120].decode("utf-8", errors="ignore"))
+    except ConnectionClosed:
+        pass
+
+
+class LoopLag:
+    """How late the event loop runs a timer: a sign it has more work than it can do at once
+    (then the heaviest callers are read more slowly, see ``CallerSession._backlog``). This
+    is the real loop's lag, not the coordinator's clock: a fake clock has no loop to lag."""
+
+    def __init__(self) -> None:
+        self.lag = 0.0  # seconds
+
+    async def watch(self, period: float = 0.005) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + period
+            await asyncio.sleep(period)
+            late = loop.time() - due
+            # Up at once, down gently: one quiet turn does not end a flood.
+            self.lag = late if late > self.lag else self.lag * 0.5 + late * 0.5
+
+
+class Session:
+    """One connection's session: its frames in (``_frames``) and out (``out``)."""
+
+    def __init__(self, services: Services, ws: ServerConnection) -> None:
+        self.services = services
+        self.ws = ws
+        peer = ":".join(map(str, ws.remote_address[:2])) if ws.remote_address else "?"
+        self.out = Outbox(ws, name=f"reach-session-out {peer}",
+                          limit=services.settings.max_outbox_bytes)
+
+    async def _frames(self, on_frame: Callable[[Any], None]) -> None:
+        """Read frames until the socket closes; a bad one is answered, not fatal."""
+        read = 0
+        try:
+            async for raw in self.ws:
+                read += 1
+                if not read % YIELD_EVERY:
+                    # Frames already buffered are read without a pause: one peer's burst
+                    # must not hold the loop from every other connection.
+                    await asyncio.sleep(0)
+                try:
+                    frame = p.parse(raw)
+                except ProtocolError as exc:
+                    # Echo the request id when there is one: the caller is waiting on it.
+                    self.out.post(error_frame(exc, id=p.request_id(raw)))
+                    continue
+                try:
+                    on_frame(frame)
+                except ReachError as exc:
+                    self.out.post(error_frame(exc, id=getattr(frame, "id", None)))
+                if self._held():
+                    await self._backlog()
+        except ConnectionClosed:
+            pass
+
+    def _held(self) -> bool:
+        """Whether ``_backlog`` may have to wait (a cheap test made after every frame)."""
+        return False
+
+    async def _backlog(self) -> None:
+        """Before the next frame: wait while this session's own work in progress is at its
+        bound (the peer then waits on its socket, not everyone else on the loop)."""

@@ -1,0 +1,216 @@
+"""The admin feed's frames and objects (docs/admin-feed.md), as models an operator's tool reads.
+
+    reach → admin: snapshot, delta, reply, error        admin → reach: admin, command
+
+The opening and command frames (``AdminHello``, ``Command``) are in reach.wire.protocol with
+the other frames a peer sends. The objects a snapshot carries — ``AgentView``,
+``TraceSummary``, ``DeadLetter``, ``Metrics``, and the ``Timeline`` a ``trace`` command
+returns — are typed here once, so a dashboard reads them with ``parse_admin`` instead of
+re-typing their fields by hand. They ignore fields they do not know (a newer coordinator may
+add some) and, like every frame, carry ``v``.
+
+The coordinator builds these frames from views it made itself (``unchecked``) and sends them
+with ``dump_admin``: values stay as given, so a ``null`` the document promises (``p95_ms``
+before any call, ``ended_at`` of a running trace) is sent as ``null``, never left out.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import to_json
+
+from reach.errors import ProtocolError
+from reach.wire.protocol import Error, Frame, WireError
+
+
+class _Object(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class BreakerDetail(_Object):
+    state: str
+    fault_rate: float
+    window: int
+    window_size: int
+    next_probe_in_s: float | None = None
+
+
+class AgentView(_Object):
+    name: str
+    agent_id: str
+    state: str  # online | suspected | offline
+    version: str = "0"
+    inflight: int = 0
+    max_concurrency: int = 1
+    load: float = 0.0
+    queue_depth: int = 0
+    calls: int = 0
+    faults: int = 0
+    capabilities: list[str] = Field(default_factory=list)
+    breaker: str = "closed"  # closed | open | half_open
+    breaker_detail: BreakerDetail | None = None
+    p95_ms: float | None = None
+    since_heartbeat_s: float = 0.0
+    last_beat: float = 0.0
+    connected: bool = False
+    draining: bool = False
+
+
+class TraceSummary(_Object):
+    trace_id: str
+    root: str | None = None
+    caller: str | None = None
+    tasks: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    duration_ms: float | None = None
+    state: str = "running"  # dead > failed > running > succeeded
+    failed_capability: str | None = None
+
+
+class AttemptView(_Object):
+    number: int
+    agent_id: str | None = None
+    agent: str | None = None
+    started_at: float
+    ended_at: float | None = None
+    duration_ms: float | None = None
+    outcome: str  # ok | answer | fault | timeout | lost | undelivered | cancelled | running
+    error: str | None = None
+
+
+class DeadLetter(_Object):
+    task_id: str
+    capability: str
+    caller: str
+    agent: str | None = None
+    state: str = "dead"
+    error: dict[str, Any] | None = None
+    attempts: list[AttemptView] = Field(default_factory=list)
+    dead_since: float
+    envelope: dict[str, Any] = Field(default_factory=dict)
+
+
+class Series(_Object):
+    calls: int = 0
+    succeeded: int = 0
+    answers: int = 0
+    faults: int = 0
+    retries: int = 0
+    rejections: int = 0
+    inflight: int = 0
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+
+
+class Metrics(_Object):
+    capabilities: dict[str, Series] = Field(default_factory=dict)
+    agents: dict[str, Series] = Field(default_factory=dict)
+    totals: Series = Field(default_factory=Series)
+
+
+class TimelineTask(_Object):
+    task_id: str
+    parent_task_id: str | None = None
+    capability: str
+    caller: str
+    state: str
+    depth: int = 0
+    started_at: float
+    ended_at: float | None = None
+    error: dict[str, Any] | None = None
+
+
+class Hop(_Object):
+    task_id: str
+    capability: str
+    depth: int = 0
+    phase: str  # queued | delivered | processing | retry | done
+    start: float
+    end: float | None = None
+    duration_ms: float | None = None
+    agent: str | None = None
+    attempt: int | None = None
+    failed: bool = False
+    note: str = ""
+
+
+class Timeline(_Object):
+    trace_id: str
+    started_at: float | None = None
+    duration_ms: float | None = None
+    tasks: list[TimelineTask] = Field(default_factory=list)
+    hops: list[Hop] = Field(default_factory=list)
+
+
+class Coordinator(_Object):
+    url: str
+    version: str
+    started_at: float
+    store: str
+
+
+# ---------------------------------------------------------------- frames (reach → admin)
+
+class Snapshot(Frame):
+    """The whole picture: sent first, and again in place of a delta a reader fell behind on."""
+
+    type: Literal["snapshot"] = "snapshot"
+    at: float
+    coordinator: Coordinator
+    agents: list[AgentView] = Field(default_factory=list)
+    traces: list[TraceSummary] = Field(default_factory=list)
+    dead_letters: list[DeadLetter] = Field(default_factory=list)
+    metrics: Metrics = Field(default_factory=Metrics)
+
+
+class Delta(Frame):
+    """What changed since the last frame (see docs/admin-feed.md, "Apply a delta")."""
+
+    type: Literal["delta"] = "delta"
+    at: float
+    agents: list[AgentView] = Field(default_factory=list)
+    traces: list[TraceSummary] = Field(default_factory=list)
+    dead_letters: list[DeadLetter] = Field(default_factory=list)
+    resolved: list[str] = Field(default_factory=list)
+    metrics: Metrics = Field(default_factory=Metrics)
+    dropped: int = 0
+
+
+class Reply(Frame):
+    """The answer to the ``command`` of the same ``id``: ``result`` if ``ok``, else ``error``."""
+
+    type: Literal["reply"] = "reply"
+    id: int
+    ok: bool
+    result: Any = None
+    error: WireError | None = None
+
+
+AdminFrame = Annotated[Snapshot | Delta | Reply | Error, Field(discriminator="type")]
+_ADMIN: TypeAdapter[Any] = TypeAdapter(AdminFrame)
+ADMIN_FRAME_TYPES = frozenset(("snapshot", "delta", "reply", "error"))
+
+
+def parse_admin(raw: str | bytes) -> Snapshot | Delta | Reply | Error:
+    """Decode one frame the coordinator sends on the admin feed; ``ProtocolError`` if it is not
+    one (for a reader: the coordinator is trusted, so this says what, not why at length)."""
+    try:
+        frame: Snapshot | Delta | Reply | Error = _ADMIN.validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))[:200] or "frame"
+        raise ProtocolError(f"invalid admin-feed frame: {where}: {first.get('msg')}") from None
+    return frame
+
+
+def dump_admin(frame: Snapshot | Delta | Reply) -> str:
+    """Encode an admin-feed frame the coordinator built from its own views (``unchecked``, with
+    plain dicts where the models say AgentView, DeadLetter, ...). Top-level None fields are
+    left out as ``dump`` does; inside, every value is written as given, a None included."""
+    # Through pydantic-core's inference rather than the model's serializer, which would warn
+    # on every dict standing in for a model; a model among the values is written as itself.
+    return to_json({k: v for k, v in frame.__dict__.items() if v is not None}).decode()
