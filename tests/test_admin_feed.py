@@ -12,30 +12,39 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from reach import TaskFailed
+from reach import ReachError, TaskFailed
 from reach.testing import Cluster
+from reach.wire import admin
+from reach.wire import protocol as p
 
 TOKEN = "s3cret"
 
 
 class Feed:
-    """A minimal admin-feed client: frames in arrival order, commands answered by id."""
+    """A minimal admin-feed client: frames in arrival order, commands answered by id. Every
+    frame it reads must also parse as the models of reach.wire.admin (the dashboard's)."""
 
     def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.ids = itertools.count(1)
+
+    async def read(self) -> dict[str, Any]:
+        raw = await self.ws.recv()
+        admin.parse_admin(raw)
+        frame: dict[str, Any] = json.loads(raw)
+        return frame
 
     @classmethod
     async def open(cls, url: str, token: str = TOKEN) -> tuple[Feed, dict[str, Any]]:
         ws = await websockets.connect(url, max_size=None)
         await ws.send(json.dumps({"v": 1, "type": "admin", "token": token}))
         feed = cls(ws)
-        return feed, json.loads(await ws.recv())
+        return feed, await feed.read()
 
     async def next(self, kind: str, timeout: float = 3.0) -> dict[str, Any]:
         async with asyncio.timeout(timeout):
             while True:
-                frame = json.loads(await self.ws.recv())
+                frame = await self.read()
                 if frame["type"] == kind:
                     return frame
 
@@ -43,7 +52,7 @@ class Feed:
         """The first delta that satisfies ``predicate``."""
         async with asyncio.timeout(timeout):
             while True:
-                frame = json.loads(await self.ws.recv())
+                frame = await self.read()
                 if frame["type"] == "delta" and predicate(frame):
                     return frame
 
@@ -53,7 +62,7 @@ class Feed:
                                        "args": args}))
         async with asyncio.timeout(5):
             while True:
-                frame = json.loads(await self.ws.recv())
+                frame = await self.read()
                 if frame["type"] == "reply" and frame["id"] == cid:
                     return frame
 
@@ -207,6 +216,7 @@ async def test_drain_undrain_reset_breaker_and_trace(cluster: Cluster) -> None:
     reply = await feed.command("trace", trace_id=handle.trace_id)
     assert reply["ok"]
     line = reply["result"]
+    assert admin.Timeline.model_validate(line).hops[-1].phase == "done"
     assert line["tasks"][0]["task_id"] == handle.task_id
     assert [h["phase"] for h in line["hops"]][-1] == "done"
 
@@ -238,3 +248,24 @@ async def test_commands_are_refused_before_the_admin_hello(cluster: Cluster) -> 
     frame = json.loads(await ws.recv())
     assert frame["error"]["code"] == "protocol_error"
     assert "'admin'" in frame["error"]["message"]
+
+
+def test_the_admin_models_read_the_documented_shapes() -> None:
+    """The snapshot of docs/admin-feed.md, as the coordinator writes it (None kept inside)."""
+    view = {"name": "a", "agent_id": "ag-1", "state": "online", "p95_ms": None,
+            "breaker_detail": {"state": "closed", "fault_rate": 0.0, "window": 0,
+                               "window_size": 10, "next_probe_in_s": None}}
+    snap = p.unchecked(admin.Snapshot)(
+        at=1.0, coordinator={"url": "ws://x", "version": "0", "started_at": 0.0, "store": "s"},
+        agents=[view], traces=[], dead_letters=[], metrics={"capabilities": {}, "agents": {},
+                                                            "totals": {"calls": 1}})
+    text = admin.dump_admin(snap)
+    assert json.loads(text)["agents"][0]["p95_ms"] is None  # documented as null, not absent
+    back = admin.parse_admin(text)
+    assert isinstance(back, admin.Snapshot) and back.agents[0].agent_id == "ag-1"
+    assert back.metrics.totals.calls == 1
+    reply = admin.parse_admin(admin.dump_admin(p.unchecked(admin.Reply)(id=3, ok=True,
+                                                                        result={"x": 1})))
+    assert isinstance(reply, admin.Reply) and reply.result == {"x": 1} and reply.error is None
+    with pytest.raises(ReachError):
+        admin.parse_admin('{"v": 1, "type": "invoke"}')

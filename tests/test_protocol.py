@@ -292,6 +292,23 @@ def test_encode_is_the_same_json_as_dump(frame: p.Frame) -> None:
     assert p.parse(encoded) == frame
 
 
+@pytest.mark.parametrize("kind", sorted(EXAMPLES))
+def test_an_unchecked_frame_is_the_same_model_and_json_as_a_validated_one(kind: str) -> None:
+    frame = EXAMPLES[kind]
+    fields = {name: getattr(frame, name) for name in frame.model_fields_set}
+    built = p.unchecked(type(frame))(**fields)
+    assert p.dump(built) == p.dump(frame)  # same fields, same order
+    assert built == frame
+
+
+def test_oversize_counts_bytes_only_when_a_frame_may_not_fit() -> None:
+    assert p.oversize("x" * 250, 1000) is None  # at most limit // 4 characters: fits
+    assert p.oversize("x" * 1000, 1000) is None
+    assert p.oversize("x" * 1001, 1000) == 1001
+    assert p.oversize("é" * 400, 1000) is None  # 800 bytes
+    assert p.oversize("é" * 501, 1000) == 1002
+
+
 # ------------------------------------------------------------------ bounded input
 
 def _submit(**fields) -> str:
