@@ -33,8 +33,8 @@ from reach.sdk.client import Client
 from reach.sdk.connection import dial
 from reach.sdk.opening import Opening
 from reach.sdk.serving import Handler, Serving, inspect_handler
-from reach.server.outbox import Outbox
 from reach.wire import protocol as p
+from reach.wire.outbox import Outbox
 
 log = logging.getLogger("reach.agent")
 _FATAL = ("unauthorized", "invalid_params", "protocol_error")

@@ -38,12 +38,13 @@ from reach.errors import (
 from reach.sdk.connection import dial
 from reach.sdk.handle import Handle
 from reach.sdk.opening import Opening
-from reach.server.outbox import Outbox
 from reach.wire import protocol as p
+from reach.wire.outbox import Outbox
 
 __all__ = ["Client", "Handle"]  # Handle lives in reach.sdk.handle; reach imports it from here
 
 log = logging.getLogger("reach.client")
+_Submit = p.unchecked(p.Submit)  # checked by _check_submit; the coordinator parses it anyway
 
 RECONNECT = Backoff(base=0.05, factor=2.0, cap=2.0, jitter=0.2)
 """How soon the client tries again after losing its coordinator: 50 ms, doubling up to 2 s."""
@@ -301,16 +302,17 @@ class Client:
         _check_submit(r)
         # Every submit carries a key (one is made up when the caller gave none), so sending it
         # again after a lost connection can never start a second task.
-        text = p.encode(
-            "submit", id=req_id, capability=r.capability, params=r.params,
+        text = p.dump(_Submit(
+            id=req_id, capability=r.capability, params=r.params,
             idempotency_key=r.idempotency_key or os.urandom(16).hex(), priority=r.priority,
             timeout=r.timeout, max_retries=r.max_retries, trace_id=r.trace_id,
             parent_task_id=r.parent_task_id, traceparent=r.traceparent, wait=True,
-            intent=r.intent, defer_ack=defer_ack or None, hedge=r.hedge)
+            intent=r.intent, defer_ack=defer_ack, hedge=r.hedge))
         limit = min(self.max_frame_bytes, self.frame_limit)
-        if len(text) > limit // 4 and len(text.encode()) > limit:
+        size = p.oversize(text, limit)
+        if size is not None:
             raise ProtocolError(
-                f"the submit is {len(text.encode())} bytes, over the {limit}-byte frame "
+                f"the submit is {size} bytes, over the {limit}-byte frame "
                 f"limit; send a reference to large data instead of the data")
         self._submits[req_id] = text
         return text

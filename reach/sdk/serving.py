@@ -33,6 +33,13 @@ from reach.wire import protocol as p
 
 log = logging.getLogger("reach.agent")
 Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
+# Frames built from what this agent holds (its own outcomes, invokes already parsed): checked
+# by the type checker, not validated again at run time (the coordinator parses what it gets).
+_Ack = p.unchecked(p.Ack)
+_Chunk = p.unchecked(p.Chunk)
+_Result = p.unchecked(p.Result)
+_Error = p.unchecked(p.Error)
+_WireError = p.unchecked(p.WireError)
 
 
 @dataclass(slots=True)
@@ -116,9 +123,9 @@ class Serving:
 
     def _on_invoke(self, f: p.Invoke) -> None:
         if self._closing:  # deregistered: refuse before running, so it can go elsewhere
-            self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error={
-                "code": "unavailable", "message": f"agent {self.name!r} is shutting down",
-                "details": {"agent": self.name}}))
+            self._post_text(p.dump(_Error(task_id=f.task_id, attempt=f.attempt, error=_WireError(
+                code="unavailable", message=f"agent {self.name!r} is shutting down",
+                details={"agent": self.name}))))
             return
         key = f.idempotency_key
         cached = self._done.get(key)
@@ -160,7 +167,7 @@ class Serving:
 
     def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
         if not running.done():
-            self._post_text(p.encode("ack", task_id=f.task_id, attempt=f.attempt))
+            self._post_text(p.dump(_Ack(task_id=f.task_id, attempt=f.attempt)))
 
     def _ack_later(self, loop: asyncio.AbstractEventLoop, f: p.Invoke,
                    running: asyncio.Future[Outcome]) -> None:
@@ -219,9 +226,8 @@ class Serving:
                 chunks: list[Any] = []
                 async for item in handler.fn(**kwargs):
                     item = _jsonable(item)
-                    self._post_text(p.encode("chunk", task_id=f.task_id, attempt=f.attempt,
-                                             seq=len(chunks),
-                                       data=item))
+                    self._post_text(p.dump(_Chunk(task_id=f.task_id, attempt=f.attempt,
+                                                  seq=len(chunks), data=item)))
                     chunks.append(item)
                 value: Any = chunks
             elif handler.is_async:
@@ -277,17 +283,19 @@ class Serving:
     def _reply(self, f: p.Invoke, outcome: Outcome) -> None:
         kind, payload = outcome
         if kind == "ok":
-            text = p.encode("result", task_id=f.task_id, attempt=f.attempt, result=payload)
+            text = p.dump(_Result(task_id=f.task_id, attempt=f.attempt, result=payload))
             limit = min(self.max_frame_bytes, self.frame_limit)
-            if len(text) <= limit // 4 or len(text.encode()) <= limit:
+            size = p.oversize(text, limit)
+            if size is None:
                 self._post_text(text)
                 return
             # Sent, it would close the connection (1009) and lose every task on it. Running
             # again would give the same result, so this is a final answer, not a fault.
-            payload = _error("task_failed", f"the result is {len(text.encode())} bytes, over "
+            payload = _error("task_failed", f"the result is {size} bytes, over "
                              f"the {limit}-byte frame limit; return a reference to large data",
                              answer=True, agent=self.name)[1]
-        self._post_text(p.encode("error", task_id=f.task_id, attempt=f.attempt, error=payload))
+        self._post_text(p.dump(_Error(task_id=f.task_id, attempt=f.attempt,
+                                      error=_WireError(**payload))))
 
 
 def _error(code: str, message: str, /, **details: Any) -> Outcome:

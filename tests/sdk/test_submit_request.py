@@ -135,10 +135,10 @@ def test_the_frame_carries_the_request_and_a_made_up_key() -> None:
 
 def test_a_given_key_is_kept_and_the_ack_is_asked_for_by_default() -> None:
     client = Client("ws://unused")
-    raw = json.loads(client._submit_frame(1, SubmitRequest("x.run", idempotency_key="mine"),
-                                          defer_ack=False))
-    assert raw["idempotency_key"] == "mine"
-    assert "defer_ack" not in raw
+    frame = p.parse(client._submit_frame(1, SubmitRequest("x.run", idempotency_key="mine"),
+                                         defer_ack=False))
+    assert frame.idempotency_key == "mine"
+    assert frame.defer_ack is False
 
 
 @pytest.mark.parametrize(("request_", "error"), [
