@@ -26,6 +26,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from reach.wire import protocol as p
+
 from .model import JSON
 
 POLICY_VIOLATION = 1008
@@ -94,7 +96,7 @@ class AdminFeed:
         except InvalidURI as exc:
             raise AdminRefused(f"not a websocket url: {url}") from exc
         feed = cls(ws)
-        await feed._send({"v": 1, "type": "admin", "token": token})
+        await feed._send(p.AdminHello(token=token))
         return feed
 
     # ------------------------------------------------------------ reading
@@ -184,15 +186,14 @@ class AdminFeed:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[command_id] = future
         try:
-            await self._send({"v": 1, "type": "command", "id": command_id, "action": action,
-                              "args": args})
+            await self._send(p.Command(id=command_id, action=action, args=args))
             return await future
         finally:
             self._pending.pop(command_id, None)
 
-    async def _send(self, frame: JSON) -> None:
+    async def _send(self, frame: p.AdminHello | p.Command) -> None:
         try:
-            await self._ws.send(json.dumps(frame))
+            await self._ws.send(p.dump(frame))
         except ConnectionClosed as exc:
             raise self._closed_by(exc) from exc
 
