@@ -6,7 +6,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from reach.core.resilience import Backoff
+from reach.core.backoff import Backoff
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,7 @@ class TaskStore(Protocol):
         ...
 
     async def declared(self) -> dict[str, list[str]]:
-        """Capability → names of agents that ever declared it."""
+        """Agent name → the capability names it declared when it last registered."""
         ...
 
     async def save_agent(self, agent_id: str, name: str, version: str,

@@ -50,7 +50,6 @@ async def test_a_stalled_loop_gets_one_grace_period() -> None:
 
 
 async def test_the_grace_period_is_given_once() -> None:
-    loop = asyncio.get_running_loop()
     delivery = Delivery(LoopClock(), 1.0, 0.02, None)
     delivery.ack()
     time.sleep(0.06)

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reach import Agent, Rejected, TaskFailed, Unavailable
-from reach.core.resilience import Backoff, Pacer, RetryBudget
+from reach.core.backoff import Backoff
+from reach.core.resilience import Pacer, RetryBudget
 from reach.testing import Cluster, wait_until
 
 FAST = Backoff(base=0.005, cap=0.02)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
 from reach.core.registry import Registry
 from reach.core.resilience import BreakerState
 from reach.core.schemas import SchemaError
+from reach.testing import FakeAgentLink
 from reach.wire.protocol import CapabilitySpec
 
 L = Liveness
@@ -221,12 +223,12 @@ def test_reregister_same_id_keeps_counters_and_breaker():
         breaker.record(False, 1.0)
     assert breaker.state is BreakerState.OPEN
     reg.disconnected(first, 2.0)
-    again = register(reg, now=3.0, max_concurrency=9, link=_Link()).record
+    again = register(reg, now=3.0, max_concurrency=9, link=FakeAgentLink()).record
     assert again is first
     assert (again.calls, again.faults, again.inflight) == (12, 3, 2)
     assert again.breaker is breaker and again.breaker.state is BreakerState.OPEN
     assert again.max_concurrency == 9
-    assert again.connected and isinstance(again.link, _Link) and again.state is L.ONLINE
+    assert again.connected and isinstance(again.link, FakeAgentLink) and again.state is L.ONLINE
     assert again.last_beat == again.registered_at == 3.0
 
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reach.core.resilience import Backoff, Breaker, BreakerState, LatencyWindow, completion_timeout
+from reach.core.backoff import Backoff
+from reach.core.resilience import Breaker, BreakerState, LatencyWindow, completion_timeout
 
 B = BreakerState
 

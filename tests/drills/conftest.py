@@ -19,7 +19,7 @@ import pytest_asyncio
 from subprocs import Proc, agent_view
 
 from reach import Reach
-from reach.core.resilience import Backoff
+from reach.core.backoff import Backoff
 from reach.testing import Cluster
 
 REPO = Path(__file__).resolve().parents[2]

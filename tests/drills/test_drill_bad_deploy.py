@@ -11,7 +11,7 @@ import pytest
 from conftest import Runs
 
 from reach import Context, ReachError
-from reach.core.resilience import Backoff
+from reach.core.backoff import Backoff
 from reach.testing import Cluster, wait_until
 
 CAP = "report.write"

@@ -9,7 +9,7 @@ from typing import Any
 from conftest import Runs
 
 from reach import Context, ReachError
-from reach.core.resilience import Backoff
+from reach.core.backoff import Backoff
 from reach.testing import Cluster, wait_until
 
 CAP = "feature.compute"
