@@ -92,7 +92,7 @@ def populate(n: int, seed: int = 1) -> Registry:
         spec = CapabilitySpec(name=CAP, params=SCHEMA, weight=rng.choice([20, 50, 80, 100]),
                               latency_ms=rng.choice([50, 200, 1000]))
         record = reg.register(agent_id=f"agent-{i:05}", name=f"agent-{i:05}", version="1",
-                              max_concurrency=8, specs=[spec], session=None, now=0.0).record
+                              max_concurrency=8, specs=[spec], link=None, now=0.0).record
         record.inflight = rng.randint(0, 8)
     return reg
 
@@ -162,7 +162,7 @@ def bench_sweep(n: int, interval: float, periods: int) -> dict[str, float]:
     rng = random.Random(n)
     base = 1_700_000_000.0
     records = [reg.register(agent_id=f"a{i}", name=f"a{i}", version="1", max_concurrency=1,
-                            specs=[CapabilitySpec(name=CAP)], session=None, now=base).record
+                            specs=[CapabilitySpec(name=CAP)], link=None, now=base).record
                for i in range(n)]
     beats = sorted((base + rng.random() * interval, i) for i in range(n))
     period = max(0.005, min(1.0, interval / 4))
@@ -280,7 +280,7 @@ async def coordinator_role(args: argparse.Namespace) -> None:
                 sweep_times.clear()
             elif line == "rejudge":
                 # One sweep now, and what re-judging every agent would cost, in this process.
-                now = reach.clock()
+                now = reach.clock.wall()
                 start = time.thread_time()
                 policy = registry.policy
                 for r in registry.by_id.values():

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from reach._version import __version__ as __version__
 from reach.config import Settings
 from reach.errors import (
     InvalidParams,
@@ -41,4 +42,3 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
 ]
-__version__ = "0.1.0"

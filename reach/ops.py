@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from reach._version import __version__
 from reach.config import Settings
 from reach.core import traces
 from reach.core.registry import AgentRecord, Registry
@@ -43,10 +43,7 @@ class Ops:
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
-        # The package's own version, read where it is kept without importing the package
-        # (``reach/__init__`` imports this module through ``reach.reach``: no cycle).
-        version = getattr(sys.modules.get("reach"), "__version__", "0")
-        return {"url": self.url, "version": version, "started_at": self.started_at,
+        return {"url": self.url, "version": __version__, "started_at": self.started_at,
                 "store": self.settings.store}
 
     # ------------------------------------------------------------ agents

@@ -33,6 +33,32 @@ class LoopClock:
         await asyncio.sleep(delay)
 
 
+async def expires(clock: Clock, fut: asyncio.Future[Any], limit: float) -> bool:
+    """Await a future this caller owns for at most ``limit`` seconds of ``clock``; at the
+    limit it is cancelled and False returned. (One turn of the loop fewer than ``within``:
+    the future's result wakes the waiter directly.)"""
+    if fut.done():
+        return not fut.cancelled()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        if not fut.done():
+            expired = True
+            fut.cancel()
+
+    timer = clock.call_at(clock.now() + max(0.0, limit), expire)
+    try:
+        await fut
+        return True
+    except asyncio.CancelledError:
+        if expired:
+            return False
+        raise
+    finally:
+        timer.cancel()
+
+
 async def within(clock: Clock, waitable: Awaitable[Any], limit: float) -> bool:
     """Wait for ``waitable`` at most ``limit`` seconds of ``clock``; True if it completed.
     A future is left running when the time is up (its owner decides what to do with it); a

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 
 from reach.core import counts
-from reach.gateway.clock import within
+from reach.gateway.clock import expires
 from reach.ports import Clock
 
 Waiter = tuple[int, float, str, asyncio.Future[None]]
@@ -41,7 +41,7 @@ class SlotQueue:
         callers = self._callers.setdefault(capability, {})
         counts.add(callers, caller)
         try:
-            await within(self.clock, fut, limit)
+            await expires(self.clock, fut, limit)
         finally:
             if not fut.done():
                 fut.cancel()

@@ -68,3 +68,27 @@ async def test_loop_clock_follows_the_event_loop() -> None:
     fired = asyncio.Event()
     clock.call_at(clock.now() + 0.001, fired.set)
     assert await within(clock, fired.wait(), 1.0)
+
+
+async def test_expires_cancels_an_owned_future_at_the_limit_and_wakes_in_one_turn() -> None:
+    from reach.gateway.clock import expires
+    clock = ManualClock()
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    waiting = asyncio.ensure_future(expires(clock, fut, 0.5))
+    await clock.advance(0.5)
+    assert waiting.result() is False and fut.cancelled() and clock.pending() == 0
+
+    fut = loop.create_future()
+    waiting = asyncio.ensure_future(expires(clock, fut, 0.5))
+    await asyncio.sleep(0)
+    fut.set_result(None)
+    await asyncio.sleep(0)  # the result wakes the waiter directly
+    assert waiting.done() and waiting.result() is True and clock.pending() == 0
+
+    fut = loop.create_future()
+    waiting = asyncio.ensure_future(expires(clock, fut, 5.0))
+    await asyncio.sleep(0)
+    waiting.cancel()  # cancelled from outside: that is not an expiry
+    await asyncio.sleep(0)
+    assert waiting.cancelled()

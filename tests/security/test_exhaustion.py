@@ -116,7 +116,7 @@ async def test_dead_letters_leave_memory_by_count_and_age_and_still_replay() -> 
         reach = cluster.reach
         assert [d["task_id"] for d in reach.dead_letters()] == [h.task_id for h in handles[2:]]
         # Past the retention, the rest leave the list too.
-        assert reach.gateway.prune_dead(before=reach.clock() + 1) == 3
+        assert reach.gateway.prune_dead(before=reach.clock.wall() + 1) == 3
         assert reach.dead_letters() == []
         # Their rows stay in the store: status reads them, replay runs them.
         assert (await client.status(handles[0].task_id))["state"] == "dead"
