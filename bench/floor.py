@@ -26,7 +26,7 @@ def sender(ws: Any, eager: bool) -> Callable[[str], Awaitable[None]]:
     """``await ws.send``, or with ``eager`` the write path Reach uses."""
     if not eager:
         return ws.send  # type: ignore[no-any-return]
-    from reach.server.outbox import Outbox
+    from reach.wire.outbox import Outbox
     out = Outbox(ws)
 
     async def send(text: str) -> None:

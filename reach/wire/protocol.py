@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from pydantic_core import to_json
 
 from reach.wire.bounds import (
     FRAME_TYPES,
@@ -55,7 +54,7 @@ __all__ = [
     "MAX_LATENCY_MS", "MAX_LOAD", "MAX_MESSAGE", "MAX_TIMEOUT", "SUPPORTED_VERSIONS", "VERSION",
     "Accepted", "Ack", "AdminHello", "AnyFrame", "CapabilitySpec", "Cancel", "Chunk", "Command",
     "Deregister", "Error", "Frame", "Heartbeat", "Hello", "Invoke", "Register", "Result",
-    "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "encode", "oversize",
+    "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "oversize",
     "parse", "request_id", "unchecked",
 ]
 
@@ -349,16 +348,3 @@ def oversize(text: str, limit: int) -> int | None:
         return None
     size = len(text.encode())
     return size if size > limit else None
-
-
-def encode(kind: str, **fields: Any) -> str:
-    """Encode a frame of type ``kind`` straight from its fields (None fields left out).
-
-    Deprecated: frames are built as models (``dump(unchecked(Invoke)(...))``). Kept only until
-    the SDKs and the gateway's dispatcher have moved over; a test pins that it makes the same
-    JSON as ``dump``."""
-    frame = {"v": VERSION, "type": kind}
-    for key, value in fields.items():
-        if value is not None:
-            frame[key] = value
-    return to_json(frame).decode()
