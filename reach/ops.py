@@ -16,7 +16,8 @@ from typing import Any
 from reach._version import __version__
 from reach.config import Settings
 from reach.core import traces
-from reach.core.registry import AgentRecord, Registry
+from reach.core.agents import AgentRecord
+from reach.core.registry import Registry
 from reach.core.tasks import Task, TaskState
 from reach.errors import InvalidParams
 from reach.gateway.events import ADMIN, AGENT

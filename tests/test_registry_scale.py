@@ -12,8 +12,9 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from reach.core.agents import FULL, HELD, OUT, READY, AgentRecord, Declared, routable
 from reach.core.liveness import Liveness, LivenessPolicy
-from reach.core.registry import FULL, HELD, OUT, READY, AgentRecord, Declared, Registry, routable
+from reach.core.registry import Registry
 from reach.core.resilience import BreakerState
 from reach.core.routing import STRATEGIES, Permissions, Router, Saturated
 from reach.core.schemas import check

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reach.core.agents import AgentRecord, Capability
 from reach.core.liveness import Liveness
-from reach.core.registry import AgentRecord, Capability
 from reach.core.resilience import Breaker, BreakerState
 from reach.core.routing import STRATEGIES, Permissions, Router, Saturated
 from reach.core.schemas import compile_schema

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from reach.core import names
-from reach.core.registry import FULL, HELD, READY, AgentRecord, Declared, Group, routable
+from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from reach.core.resilience import BreakerState
 from reach.core.schemas import Validator, check
 from reach.errors import InvalidParams, NoRoute, Unauthorized, Unavailable

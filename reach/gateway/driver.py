@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from reach.config import Settings
 from reach.core import policy
+from reach.core.agents import AgentRecord
 from reach.core.metrics import Metrics
-from reach.core.registry import AgentRecord, Registry
+from reach.core.registry import Registry
 from reach.core.resilience import RetryBudget
 from reach.core.routing import Router, Saturated
 from reach.core.tasks import Attempt, Envelope, Outcome, Task, TaskState

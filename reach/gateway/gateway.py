@@ -19,9 +19,10 @@ from typing import Any
 
 from reach.config import Settings
 from reach.core import names, traces
+from reach.core.agents import AgentRecord
 from reach.core.keys import scoped_key
 from reach.core.metrics import Metrics
-from reach.core.registry import AgentRecord, Registry
+from reach.core.registry import Registry
 from reach.core.resilience import BreakerState, RetryBudget
 from reach.core.routing import Router
 from reach.core.tasks import Envelope, Outcome, SubmitRequest, Task, TaskState, new_task

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from reach.core.registry import AgentRecord, Registry
+from reach.core.agents import AgentRecord
+from reach.core.registry import Registry
 from reach.gateway.gateway import Gateway
 from reach.ports import Clock, TaskStore
 from reach.wire.protocol import Register

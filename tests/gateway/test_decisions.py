@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from reach.config import Settings
+from reach.core.agents import AgentRecord
 from reach.core.backoff import Backoff
 from reach.core.liveness import LivenessPolicy
-from reach.core.registry import AgentRecord, Registry
+from reach.core.registry import Registry
 from reach.core.resilience import BreakerState, LatencyWindow
 from reach.core.routing import Router
 from reach.core.tasks import Outcome, SubmitRequest, Task, TaskState
