@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,7 +26,6 @@ from reach.core.backoff import Backoff
 from reach.core.resilience import Pacer
 from reach.core.tasks import SubmitRequest
 from reach.errors import (
-    InvalidParams,
     ProtocolError,
     ReachError,
     ReachTimeout,
@@ -38,23 +36,17 @@ from reach.errors import (
 from reach.sdk.connection import dial
 from reach.sdk.handle import Handle
 from reach.sdk.opening import Opening
+from reach.sdk.streams import End, chunks
+from reach.sdk.submits import submit_frame
 from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
 
 __all__ = ["Client", "Handle"]  # Handle lives in reach.sdk.handle; reach imports it from here
 
 log = logging.getLogger("reach.client")
-_Submit = p.unchecked(p.Submit)  # checked by _check_submit; the coordinator parses it anyway
 
 RECONNECT = Backoff(base=0.05, factor=2.0, cap=2.0, jitter=0.2)
 """How soon the client tries again after losing its coordinator: 50 ms, doubling up to 2 s."""
-
-
-class _End:
-    """The end of a stream, with the task's final result (the list of every chunk)."""
-
-    def __init__(self, result: Any) -> None:
-        self.result = result
 
 
 class Client:
@@ -243,7 +235,7 @@ class Client:
         entry = self._outcomes.pop(req_id or -1, None)
         queue = self._streams.get(req_id or -1)
         if queue is not None:
-            queue.put_nowait(err if err is not None else _End(result))
+            queue.put_nowait(err if err is not None else End(result))
         if entry is None or entry[1].done():
             return
         if err is not None:
@@ -296,24 +288,9 @@ class Client:
                       outcome), req_id
 
     def _submit_frame(self, req_id: int, r: SubmitRequest, defer_ack: bool) -> str:
-        """The ``submit`` frame for ``r`` (``caller`` stays out: the coordinator knows it from
-        the connection), kept to be sent again after a reconnect."""
-        # Checked here, so a bad argument raises at once rather than as a frame error.
-        _check_submit(r)
-        # Every submit carries a key (one is made up when the caller gave none), so sending it
-        # again after a lost connection can never start a second task.
-        text = p.dump(_Submit(
-            id=req_id, capability=r.capability, params=r.params,
-            idempotency_key=r.idempotency_key or os.urandom(16).hex(), priority=r.priority,
-            timeout=r.timeout, max_retries=r.max_retries, trace_id=r.trace_id,
-            parent_task_id=r.parent_task_id, traceparent=r.traceparent, wait=True,
-            intent=r.intent, defer_ack=defer_ack, hedge=r.hedge))
-        limit = min(self.max_frame_bytes, self.frame_limit)
-        size = p.oversize(text, limit)
-        if size is not None:
-            raise ProtocolError(
-                f"the submit is {size} bytes, over the {limit}-byte frame "
-                f"limit; send a reference to large data instead of the data")
+        """The ``submit`` frame for ``r``, kept to be sent again after a reconnect."""
+        text = submit_frame(req_id, r, defer_ack=defer_ack,
+                            limit=min(self.max_frame_bytes, self.frame_limit))
         self._submits[req_id] = text
         return text
 
@@ -383,22 +360,9 @@ class Client:
             max_retries=options.get("max_retries"), trace_id=options.get("trace_id"),
             parent_task_id=options.get("parent_task_id"),
             traceparent=options.get("traceparent")), stream=True)
-        queue = self._streams[req_id]
-        received = 0
         try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, _End):
-                    # The final result holds every chunk: chunks missed while reconnecting, or
-                    # a duplicate submit that finished earlier, are filled in from it.
-                    if isinstance(item.result, list):
-                        for missed in item.result[received:]:
-                            yield missed
-                    return
-                if isinstance(item, ReachError):
-                    raise item
-                received += 1
-                yield item
+            async for chunk in chunks(self._streams[req_id]):
+                yield chunk
         finally:
             self._streams.pop(req_id, None)
 
@@ -420,20 +384,6 @@ class Client:
         """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
         handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
         return await handle.result(timeout)
-
-
-def _check_submit(r: SubmitRequest) -> None:
-    if not r.capability and not r.intent:
-        raise InvalidParams("name a capability (or state an intent)")
-    if len(r.capability) > 200 or (r.idempotency_key is not None
-                                   and len(r.idempotency_key) > 400):
-        raise InvalidParams("capability names are at most 200 characters, keys at most 400")
-    if not 0 <= r.priority <= 9:
-        raise InvalidParams(f"priority must be 0..9 (9 highest), not {r.priority}")
-    if r.timeout is not None and r.timeout <= 0:
-        raise ReachTimeout(f"the deadline has already passed (timeout={r.timeout})")
-    if r.max_retries is not None and not 0 <= r.max_retries <= 100:
-        raise InvalidParams(f"max_retries must be 0..100, not {r.max_retries}")
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
