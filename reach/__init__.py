@@ -21,8 +21,9 @@ from reach.errors import (
 )
 from reach.reach import Reach
 from reach.sdk.agent import Agent
-from reach.sdk.client import Client, Handle
+from reach.sdk.client import Client
 from reach.sdk.context import Context
+from reach.sdk.handle import Handle
 
 __all__ = [
     "Agent",

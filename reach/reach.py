@@ -17,7 +17,7 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -34,6 +34,7 @@ from reach.gateway.events import Event
 from reach.gateway.gateway import Gateway
 from reach.ops import Ops
 from reach.ports import Clock
+from reach.sdk.opening import Opening
 from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
 from reach.server.http import listen
@@ -44,26 +45,6 @@ from reach.store.store import Store
 log = logging.getLogger("reach")
 events_log = logging.getLogger("reach.events")
 _SETTING_NAMES = frozenset(f.name for f in fields(Settings))
-
-
-class _Starting:
-    """What ``Reach.start(...)`` returns: await it, or use it with ``async with``."""
-
-    def __init__(self, reach: Reach) -> None:
-        self._reach = reach
-
-    def __await__(self) -> Generator[Any, None, Reach]:
-        return self._start().__await__()
-
-    async def _start(self) -> Reach:
-        await self._reach._open()
-        return self._reach
-
-    async def __aenter__(self) -> Reach:
-        return await self._start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._reach.stop()
 
 
 class Reach:
@@ -103,7 +84,7 @@ class Reach:
     @classmethod
     def start(cls, settings: Settings | None = None, *,
               clock: Callable[[], float] | Clock = time.time,
-              seed: int | None = None, **options: Any) -> _Starting:
+              seed: int | None = None, **options: Any) -> Opening[Reach]:
         """Start a coordinator. Options are ``Settings`` fields (``store``, ``port``,
         ``heartbeat_interval``, ``suspect_after``, ``offline_after``, ``ack_timeout``, ...)."""
         unknown = set(options) - _SETTING_NAMES
@@ -114,7 +95,8 @@ class Reach:
             settings = Settings(**options)
         elif options:
             raise TypeError("pass either a Settings object or keyword options, not both")
-        return _Starting(cls(settings, clock=clock, seed=seed))
+        reach = cls(settings, clock=clock, seed=seed)
+        return Opening(reach, reach._open, reach.stop)
 
     # ------------------------------------------------------------ lifecycle
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reach import Agent, Client, Context, Reach, ReachError, Unavailable
-from reach.core.resilience import Backoff
+from reach.core.backoff import Backoff
 from reach.server.channel import CallerSession
 from reach.testing import Cluster
 from reach.testing import wait_until as wait_for
@@ -273,8 +273,8 @@ async def test_outcome_asked_while_the_coordinator_resumes_is_answered(
         return await original(self)
 
     monkeypatch.setattr(Store, "unfinished", slow_unfinished)
-    starting = asyncio.create_task(Reach.start(store=url, sqlite_synchronous="full",
-                                               port=port, heartbeat_interval=0.05)._start())
+    starting = asyncio.ensure_future(Reach.start(store=url, sqlite_synchronous="full",
+                                                 port=port, heartbeat_interval=0.05))
     second = None
     try:
         await asyncio.sleep(0.1)  # still reading unfinished tasks: not serving yet
