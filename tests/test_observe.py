@@ -16,7 +16,7 @@ from reach.core.metrics import Metrics
 from reach.core.tasks import Attempt, Envelope, TaskState, new_task
 from reach.core.traces import hops, summary, timeline
 from reach.gateway.events import EventBus
-from reach.testing import Cluster, wait_until
+from reach.testing import Cluster, ManualClock, wait_until
 
 S = TaskState
 
@@ -25,7 +25,8 @@ S = TaskState
 
 
 async def test_bus_costs_nothing_without_listeners_and_bounds_slow_readers() -> None:
-    bus = EventBus(clock=lambda: 1.0)
+    clock = ManualClock()
+    bus = EventBus(clock)
     bus.publish("task", {"n": 0})
     assert not bus.active
     sub = bus.subscribe(maxsize=3)
@@ -35,13 +36,22 @@ async def test_bus_costs_nothing_without_listeners_and_bounds_slow_readers() -> 
     assert [e.data["n"] for e in events] == [2, 3, 4]  # the oldest went first
     assert sub.dropped == 2
     assert [e.seq for e in events] == [3, 4, 5]
-    assert not await sub.wait(0.001)
+    waiting = asyncio.ensure_future(sub.wait(0.5))
+    await clock.advance(0.499)
+    assert not waiting.done()
+    await clock.advance(0.001)
+    assert waiting.result() is False  # nothing came within the wait, on the bus's clock
+    waiting = asyncio.ensure_future(sub.wait(0.5))
+    await clock.settle()
+    bus.publish("task", {"n": 9})
+    await clock.settle()
+    assert waiting.result() is True and sub.drain()[0].at == clock.wall()
     sub.close()
     assert not bus.active
 
 
 def test_a_failing_listener_is_removed_and_others_carry_on() -> None:
-    bus = EventBus(clock=lambda: 0.0)
+    bus = EventBus(ManualClock())
     seen: list[int] = []
 
     def broken(_e: Any) -> None:

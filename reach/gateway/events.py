@@ -21,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from reach.gateway.clock import within
+from reach.ports import Clock
+
 log = logging.getLogger("reach.events")
 
 TASK, AGENT, BREAKER, DEAD_LETTER, ADMIN = "task", "agent", "breaker", "dead_letter", "admin"
@@ -63,15 +66,11 @@ class Subscription:
         return out
 
     async def wait(self, timeout: float) -> bool:
-        """Wait until an event is buffered or ``timeout`` passes; True if one is."""
+        """Wait until an event is buffered or ``timeout`` (of the bus's clock) passes; True
+        if one is."""
         if self._buffer:
             return True
-        try:
-            async with asyncio.timeout(timeout):
-                await self._ready.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await within(self._bus.clock, self._ready.wait(), timeout)
 
     def close(self) -> None:
         if not self.closed:
@@ -80,10 +79,11 @@ class Subscription:
 
 
 class EventBus:
-    """Fan-out of coordinator events; the clock stamps each one."""
+    """Fan-out of coordinator events; the clock stamps each one (its wall time) and times
+    the readers' waits."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self._seq = 0
         self._subs: list[Subscription] = []
         self._listeners: list[Callable[[Event], None]] = []
@@ -97,7 +97,7 @@ class EventBus:
         if not (self._subs or self._listeners):
             return
         self._seq += 1
-        event = Event(self._seq, self._clock(), kind, data)
+        event = Event(self._seq, self.clock.wall(), kind, data)
         for sub in self._subs:
             sub._put(event)
         for fn in tuple(self._listeners):

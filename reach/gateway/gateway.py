@@ -56,7 +56,7 @@ class Gateway:
         self.rng = rng or random.Random()
         self.known: dict[str, set[str]] = {}  # capability → agents that ever declared it
         self.submitters = admission.Submitters()
-        self.events = EventBus(clock.wall)
+        self.events = EventBus(clock)
         self.metrics = Metrics()
         self.book = TaskBook(settings, self.events)
         self.slots = SlotQueue(settings.priority_aging, clock)

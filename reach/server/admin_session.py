@@ -68,20 +68,20 @@ class AdminSession(Session):
             traces=op.traces(), dead_letters=op.dead_letters(), metrics=op.metrics()))
 
     async def _pump(self, sub: Subscription) -> None:
-        loop = asyncio.get_running_loop()
-        last_full = loop.time()
+        clock = self.services.clock
+        last_full = clock.now()
         while True:
             await sub.wait(MAX_GAP - MIN_GAP)
-            await asyncio.sleep(MIN_GAP)  # let a burst of events become one delta
+            await clock.sleep(MIN_GAP)  # let a burst of events become one delta
             events = sub.drain()
             if sub.dropped:
                 sub.dropped = 0
                 self.out.post(self._snapshot())
-                last_full = loop.time()
+                last_full = clock.now()
                 continue
-            full = loop.time() - last_full >= MAX_GAP - 0.01
+            full = clock.now() - last_full >= MAX_GAP - 0.01
             if full:
-                last_full = loop.time()
+                last_full = clock.now()
             elif not events:
                 continue
             self.out.post(self._delta(events, full))
