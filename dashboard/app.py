@@ -12,6 +12,7 @@ import asyncio
 from collections import Counter
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -20,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
 from reach.core.backoff import Backoff
+from reach.wire import admin
 
 from .feed import (
     AdminRefused,
@@ -30,7 +32,7 @@ from .feed import (
     FeedError,
     connect,
 )
-from .model import JSON, Change, Model
+from .model import JSON, BadFrame, Change, Model
 from .rows import plural, short
 from .screens import ConfirmScreen, HelpScreen
 from .views.agents import AgentsView, AgentTableView, BreakersView
@@ -130,8 +132,9 @@ class ReachDashboard(App[None]):
         for status in self.query(StatusLine):
             status.link = link
 
-    def apply(self, frame: JSON) -> Change:
-        """Merge one feed frame and bring the tabs that it touched up to date."""
+    def apply(self, frame: JSON | admin.Snapshot | admin.Delta) -> Change:
+        """Merge one feed frame and bring the tabs that it touched up to date; a frame the
+        admin models refuse raises :class:`~dashboard.model.BadFrame`."""
         change = self.model.apply(frame)
         touched = {"agents": change.agents, "breakers": change.agents,
                    "traces": change.traces, "dead-letters": change.dead_letters}
@@ -164,10 +167,10 @@ class ReachDashboard(App[None]):
                             self.link = Link("connected", "connected")
                         try:
                             self.apply(frame)
-                        except (KeyError, TypeError, ValueError) as exc:
+                        except BadFrame as exc:
                             # A frame off the contract is the coordinator's bug: say so and
                             # start over from a fresh snapshot rather than crash.
-                            raise FeedClosed(f"bad frame from the coordinator: {exc!r}") from exc
+                            raise FeedClosed(f"bad frame from the coordinator: {exc}") from exc
                 finally:
                     self.feed = None
                     await feed.close()
@@ -208,9 +211,15 @@ class ReachDashboard(App[None]):
         """Fetch a trace's timeline; a newer selection cancels this one."""
         view = self.query_one(TracesView)
         try:
-            timeline = await self.command("trace", {"trace_id": trace_id})
+            result = await self.command("trace", {"trace_id": trace_id})
         except (FeedError, TimeoutError) as exc:
             view.show_timeline(None, f"trace {short(trace_id)}: {exc or 'timed out'}")
+            return
+        try:
+            timeline = admin.Timeline.model_validate(result)
+        except ValidationError as exc:
+            view.show_timeline(None, f"trace {short(trace_id)}: not a timeline "
+                                     f"({exc.error_count()} errors)")
             return
         view.show_timeline(timeline)
 
@@ -231,8 +240,13 @@ class ReachDashboard(App[None]):
         except (FeedError, TimeoutError) as exc:
             self.report(f"{action} {agent} failed: {exc or 'timed out'}", error=True)
             return
-        if isinstance(view, dict) and "agent_id" in view:
-            self.apply({"type": "delta", "agents": [view]})
+        try:
+            agent_view = admin.AgentView.model_validate(view)
+        except ValidationError:
+            pass  # not a view to show early: the next delta brings the agent's new state
+        else:
+            # At the feed's own time, so the clock stays and no age moves.
+            self.apply(admin.Delta(at=self.model.at, agents=[agent_view]))
         self.report(done.get(action, action + " {}").format(agent))
 
     # ------------------------------------------------------------ dead letters

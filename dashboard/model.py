@@ -1,9 +1,10 @@
 """The dashboard's picture of one coordinator, built only from admin feed frames.
 
-Pure state: :meth:`Model.apply` takes a decoded ``snapshot`` or ``delta`` frame (see
-docs/admin-feed.md) and merges it; nothing here touches a socket, the event loop or the local
-clock. The time the UI shows ages against is :attr:`Model.at`, the coordinator's clock from
-the last frame, so a skewed local clock does not matter and tests are deterministic.
+Pure state: :meth:`Model.apply` takes a ``snapshot`` or ``delta`` frame (see
+docs/admin-feed.md), validates it with the feed's models (:mod:`reach.wire.admin`) and merges
+it; nothing here touches a socket, the event loop or the local clock. The time the UI shows
+ages against is :attr:`Model.at`, the coordinator's clock from the last frame, so a skewed
+local clock does not matter and tests are deterministic.
 """
 
 from __future__ import annotations
@@ -11,10 +12,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from reach.wire import admin
+
 JSON = dict[str, Any]
 
 TRACE_LIMIT = 200
 """How many traces the model keeps: the snapshot's own limit, so deltas cannot grow it."""
+
+
+class BadFrame(ValueError):
+    """A frame that is not a ``snapshot`` or ``delta`` as reach.wire.admin describes them."""
+
+
+def decode(frame: JSON) -> admin.Snapshot | admin.Delta:
+    """A decoded feed frame as its model; :class:`BadFrame` says where it is off."""
+    kind = frame.get("type")
+    model: type[admin.Snapshot | admin.Delta]
+    if kind == "snapshot":
+        model = admin.Snapshot
+    elif kind == "delta":
+        model = admin.Delta
+    else:
+        raise BadFrame(f"not a snapshot or delta frame: {kind!r}")
+    try:
+        return model.model_validate(frame)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))[:200] or "frame"
+        raise BadFrame(f"invalid {kind} frame: {where}: {first.get('msg')}") from None
 
 
 @dataclass(frozen=True)
@@ -38,90 +65,85 @@ class Model:
 
     def __init__(self) -> None:
         self.at: float = 0.0
-        self.coordinator: JSON = {}
-        self.agents: dict[str, JSON] = {}
-        self.traces: dict[str, JSON] = {}
-        self.dead_letters: dict[str, JSON] = {}
-        self.metrics: JSON = {}
+        self.coordinator: admin.Coordinator | None = None
+        self.agents: dict[str, admin.AgentView] = {}
+        self.traces: dict[str, admin.TraceSummary] = {}
+        self.dead_letters: dict[str, admin.DeadLetter] = {}
+        self.metrics = admin.Metrics()
         self.frames = 0
 
     # ------------------------------------------------------------ merging
 
-    def apply(self, frame: JSON) -> Change:
-        """Merge one ``snapshot`` or ``delta`` frame; ``ValueError`` for any other type."""
-        kind = frame.get("type")
-        if kind == "snapshot":
+    def apply(self, frame: JSON | admin.Snapshot | admin.Delta) -> Change:
+        """Merge one ``snapshot`` or ``delta`` frame, decoded (then validated here) or
+        already a model; :class:`BadFrame` for anything else."""
+        if isinstance(frame, dict):
+            frame = decode(frame)
+        if isinstance(frame, admin.Snapshot):
             change = self._apply_snapshot(frame)
-        elif kind == "delta":
-            change = self._apply_delta(frame)
         else:
-            raise ValueError(f"not a snapshot or delta frame: {kind!r}")
+            change = self._apply_delta(frame)
         self.frames += 1
         return change
 
-    def _apply_snapshot(self, frame: JSON) -> Change:
-        self.at = float(frame.get("at") or self.at)
-        self.coordinator = dict(frame.get("coordinator") or {})
-        self.agents = {a["agent_id"]: a for a in frame.get("agents") or []}
-        self.traces = {t["trace_id"]: t for t in frame.get("traces") or []}
-        self.dead_letters = {d["task_id"]: d for d in frame.get("dead_letters") or []}
-        self.metrics = dict(frame.get("metrics") or {})
+    def _apply_snapshot(self, frame: admin.Snapshot) -> Change:
+        self.at = frame.at
+        self.coordinator = frame.coordinator
+        self.agents = {a.agent_id: a for a in frame.agents}
+        self.traces = {t.trace_id: t for t in frame.traces}
+        self.dead_letters = {d.task_id: d for d in frame.dead_letters}
+        self.metrics = frame.metrics
         self._trim_traces()
         return Change(snapshot=True, agents=True, traces=True, dead_letters=True, metrics=True)
 
-    def _apply_delta(self, frame: JSON) -> Change:
-        at = frame.get("at")
+    def _apply_delta(self, frame: admin.Delta) -> Change:
         # Ages move with every delta, even an empty one (the once-a-second refresh).
-        ticked = at is not None and float(at) != self.at
-        if at is not None:
-            self.at = float(at)
-        agents = frame.get("agents") or []
-        for view in agents:
-            self.agents[view["agent_id"]] = view
-        traces = frame.get("traces") or []
-        for summary in traces:
-            self.traces[summary["trace_id"]] = summary
+        ticked = frame.at != self.at
+        self.at = frame.at
+        for view in frame.agents:
+            self.agents[view.agent_id] = view
+        for summary in frame.traces:
+            self.traces[summary.trace_id] = summary
         self._trim_traces()
-        letters = frame.get("dead_letters") or []
-        for letter in letters:
-            self.dead_letters[letter["task_id"]] = letter
-        resolved = [t for t in frame.get("resolved") or [] if t in self.dead_letters]
+        for letter in frame.dead_letters:
+            self.dead_letters[letter.task_id] = letter
+        resolved = [t for t in frame.resolved if t in self.dead_letters]
         for task_id in resolved:
             del self.dead_letters[task_id]
-        metrics = frame.get("metrics")
-        if metrics is not None:
-            self.metrics = dict(metrics)
+        # The coordinator sends metrics with every delta; a delta built here (a command's
+        # returned agent view) has none, and must not blank them.
+        metrics = "metrics" in frame.model_fields_set
+        if metrics:
+            self.metrics = frame.metrics
         return Change(
-            agents=bool(agents) or ticked,
-            traces=bool(traces) or ticked,
-            dead_letters=bool(letters) or bool(resolved) or ticked,
-            metrics=metrics is not None,
-            dropped=int(frame.get("dropped") or 0),
+            agents=bool(frame.agents) or ticked,
+            traces=bool(frame.traces) or ticked,
+            dead_letters=bool(frame.dead_letters) or bool(resolved) or ticked,
+            metrics=metrics,
+            dropped=frame.dropped,
         )
 
     def _trim_traces(self) -> None:
         if len(self.traces) <= TRACE_LIMIT:
             return
         keep = self.traces_newest_first()[:TRACE_LIMIT]
-        self.traces = {t["trace_id"]: t for t in keep}
+        self.traces = {t.trace_id: t for t in keep}
 
     # ------------------------------------------------------------ ordered views
 
-    def agents_by_name(self) -> list[JSON]:
+    def agents_by_name(self) -> list[admin.AgentView]:
         """Every known agent, sorted by name (then id, for two agents of one name)."""
-        return sorted(self.agents.values(), key=lambda a: (a.get("name", ""), a["agent_id"]))
+        return sorted(self.agents.values(), key=lambda a: (a.name, a.agent_id))
 
-    def traces_newest_first(self) -> list[JSON]:
+    def traces_newest_first(self) -> list[admin.TraceSummary]:
         """Traces by start time, newest first."""
         return sorted(self.traces.values(),
-                      key=lambda t: (-(t.get("started_at") or 0.0), t["trace_id"]))
+                      key=lambda t: (-(t.started_at or 0.0), t.trace_id))
 
-    def letters_oldest_first(self) -> list[JSON]:
+    def letters_oldest_first(self) -> list[admin.DeadLetter]:
         """Unresolved dead letters by the time they died, oldest first."""
-        return sorted(self.dead_letters.values(),
-                      key=lambda d: (d.get("dead_since") or 0.0, d["task_id"]))
+        return sorted(self.dead_letters.values(), key=lambda d: (d.dead_since, d.task_id))
 
-    def totals(self) -> JSON:
-        """The coordinator-wide metrics series (empty before the first frame)."""
-        totals = self.metrics.get("totals")
-        return totals if isinstance(totals, dict) else {}
+    def totals(self) -> admin.Series | None:
+        """The coordinator-wide metrics series; None until a frame has carried one."""
+        return self.metrics.totals if "totals" in self.metrics.model_fields_set else None

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.text import Text
 
-from .model import JSON
+from reach.wire import admin
 
 STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
 BREAKER_STYLE = {"closed": "green", "half_open": "yellow", "open": "bold red"}
@@ -42,7 +42,8 @@ class Row:
     fields: dict[str, str] = field(default_factory=dict)
 
 
-RowMaker = Callable[[JSON, float], Row]
+RowMaker = Callable[[Any, float], Row]
+"""``agent_row``, ``trace_row``...: a feed object (an admin model) and the clock."""
 
 # ---------------------------------------------------------------- formatting
 
@@ -124,30 +125,27 @@ AGENT_COLUMNS = (
 )
 
 
-def agent_row(view: JSON, at: float) -> Row:
-    state = str(view.get("state", "offline"))
+def agent_row(view: admin.AgentView, at: float) -> Row:
+    state = view.state
     label = state
-    if view.get("draining"):
+    if view.draining:
         label += " · draining"
-    if not view.get("connected", True) and state != "offline":
+    if not view.connected and state != "offline":
         label += " · lost"  # its connection, that is: the outcome name for it
-    last_beat = view.get("last_beat")
-    beat = at - last_beat if last_beat is not None else view.get("since_heartbeat_s")
-    caps = ", ".join(view.get("capabilities") or [])
-    breaker = str(view.get("breaker", "closed"))
+    beat = at - view.last_beat if view.last_beat else view.since_heartbeat_s
+    caps = ", ".join(view.capabilities)
     return Row(
-        key=view["agent_id"],
+        key=view.agent_id,
         cells=(
-            Text(str(view.get("name", ""))), styled(state, STATE_STYLE, label),
-            load_bar(int(view.get("inflight") or 0), int(view.get("max_concurrency") or 0)),
-            Text(millis(view.get("p95_ms")), justify="right"),
-            Text(str(view.get("calls", 0)), justify="right"),
-            Text(str(view.get("faults", 0)), justify="right",
-                 style="red" if view.get("faults") else ""),
-            breaker_text(breaker), Text(age(beat), justify="right"), Text(caps),
+            Text(view.name), styled(state, STATE_STYLE, label),
+            load_bar(view.inflight, view.max_concurrency),
+            Text(millis(view.p95_ms), justify="right"),
+            Text(str(view.calls), justify="right"),
+            Text(str(view.faults), justify="right", style="red" if view.faults else ""),
+            breaker_text(view.breaker), Text(age(beat), justify="right"), Text(caps),
         ),
-        fields={"agent": str(view.get("name", "")), "id": view["agent_id"], "state": label,
-                "breaker": breaker, "capability": caps, "version": str(view.get("version", ""))},
+        fields={"agent": view.name, "id": view.agent_id, "state": label,
+                "breaker": view.breaker, "capability": caps, "version": view.version},
     )
 
 
@@ -160,35 +158,33 @@ BREAKER_COLUMNS = (
 )
 
 
-def next_probe(detail: JSON, state: str) -> Text:
+def next_probe(detail: admin.BreakerDetail | None, state: str) -> Text:
     """When an open breaker lets its probe through; a half-open one is probing now."""
     if state == "half_open":
         return Text("probing", style="yellow")
-    seconds = detail.get("next_probe_in_s")
+    seconds = detail.next_probe_in_s if detail is not None else None
     if state == "open" and seconds is not None:
         return Text(f"in {age(seconds)}", style="red")
     return Text(DASH)
 
 
-def breaker_row(view: JSON, at: float) -> Row:
-    detail = view.get("breaker_detail") or {}
-    state = str(detail.get("state") or view.get("breaker", "closed"))
-    rate = float(detail.get("fault_rate") or 0.0)
-    window = detail.get("window")
+def breaker_row(view: admin.AgentView, at: float) -> Row:
+    detail = view.breaker_detail
+    state = detail.state if detail is not None and detail.state else view.breaker
+    rate = detail.fault_rate if detail is not None else 0.0
     rate_text = Text()
     rate_text.append(f"{rate:4.0%}", style="red" if rate >= 0.5 else "yellow" if rate else "")
-    rate_text.append(f" of last {window}" if window is not None else "")
-    agent_state = str(view.get("state", "offline"))
+    rate_text.append(f" of last {detail.window}" if detail is not None else "")
     return Row(
-        key=view["agent_id"],
+        key=view.agent_id,
         cells=(
-            Text(str(view.get("name", ""))), breaker_text(state), rate_text,
-            next_probe(detail, state), Text(str(view.get("faults", 0)), justify="right"),
-            Text(str(view.get("calls", 0)), justify="right"),
-            styled(agent_state, STATE_STYLE),
+            Text(view.name), breaker_text(state), rate_text,
+            next_probe(detail, state), Text(str(view.faults), justify="right"),
+            Text(str(view.calls), justify="right"),
+            styled(view.state, STATE_STYLE),
         ),
-        fields={"agent": str(view.get("name", "")), "id": view["agent_id"], "breaker": state,
-                "state": agent_state},
+        fields={"agent": view.name, "id": view.agent_id, "breaker": state,
+                "state": view.state},
     )
 
 
@@ -201,27 +197,24 @@ TRACE_COLUMNS = (
 )
 
 
-def trace_row(summary: JSON, at: float) -> Row:
-    state = str(summary.get("state", "running"))
-    started = summary.get("started_at")
-    duration = summary.get("duration_ms")
-    if duration is None and started is not None:
+def trace_row(summary: admin.TraceSummary, at: float) -> Row:
+    started = summary.started_at
+    if summary.duration_ms is None and started is not None:
         took = Text(age(at - started) + "…", style="cyan", justify="right")
     else:
-        took = Text(millis(duration), justify="right")
-    failed = summary.get("failed_capability") or ""
+        took = Text(millis(summary.duration_ms), justify="right")
+    failed = summary.failed_capability or ""
+    root = summary.root or ""
     return Row(
-        key=summary["trace_id"],
+        key=summary.trace_id,
         cells=(
-            Text(short(summary["trace_id"])), Text(str(summary.get("root", ""))),
-            Text(str(summary.get("caller") or DASH)),
-            Text(str(summary.get("tasks", 0)), justify="right"), styled(state, TRACE_STYLE),
+            Text(short(summary.trace_id)), Text(root), Text(summary.caller or DASH),
+            Text(str(summary.tasks), justify="right"), styled(summary.state, TRACE_STYLE),
             took, Text(age(at - started if started is not None else None), justify="right"),
             Text(failed, style="red"),
         ),
-        fields={"trace": summary["trace_id"], "root": str(summary.get("root", "")),
-                "caller": str(summary.get("caller") or ""), "state": state,
-                "capability": failed},
+        fields={"trace": summary.trace_id, "root": root, "caller": summary.caller or "",
+                "state": summary.state, "capability": failed},
     )
 
 
@@ -233,28 +226,25 @@ LETTER_COLUMNS = (
     Column("attempts", "Tries", 5), Column("state", "State", 9), Column("age", "Age", 7),
 )
 
-def letter_state(letter: JSON) -> Text:
+def letter_state(letter: admin.DeadLetter) -> Text:
     """``dead``, or ``replaying`` while a replay of the letter runs (it stays listed until
     the replay succeeds)."""
-    state = str(letter.get("state") or "dead")
-    if state == "dead":
+    if (letter.state or "dead") == "dead":
         return Text("dead", style="red")
     return Text("replaying", style="cyan")
 
 
-def letter_row(letter: JSON, at: float) -> Row:
-    dead_since = letter.get("dead_since")
-    error = letter.get("error")
-    error_full = error_text(error, width=10_000)
+def letter_row(letter: admin.DeadLetter, at: float) -> Row:
     return Row(
-        key=letter["task_id"],
+        key=letter.task_id,
         cells=(
-            Text(short(letter["task_id"])), Text(str(letter.get("capability", ""))),
-            Text(str(letter.get("agent") or DASH)), Text(error_text(error, 40), style="red"),
-            Text(str(len(letter.get("attempts") or [])), justify="right"), letter_state(letter),
-            Text(age(at - dead_since if dead_since is not None else None), justify="right"),
+            Text(short(letter.task_id)), Text(letter.capability),
+            Text(letter.agent or DASH), Text(error_text(letter.error, 40), style="red"),
+            Text(str(len(letter.attempts)), justify="right"), letter_state(letter),
+            Text(age(at - letter.dead_since), justify="right"),
         ),
-        fields={"task": letter["task_id"], "capability": str(letter.get("capability", "")),
-                "agent": str(letter.get("agent") or ""), "caller": str(letter.get("caller", "")),
-                "error": error_full, "state": letter_state(letter).plain},
+        fields={"task": letter.task_id, "capability": letter.capability,
+                "agent": letter.agent or "", "caller": letter.caller,
+                "error": error_text(letter.error, width=10_000),
+                "state": letter_state(letter).plain},
     )

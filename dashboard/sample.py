@@ -27,7 +27,7 @@ def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: i
         "inflight": inflight, "max_concurrency": limit, "load": inflight / limit,
         "queue_depth": 0, "calls": calls, "faults": faults, "capabilities": caps,
         "breaker": breaker,
-        "breaker_detail": {"state": breaker, "fault_rate": rate, "window": 10,
+        "breaker_detail": {"state": breaker, "fault_rate": rate, "window": 10, "window_size": 10,
                            "next_probe_in_s": probe},
         "p95_ms": p95, "since_heartbeat_s": beat, "last_beat": AT - beat,
         "connected": connected, "draining": draining,

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from .model import JSON
+from reach.wire import admin
+
 from .rows import millis, short
 
 PHASE_STYLE = {"queued": "grey50", "delivered": "blue", "processing": "green",
@@ -35,26 +36,29 @@ class Bar:
     detail: str
 
 
-def span_s(timeline: JSON) -> tuple[float, float]:
+def span_s(timeline: admin.Timeline) -> tuple[float, float]:
     """The trace's start and its length in seconds: the reported duration, or up to the
     latest hop while the trace is still running."""
-    start = float(timeline.get("started_at") or 0.0)
-    duration = timeline.get("duration_ms")
-    if duration is not None:
-        return start, float(duration) / 1000
-    ends = [h.get("end") or h.get("start") or start for h in timeline.get("hops") or []]
-    return start, max([0.0, *(float(e) - start for e in ends)])
+    start = timeline.started_at or 0.0
+    if timeline.duration_ms is not None:
+        return start, timeline.duration_ms / 1000
+    ends = [end_of(hop) for hop in timeline.hops]
+    return start, max([0.0, *(e - start for e in ends)])
 
 
-def layout(timeline: JSON, width: int) -> list[Bar]:
+def end_of(hop: admin.Hop) -> float:
+    """Where a hop's bar stops: its end, or its start while it is still going on."""
+    return hop.end if hop.end is not None else hop.start
+
+
+def layout(timeline: admin.Timeline, width: int) -> list[Bar]:
     """Place every hop on a bar area ``width`` columns wide."""
     start, total = span_s(timeline)
     width = max(1, width)
     bars: list[Bar] = []
-    for hop in timeline.get("hops") or []:
-        begin = float(hop.get("start") or start) - start
-        end = float(hop.get("end") if hop.get("end") is not None else hop.get("start") or start)
-        end -= start
+    for hop in timeline.hops:
+        begin = hop.start - start
+        end = end_of(hop) - start
         if total > 0:
             # Both ends are rounded, so hops that follow each other abut on screen.
             offset = min(width - 1, max(0, round(begin / total * width)))
@@ -62,34 +66,31 @@ def layout(timeline: JSON, width: int) -> list[Bar]:
         else:
             offset, length = 0, 1
         length = min(length, width - offset)
-        phase = str(hop.get("phase", ""))
-        attempt = hop.get("attempt")
-        label = "  " * int(hop.get("depth") or 0) + f"{hop.get('capability', '')} {phase}"
-        if attempt is not None and phase in ("delivered", "processing"):
-            label += f" #{attempt}"
-        detail = " ".join(str(x) for x in (hop.get("agent"), hop.get("note")) if x)
-        bars.append(Bar(label=label, phase=phase, offset=offset, length=length,
-                        duration_ms=hop.get("duration_ms"), failed=bool(hop.get("failed")),
-                        detail=detail))
+        label = "  " * hop.depth + f"{hop.capability} {hop.phase}"
+        if hop.attempt is not None and hop.phase in ("delivered", "processing"):
+            label += f" #{hop.attempt}"
+        detail = " ".join(x for x in (hop.agent, hop.note) if x)
+        bars.append(Bar(label=label, phase=hop.phase, offset=offset, length=length,
+                        duration_ms=hop.duration_ms, failed=hop.failed, detail=detail))
     return bars
 
 
-def retries(timeline: JSON) -> int:
+def retries(timeline: admin.Timeline) -> int:
     """How many retry back-offs the trace went through."""
-    return sum(1 for h in timeline.get("hops") or [] if h.get("phase") == "retry")
+    return sum(1 for h in timeline.hops if h.phase == "retry")
 
 
-def render(timeline: JSON, width: int) -> Text:
+def render(timeline: admin.Timeline, width: int) -> Text:
     """The waterfall as text, ``width`` columns wide: a header line, a time ruler, then per
     hop its label, its bar, its duration and the agent and note, one line each."""
     bar_width = max(10, width - LABEL_WIDTH - DURATION_WIDTH - DETAIL_WIDTH - 3)
     detail_width = max(0, width - LABEL_WIDTH - bar_width - DURATION_WIDTH - 3)
     _, total = span_s(timeline)
-    tasks = timeline.get("tasks") or []
-    failing = sum(1 for t in tasks if t.get("state") in ("failed", "dead"))
+    tasks = timeline.tasks
+    failing = sum(1 for t in tasks if t.state in ("failed", "dead"))
     backoffs = retries(timeline)
     text = Text(no_wrap=True, overflow="crop")
-    text.append(f"trace {short(timeline.get('trace_id'), 16)}", style="bold")
+    text.append(f"trace {short(timeline.trace_id, 16)}", style="bold")
     text.append(f" · {len(tasks)} task{'s' * (len(tasks) != 1)} · {millis(total * 1000)}")
     text.append(f" · {backoffs} retr{'y' if backoffs == 1 else 'ies'}")
     if failing:

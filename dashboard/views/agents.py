@@ -35,7 +35,7 @@ class AgentTableView(TableView):
         if view is None:
             self.notify("no agent selected", severity="warning")
             return None
-        return str(view.get("name") or key), bool(view.get("draining"))
+        return view.name or view.agent_id, view.draining
 
     def action_drain(self) -> None:
         """Drain the selected agent, or put a drained one back to work."""

@@ -14,7 +14,8 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 
-from ..model import JSON
+from reach.wire import admin
+
 from ..rows import (
     DASH,
     LETTER_COLUMNS,
@@ -28,28 +29,25 @@ from ..rows import (
 from .base import TableView
 
 
-def letter_detail(letter: JSON, at: float) -> RenderableType:
+def letter_detail(letter: admin.DeadLetter, at: float) -> RenderableType:
     """The whole letter: who, what failed, every attempt, and the envelope as sent."""
     head = Text()
-    head.append(f"{letter.get('capability', '')}", style="bold")
-    head.append(f"  task {letter['task_id']}  caller {letter.get('caller') or DASH}\n")
-    head.append(error_text(letter.get("error"), width=200), style="red")
+    head.append(letter.capability, style="bold")
+    head.append(f"  task {letter.task_id}  caller {letter.caller or DASH}\n")
+    head.append(error_text(letter.error, width=200), style="red")
     attempts = Table(box=None, pad_edge=False, expand=False, header_style="bold")
     for label in ("#", "agent", "outcome", "took", "started", "error"):
         attempts.add_column(label)
-    for attempt in letter.get("attempts") or []:
-        outcome = str(attempt.get("outcome", ""))
-        started = attempt.get("started_at")
+    for attempt in letter.attempts:
         attempts.add_row(
-            str(attempt.get("number", "")), str(attempt.get("agent") or DASH),
-            Text(outcome, style=OUTCOME_STYLE.get(outcome, "red")),
-            millis(attempt.get("duration_ms")),
-            f"{age(at - started)} ago" if started is not None else DASH,
-            error_text(attempt.get("error"), width=60) if attempt.get("error") else "",
+            str(attempt.number), attempt.agent or DASH,
+            Text(attempt.outcome, style=OUTCOME_STYLE.get(attempt.outcome, "red")),
+            millis(attempt.duration_ms), f"{age(at - attempt.started_at)} ago",
+            error_text(attempt.error, width=60) if attempt.error else "",
         )
-    if not letter.get("attempts"):
+    if not letter.attempts:
         attempts.add_row("", Text("no attempt was made", style="grey50"), "", "", "", "")
-    envelope = json.dumps(letter.get("envelope") or {}, indent=2, sort_keys=True)
+    envelope = json.dumps(letter.envelope, indent=2, sort_keys=True)
     return Group(head, Text(""), Text("attempts", style="bold underline"), attempts, Text(""),
                  Text("envelope", style="bold underline"), Text(envelope, style="grey70"))
 

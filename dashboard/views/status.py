@@ -29,16 +29,15 @@ def summary(model: Model) -> str:
     """Agents, dead letters and totals, from the last frame."""
     if not model.frames:
         return ""
-    online = sum(1 for a in model.agents.values() if a.get("state") == "online")
+    online = sum(1 for a in model.agents.values() if a.state == "online")
     totals = model.totals()
     parts = [f"{plural(len(model.agents), 'agent')} ({online} online)",
              plural(len(model.dead_letters), "dead letter")]
-    if totals:
-        parts.append(f"{totals.get('calls', 0)} calls, {totals.get('faults', 0)} faults")
-        parts.append(f"p50 {millis(totals.get('p50_ms'))}")
-    started = model.coordinator.get("started_at")
-    if started is not None:
-        parts.append(f"up {age(model.at - started)}")
+    if totals is not None:
+        parts.append(f"{totals.calls} calls, {totals.faults} faults")
+        parts.append(f"p50 {millis(totals.p50_ms)}")
+    if model.coordinator is not None:
+        parts.append(f"up {age(model.at - model.coordinator.started_at)}")
     return " · ".join(parts)
 
 

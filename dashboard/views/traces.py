@@ -9,7 +9,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ..model import JSON
+from reach.wire import admin
+
 from ..rows import TRACE_COLUMNS, Row, trace_row
 from ..waterfall import render
 from .base import TableView
@@ -18,7 +19,7 @@ from .base import TableView
 class Waterfall(Widget):
     """The hops of one trace, bars scaled to the trace's duration; failed hops in red."""
 
-    timeline: reactive[JSON | None] = reactive(None, layout=True)
+    timeline: reactive[admin.Timeline | None] = reactive(None, layout=True)
     message: reactive[str] = reactive("select a trace to see its hops", layout=True)
 
     def render(self) -> Text:
@@ -63,13 +64,13 @@ class TracesView(TableView):
             self._wanted = None
             return
         # A running trace grows: fetch again when its summary says something moved on.
-        version = f"{summary.get('state')}/{summary.get('tasks')}/{summary.get('ended_at')}"
+        version = f"{summary.state}/{summary.tasks}/{summary.ended_at}"
         if self._wanted == (key, version):
             return
         self._wanted = (key, version)
         self.post_message(self.TraceSelected(key))
 
-    def show_timeline(self, timeline: JSON | None, message: str = "") -> None:
+    def show_timeline(self, timeline: admin.Timeline | None, message: str = "") -> None:
         """Called by the app with the fetched timeline (or why there is none)."""
         for waterfall in self.query(Waterfall):  # none once the app is shutting down
             if message:

@@ -287,6 +287,33 @@ async def test_d_drains_and_undrains_b_resets_the_breaker(running: Any, tab: str
     await wait_until(lambda: status.note == "undrained reports")
 
 
+async def test_a_returned_agent_view_shows_before_the_next_delta() -> None:
+    def reply(action: str, args: dict[str, Any]) -> Any:
+        view = sample.sample_reply(action, args)
+        return dict(view, draining=True) if action == "drain" else view
+
+    app, _ = dashboard(sample.ScriptedFeed(reply=reply))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(lambda: app.model.frames == 1)
+        await pilot.press("d")  # billing
+        table = view(app, "agents").table
+        await wait_until(lambda: table.get_row("ag-0000000000000001")[1].plain
+                         == "online · draining")
+        assert app.model.at == sample.AT and app.model.totals() is not None
+
+
+async def test_a_timeline_off_the_contract_is_shown_as_such() -> None:
+    def reply(action: str, args: dict[str, Any]) -> Any:
+        return {"hops": "none"} if action == "trace" else sample.sample_reply(action, args)
+
+    app, _ = dashboard(sample.ScriptedFeed(reply=reply))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        waterfall = app.query_one(TracesView).waterfall
+        await wait_until(lambda: "not a timeline" in waterfall.message)
+        assert waterfall.timeline is None and app.is_running
+
+
 # ---------------------------------------------------------------- connection
 
 

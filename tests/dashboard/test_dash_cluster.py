@@ -110,7 +110,7 @@ async def test_traces_tab_draws_the_failing_hops(cluster: Cluster) -> None:
         await wait_until(lambda: waterfall.timeline is not None)
         timeline = waterfall.timeline
         assert timeline is not None
-        assert any(h["failed"] for h in timeline["hops"])
+        assert any(h.failed for h in timeline.hops)
         drawn = str(waterfall.render())
         assert "1 retry" in drawn and "1 failed" in drawn
 
@@ -203,7 +203,7 @@ async def test_survives_the_coordinator_going_away(cluster: Cluster) -> None:
             assert app.model.frames > first_frames
             # The new coordinator's snapshot replaced the state (the agent reconnects on its
             # own); the table never went blank in between.
-            await wait_until(lambda: [a["name"] for a in app.model.agents.values()]
+            await wait_until(lambda: [a.name for a in app.model.agents.values()]
                              == ["steady"])
             await pilot.pause()
         finally:

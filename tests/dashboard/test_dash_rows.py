@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from dashboard import rows, sample, waterfall
 from dashboard.filtering import Filter
+from reach.wire import admin
+
+
+def agents(**changed: Any) -> list[admin.AgentView]:
+    """The sample's agents as the dashboard holds them, each with ``changed`` applied."""
+    return [admin.AgentView.model_validate({**a, **changed}) for a in sample.AGENTS]
+
+
+def letters() -> list[admin.DeadLetter]:
+    return [admin.DeadLetter.model_validate(d) for d in sample.DEAD_LETTERS]
+
+
+def traces() -> list[admin.TraceSummary]:
+    return [admin.TraceSummary.model_validate(t) for t in sample.TRACES]
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
@@ -31,10 +47,10 @@ def test_load_bar_scales_to_max_concurrency() -> None:
 
 
 def test_agent_row_ages_come_from_the_frame_clock() -> None:
-    view = dict(sample.AGENTS[2])  # orders-2: suspected, beat 2.4 s before AT
+    view = agents()[2]  # orders-2: suspected, beat 2.4 s before AT
     row = rows.agent_row(view, sample.AT + 10)
     cells = {c.key: cell for c, cell in zip(rows.AGENT_COLUMNS, row.cells, strict=True)}
-    assert row.key == view["agent_id"]
+    assert row.key == view.agent_id
     assert cells["state"].plain == "suspected" and cells["state"].style == "yellow"
     assert cells["beat"].plain == "12s"
     assert cells["breaker"].plain == "open" and "red" in str(cells["breaker"].style)
@@ -42,34 +58,43 @@ def test_agent_row_ages_come_from_the_frame_clock() -> None:
 
 
 def test_agent_row_shows_draining_and_state_colours() -> None:
-    states = {a["name"]: rows.agent_row(a, sample.AT).cells[1] for a in sample.AGENTS}
+    states = {a.name: rows.agent_row(a, sample.AT).cells[1] for a in agents()}
     assert states["reports"].plain == "online · draining"
     assert states["billing"].style == "green" and states["search"].style == "red"
-    closed = dict(sample.AGENTS[2], connected=False)  # a closed socket: suspected at once
+    closed = agents(connected=False)[2]  # a closed socket: suspected at once
     assert rows.agent_row(closed, sample.AT).cells[1].plain == "suspected · lost"
 
 
+def test_agent_row_beat_falls_back_to_the_reported_age() -> None:
+    view = agents(last_beat=0.0)[4]  # search: no beat time, 95 s by its own count
+    assert rows.agent_row(view, sample.AT).cells[7].plain == "1m35s"
+
+
 def test_breaker_row_fault_rate_and_next_probe() -> None:
-    by_name = {a["name"]: rows.breaker_row(a, sample.AT) for a in sample.AGENTS}
+    by_name = {a.name: rows.breaker_row(a, sample.AT) for a in agents()}
     assert by_name["orders-2"].cells[2].plain == " 60% of last 10"
     assert by_name["orders-2"].cells[3].plain == "in 3.2s"
     assert by_name["reports"].cells[3].plain == "probing"
     assert by_name["billing"].cells[3].plain == "—"
+    bare = agents(breaker_detail=None)[2]  # no detail: the summary state, no window
+    assert [c.plain for c in rows.breaker_row(bare, sample.AT).cells[1:4]] == [
+        "open", "  0%", "—"]
 
 
 def test_trace_row_running_and_finished() -> None:
-    running = rows.trace_row(sample.TRACES[1], sample.AT)
+    running = rows.trace_row(traces()[1], sample.AT)
     assert running.cells[5].plain == "3.5s…" and running.cells[4].plain == "running"
-    failed = rows.trace_row(sample.TRACES[0], sample.AT)
+    failed = rows.trace_row(traces()[0], sample.AT)
     assert failed.cells[5].plain == "800 ms" and failed.cells[7].plain == "orders.write"
 
 
 def test_letter_row() -> None:
-    row = rows.letter_row(sample.DEAD_LETTERS[1], sample.AT)
+    row = rows.letter_row(letters()[1], sample.AT)
     assert [c.plain for c in row.cells] == [
         "2222222222", "orders.write", "orders-2", "task_failed: RuntimeError: db locked", "2",
         "dead", "12s"]
-    replaying = rows.letter_row(dict(sample.DEAD_LETTERS[1], state="running"), sample.AT)
+    replaying = rows.letter_row(letters()[1].model_copy(update={"state": "running"}),
+                                sample.AT)
     assert replaying.cells[5].plain == "replaying"
     assert row.fields["error"] == "task_failed: RuntimeError: db locked"
 
@@ -86,8 +111,8 @@ def test_filter_words_and_fields() -> None:
     assert not Filter.parse("http://x").matches(fields)  # unknown prefix: a plain word
 
 
-def sample_timeline() -> dict[str, object]:
-    return sample.TIMELINES[sample.TRACES[0]["trace_id"]]
+def sample_timeline() -> admin.Timeline:
+    return admin.Timeline.model_validate(sample.TIMELINES[sample.TRACES[0]["trace_id"]])
 
 
 def test_waterfall_bars_are_scaled_to_the_trace_duration() -> None:
@@ -105,9 +130,9 @@ def test_waterfall_bars_are_scaled_to_the_trace_duration() -> None:
 
 
 def test_waterfall_of_a_running_trace_spans_its_hops() -> None:
-    timeline = {"trace_id": "t", "started_at": 10.0, "duration_ms": None, "tasks": [],
-                "hops": [{"phase": "queued", "start": 10.0, "end": 10.5, "capability": "x"},
-                         {"phase": "processing", "start": 10.5, "end": 12.0, "capability": "x"}]}
+    timeline = admin.Timeline(trace_id="t", started_at=10.0, duration_ms=None, hops=[
+        admin.Hop(task_id="k", capability="x", phase="queued", start=10.0, end=10.5),
+        admin.Hop(task_id="k", capability="x", phase="processing", start=10.5, end=12.0)])
     assert waterfall.span_s(timeline) == (10.0, 2.0)
     first, second = waterfall.layout(timeline, 20)
     assert (first.offset, first.length, second.offset, second.length) == (0, 5, 5, 15)
