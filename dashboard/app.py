@@ -27,12 +27,11 @@ from .feed import (
     AdminRefused,
     CommandFailed,
     Connector,
-    FeedClosed,
     FeedConnection,
     FeedError,
     connect,
 )
-from .model import JSON, BadFrame, Change, Model
+from .model import JSON, Change, Model
 from .rows import plural, short
 from .screens import ConfirmScreen, HelpScreen
 from .views.agents import AgentsView, AgentTableView, BreakersView
@@ -132,9 +131,8 @@ class ReachDashboard(App[None]):
         for status in self.query(StatusLine):
             status.link = link
 
-    def apply(self, frame: JSON | admin.Snapshot | admin.Delta) -> Change:
-        """Merge one feed frame and bring the tabs that it touched up to date; a frame the
-        admin models refuse raises :class:`~dashboard.model.BadFrame`."""
+    def apply(self, frame: admin.Snapshot | admin.Delta) -> Change:
+        """Merge one feed frame and bring the tabs that it touched up to date."""
         change = self.model.apply(frame)
         touched = {"agents": change.agents, "breakers": change.agents,
                    "traces": change.traces, "dead-letters": change.dead_letters}
@@ -165,12 +163,7 @@ class ReachDashboard(App[None]):
                             self.feed = feed
                             failures = 0
                             self.link = Link("connected", "connected")
-                        try:
-                            self.apply(frame)
-                        except BadFrame as exc:
-                            # A frame off the contract is the coordinator's bug: say so and
-                            # start over from a fresh snapshot rather than crash.
-                            raise FeedClosed(f"bad frame from the coordinator: {exc}") from exc
+                        self.apply(frame)
                 finally:
                     self.feed = None
                     await feed.close()

@@ -2,9 +2,12 @@
 
 The dashboard only ever sees the :class:`FeedConnection` protocol, so tests and the screenshot
 script swap in a scripted feed (see :mod:`dashboard.sample`). :class:`AdminFeed` is the real
-one: :meth:`AdminFeed.receive` returns the next ``snapshot`` or ``delta`` frame and, on the way,
-hands every ``reply`` to the :meth:`AdminFeed.command` waiting for it. So replies arrive only
-while someone is receiving; the dashboard's feed worker always is.
+one: :meth:`AdminFeed.receive` returns the next ``snapshot`` or ``delta`` frame, decoded with
+the feed's own models (``reach.wire.admin.parse_admin``), and on the way hands every ``reply``
+to the :meth:`AdminFeed.command` waiting for it. So replies arrive only while someone is
+receiving; the dashboard's feed worker always is. A frame of a known type that the models
+refuse ends the connection (the dashboard reconnects and starts from a fresh snapshot); a
+frame of a type newer than this client is skipped.
 
 Errors (all :class:`FeedError`)::
 
@@ -26,6 +29,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from reach.errors import ProtocolError
+from reach.wire import admin
 from reach.wire import protocol as p
 
 from .model import JSON
@@ -59,7 +64,7 @@ class CommandFailed(FeedError):
 class FeedConnection(Protocol):
     """What the dashboard needs from an open admin feed."""
 
-    async def receive(self) -> JSON:
+    async def receive(self) -> admin.Snapshot | admin.Delta:
         """The next ``snapshot`` or ``delta`` frame; raises :class:`FeedError`."""
         ...
 
@@ -101,25 +106,22 @@ class AdminFeed:
 
     # ------------------------------------------------------------ reading
 
-    async def receive(self) -> JSON:
+    async def receive(self) -> admin.Snapshot | admin.Delta:
         while True:
             frame = await self._next_frame()
-            kind = frame.get("type")
-            if kind in ("snapshot", "delta"):
+            if isinstance(frame, admin.Snapshot | admin.Delta):
                 return frame
-            if kind == "reply":
+            if isinstance(frame, admin.Reply):
                 self._settle(frame)
-            elif kind == "error":
+            elif isinstance(frame, p.Error):
                 await self._error(frame)
-            # Other frame types are newer than this client: skip them.
+            # None: a frame type newer than this client, skipped.
 
-    async def _error(self, frame: JSON) -> None:
+    async def _error(self, frame: p.Error) -> None:
         """An ``error`` frame answers a command (it has its ``id``), or refuses the token.
         Any other connection-level error is left to the coordinator: it closes if it must."""
-        error = frame.get("error")
-        error = error if isinstance(error, dict) else {}
-        code, message = str(error.get("code", "error")), str(error.get("message", ""))
-        future = self._pending.pop(frame.get("id"), None)  # type: ignore[arg-type]
+        code, message = frame.error.code, frame.error.message
+        future = self._pending.pop(frame.id, None) if frame.id is not None else None
         if future is not None:
             if not future.done():
                 future.set_exception(CommandFailed(code, message))
@@ -130,7 +132,8 @@ class AdminFeed:
             await self._ws.close()
             raise failure
 
-    async def _next_frame(self) -> JSON:
+    async def _next_frame(self) -> admin.Snapshot | admin.Delta | admin.Reply | p.Error | None:
+        """The next frame as its model, or None for a frame this client does not know."""
         if self._closed is not None:
             raise self._closed
         try:
@@ -140,15 +143,21 @@ class AdminFeed:
             self._fail_pending(failure)
             raise failure from exc
         try:
+            return admin.parse_admin(raw)
+        except ProtocolError as exc:
+            refused = exc
+        # Off the models: say why, unless it is only newer than this client.
+        try:
             frame = json.loads(raw)
-        except ValueError as exc:
+        except ValueError:
             failure = FeedClosed(f"not JSON from the feed: {str(raw)[:80]!r}")
-            self._fail_pending(failure)
-            await self._ws.close()
-            raise failure from exc
-        if not isinstance(frame, dict):
-            return {}
-        return frame
+        else:
+            if not isinstance(frame, dict) or frame.get("type") not in admin.ADMIN_FRAME_TYPES:
+                return None
+            failure = FeedClosed(f"bad frame from the coordinator: {refused}")
+        self._fail_pending(failure)
+        await self._ws.close()
+        raise failure from refused
 
     @staticmethod
     def _closed_by(exc: ConnectionClosed) -> FeedError:
@@ -159,16 +168,16 @@ class AdminFeed:
             return FeedClosed("connection lost")
         return FeedClosed(f"connection closed ({close.code} {close.reason})".replace(" )", ")"))
 
-    def _settle(self, frame: JSON) -> None:
-        future = self._pending.pop(frame.get("id"), None)  # type: ignore[arg-type]
+    def _settle(self, frame: admin.Reply) -> None:
+        future = self._pending.pop(frame.id, None)
         if future is None or future.done():
             return
-        if frame.get("ok"):
-            future.set_result(frame.get("result"))
+        if frame.ok:
+            future.set_result(frame.result)
+        elif frame.error is None:
+            future.set_exception(CommandFailed("error", ""))
         else:
-            error = frame.get("error") or {}
-            future.set_exception(CommandFailed(str(error.get("code", "error")),
-                                               str(error.get("message", ""))))
+            future.set_exception(CommandFailed(frame.error.code, frame.error.message))
 
     def _fail_pending(self, failure: FeedError) -> None:
         self._closed = failure

@@ -3,7 +3,9 @@
 The SVG snapshot tests and the README screenshots (:mod:`dashboard.screenshots`) run the real
 app on this state, so every time, id and name is fixed and the pictures are stable.
 :class:`ScriptedFeed` is a :class:`~dashboard.feed.FeedConnection` without a socket: frames
-are pushed in, commands are recorded and answered by a handler.
+are pushed in (as decoded JSON, the coordinator's shape, or as models), decoded with the
+feed's models as :class:`~dashboard.feed.AdminFeed` does, and commands are recorded and
+answered by a handler.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from reach.wire import admin
+
 from .feed import AdminRefused, CommandFailed, FeedClosed, FeedConnection, FeedError
-from .model import JSON
+from .model import JSON, BadFrame, decode
 
 AT = 1764430000.0
 """The coordinator's clock in the sample: every age in the pictures is measured from here."""
@@ -178,32 +182,42 @@ def sample_reply(action: str, args: JSON) -> Any:
     raise CommandFailed("invalid_params", f"unknown action {action!r}")
 
 
+Frame = JSON | admin.Snapshot | admin.Delta
+"""What a test pushes into a :class:`ScriptedFeed`."""
+
+
 class ScriptedFeed:
     """A :class:`~dashboard.feed.FeedConnection` fed by the test: :meth:`push` frames in,
     :meth:`drop` the connection, read :attr:`commands` back."""
 
-    def __init__(self, frames: list[JSON] | None = None,
+    def __init__(self, frames: list[Frame] | None = None,
                  reply: Callable[[str, JSON], Any] = sample_reply) -> None:
-        self._frames: asyncio.Queue[JSON | FeedError] = asyncio.Queue()
+        self._frames: asyncio.Queue[Frame | FeedError] = asyncio.Queue()
         for frame in frames if frames is not None else [snapshot()]:
             self._frames.put_nowait(frame)
         self.reply = reply
         self.commands: list[tuple[str, JSON]] = []
         self.closed = False
 
-    def push(self, frame: JSON) -> None:
+    def push(self, frame: Frame) -> None:
         self._frames.put_nowait(frame)
 
     def drop(self, error: FeedError | None = None) -> None:
         """The next :meth:`receive` fails, as when the coordinator goes away."""
         self._frames.put_nowait(error or FeedClosed("connection lost"))
 
-    async def receive(self) -> JSON:
+    async def receive(self) -> admin.Snapshot | admin.Delta:
         item = await self._frames.get()
         if isinstance(item, FeedError):
             self.closed = True
             raise item
-        return item
+        if not isinstance(item, dict):
+            return item
+        try:
+            return decode(item)
+        except BadFrame as exc:  # as the real feed: the connection ends, the app reconnects
+            self.closed = True
+            raise FeedClosed(f"bad frame from the coordinator: {exc}") from exc
 
     async def command(self, action: str, args: JSON) -> Any:
         if self.closed:

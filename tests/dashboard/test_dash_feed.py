@@ -11,8 +11,12 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from dashboard.feed import AdminFeed, AdminRefused, CommandFailed, FeedClosed
+from reach.wire import admin
 
 Handler = Callable[[ServerConnection], Awaitable[None]]
+SNAPSHOT = {"v": 1, "type": "snapshot", "at": 1.0, "agents": [],
+            "coordinator": {"url": "ws://c", "version": "0.1.0", "started_at": 0.0,
+                            "store": "memory"}}
 
 
 @pytest.fixture
@@ -39,7 +43,7 @@ async def coordinator(ws: ServerConnection) -> None:
                                   "error": {"code": "unauthorized", "message": "bad token"}}))
         await ws.close(1008, "unauthorized")
         return
-    await ws.send(json.dumps({"v": 1, "type": "snapshot", "at": 1.0, "agents": []}))
+    await ws.send(json.dumps(SNAPSHOT))
     await ws.send(json.dumps({"v": 1, "type": "future-frame"}))
     await ws.send(json.dumps({"v": 1, "type": "delta", "at": 2.0}))
     held: list[dict[str, Any]] = []
@@ -75,10 +79,33 @@ async def pump(feed: AdminFeed) -> None:
 async def test_snapshot_then_deltas_unknown_frames_skipped(server: Any) -> None:
     feed = await AdminFeed.open(await server(coordinator), "t")
     try:
-        assert (await feed.receive())["type"] == "snapshot"
-        assert (await feed.receive()) == {"v": 1, "type": "delta", "at": 2.0}
+        snapshot = await feed.receive()
+        assert isinstance(snapshot, admin.Snapshot) and snapshot.coordinator.url == "ws://c"
+        delta = await feed.receive()
+        assert isinstance(delta, admin.Delta) and delta.at == 2.0
+        assert delta.model_fields_set == {"v", "type", "at"}
     finally:
         await feed.close()
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    (json.dumps({**SNAPSHOT, "coordinator": {}}), "bad frame from the coordinator: invalid "
+                                                  "admin-feed frame: snapshot.coordinator.url"),
+    (json.dumps({"v": 1, "type": "reply", "ok": True}), "bad frame.*reply.id"),
+    ("{not json", "not JSON from the feed"),
+])
+async def test_a_frame_off_the_models_ends_the_connection(server: Any, raw: str,
+                                                          why: str) -> None:
+    async def sends(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(raw)
+        await ws.wait_closed()
+
+    feed = await AdminFeed.open(await server(sends), "t")
+    with pytest.raises(FeedClosed, match=why):
+        await feed.receive()
+    with pytest.raises(FeedClosed):
+        await feed.command("fast", {})
 
 
 async def test_commands_get_their_own_replies_even_out_of_order(server: Any) -> None:
