@@ -13,21 +13,27 @@ from reach.ports import Clock, Timer
 
 class LoopClock:
     """``ports.Clock`` on the running event loop; ``wall`` is injectable
-    (``Reach.start(clock=)``)."""
+    (``Reach.start(clock=)``). On the hot path (several reads per call): ``wall`` is the
+    wall-time function itself, ``now`` the loop's own ``time``, bound at first use."""
 
-    __slots__ = ("_wall",)
+    __slots__ = ("wall", "_loop")
 
     def __init__(self, wall: Callable[[], float] = time.time) -> None:
-        self._wall = wall
+        self.wall = wall
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def wall(self) -> float:
-        return self._wall()
+    def _bound(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        loop = self._loop
+        return (loop if loop is not None else self._bound()).time()
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
-        return asyncio.get_running_loop().call_at(when, fn)
+        return self._bound().call_at(when, fn)
 
     async def sleep(self, delay: float) -> None:
         await asyncio.sleep(delay)
