@@ -14,8 +14,6 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-# Re-exported while callers move to reach.core.backoff (removed at integration).
-from reach.core.backoff import Backoff as Backoff
 from reach.core.stats import Window
 
 

@@ -15,7 +15,7 @@ from dashboard.views.base import TableView
 from dashboard.views.status import StatusLine
 from dashboard.views.traces import TracesView
 from reach import Reach, ReachError
-from reach.core.resilience import Backoff
+from reach.core.backoff import Backoff
 from reach.testing import Cluster, wait_until
 
 SIZE = (120, 36)
