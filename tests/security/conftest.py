@@ -122,8 +122,14 @@ def coordinator_gc() -> Iterator[None]:
 
 @pytest_asyncio.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    """An open-mode cluster (no tokens) on loopback with millisecond heartbeats."""
-    c = await Cluster.start()
+    """An open-mode cluster (no tokens) on loopback with millisecond heartbeats.
+
+    The probe agent is suspected only after 4 missed beats (200 ms): an attack may stall the
+    loop up to the probe's own bound (150 ms worst), and a beat delayed by two such stalls
+    after its 50 ms sleep is not a dead agent. With the default 2 beats (100 ms) the probe
+    agent flapped to suspected in ~1 run of 5 under the registration flood, on main before
+    the house issue as after it, and the probe's call was refused as "none is online"."""
+    c = await Cluster.start(suspect_after=4, offline_after=6)
     try:
         yield c
     finally:
