@@ -45,7 +45,13 @@ class Verdict:
     def finished(self) -> bool:
         return self.outcome in (Outcome.OK, Outcome.ANSWER)
 
+    @property
+    def name(self) -> str:
+        """The outcome as a plain string (for metrics keys)."""
+        return _NAMES[self.outcome]
 
+
+_NAMES = {o: o.value for o in Outcome}  # Enum.value is a descriptor: slow on a hot path
 _OK = Verdict(Outcome.OK, True, True, None)
 _ANSWER = Verdict(Outcome.ANSWER, True, True, None)
 _UNDELIVERED = Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")

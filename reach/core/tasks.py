@@ -133,7 +133,7 @@ class Attempt:
     agent: str
     started_at: float
     ended_at: float | None = None
-    outcome: str = Outcome.RUNNING  # an ``Outcome`` (a plain str when read from the store)
+    outcome: str = Outcome.RUNNING.value  # an ``Outcome`` value, kept as a plain str
     error: str | None = None
     instance: str | None = None  # the agent process it went to (Register.instance)
 

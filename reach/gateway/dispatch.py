@@ -31,6 +31,9 @@ from reach.ports import Clock, TaskStore, Work
 
 S = TaskState
 HEALTH_WINDOW = 50
+# Attempt outcomes are kept as plain strings: serializing an enum member (the store writes
+# every attempt on each commit) asks for its ``.value``, a descriptor call each time.
+OK, CANCELLED = Outcome.OK.value, Outcome.CANCELLED.value
 log = logging.getLogger("reach.dispatch")
 
 
@@ -80,7 +83,8 @@ class Dispatcher:
         # The caller's deadline, when given, overrides the adaptive completion timeout.
         left = None if deadline is None else max(0.0, deadline - clock.now())
         completion = completion_timeout(cap.spec.latency_ms, window, left)
-        caller_bound = policy.caller_bound(
+        # (The capability's own timeout is only worked out when the caller gave a deadline.)
+        caller_bound = left is not None and policy.caller_bound(
             left, completion_timeout(cap.spec.latency_ms, window, None))
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
                           agent=record.name, started_at=now, instance=record.instance)
@@ -134,9 +138,9 @@ class Dispatcher:
         ended = self.clock.wall()
         if attempt.ended_at is None:  # else set when it answered (_answer)
             attempt.ended_at = ended
-        attempt.outcome = verdict.outcome
+        attempt.outcome = verdict.name  # stored as its plain value (see Attempt)
         self.metrics.ended(cap, record.name,
-                           "caller_deadline" if not verdict.judged else verdict.outcome.value, took)
+                           "caller_deadline" if not verdict.judged else verdict.name, took)
         if verdict.outcome is Outcome.OK:
             window.add(took)
             self.observed[record.agent_id] = policy.smoothed(
@@ -163,7 +167,7 @@ class Dispatcher:
         if task.terminal:
             return
         now = self.clock.wall()
-        attempt.outcome, attempt.ended_at = Outcome.OK, now
+        attempt.outcome, attempt.ended_at = OK, now
         _cancel_running(task, now)
         try:
             self.book.answered(task, result)
@@ -216,7 +220,7 @@ class Dispatcher:
     def _hedge_after(self, task: Task, record: AgentRecord) -> float | None:
         env = task.envelope
         cap = record.capabilities.get(env.capability)
-        if cap is None:
+        if cap is None or not cap.spec.idempotent:  # most calls: no window read at all
             return None
         window = self.latency.get(env.capability)
         return policy.hedge_after(idempotent=cap.spec.idempotent, declared=cap.spec.hedge,
@@ -237,5 +241,5 @@ def _cancel_running(task: Task, now: float) -> None:
     """Mark the task's attempts still running as hedges that lost."""
     for other in task.attempts:
         if other.outcome == Outcome.RUNNING:
-            other.outcome, other.ended_at, other.error = Outcome.CANCELLED, now, "hedge lost"
+            other.outcome, other.ended_at, other.error = CANCELLED, now, "hedge lost"
 
