@@ -108,7 +108,8 @@ class Driver:
                     except Unavailable as exc:
                         step = policy.when_unavailable(
                             tries, recovering_for=recovering_until - clock.now(),
-                            breaker_wait=self._breaker_wait(env.capability),
+                            breaker_wait=self._breaker_wait(env.capability)
+                            if allowance > 0 else None,  # (spent: not worth looking)
                             breaker_allowance=allowance,
                             deadline_left=None if deadline is None else deadline - clock.now())
                         if isinstance(step, policy.Wait):
@@ -199,8 +200,6 @@ class Driver:
         now = self.clock.wall()
         blocked = [r.breaker for r in self.registry.declaring(capability).values()
                    if r.reachable and not r.breaker.allows(now)]
-        if not blocked:
-            return None
         return policy.breaker_wait(blocked, now,
                                    capability_healthy=self.dispatch.mostly_healthy(capability),
                                    probe_wait=self.settings.breaker_open_for)
