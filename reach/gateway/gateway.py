@@ -114,25 +114,20 @@ class Gateway:
         """Check, record and start a task without waiting: the caller acknowledges it once
         ``commit`` completes. Raises the typed ``ReachError`` when the task is refused.
         ``sink`` receives the task's stream chunks (task id, seq, data)."""
-        r = request
-        capability, params, caller = r.capability, r.params, r.caller
-        idempotency_key, priority, timeout = r.idempotency_key, r.priority, r.timeout
-        max_retries, trace_id, parent_task_id = r.max_retries, r.trace_id, r.parent_task_id
-        traceparent, intent, hedge = r.traceparent, r.intent, r.hedge
+        req, caller = request, request.caller
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
-        if not capability:
-            capability = admission.by_intent(self.registry, intent or "")
+        capability = req.capability or admission.by_intent(self.registry, req.intent or "")
         try:
             cap = names.normalize(capability)
         except ValueError as exc:
             raise InvalidParams(str(exc)) from None
-        key = None if idempotency_key is None else scoped_key(caller, idempotency_key)
+        key = None if req.idempotency_key is None else scoped_key(caller, req.idempotency_key)
         if key is not None and key in self.book.keys:
             first_id = self.book.keys[key]
             first = self.find(first_id)
             if first is not None:
-                self.check_same_work(first, cap, idempotency_key or "")
+                self.check_same_work(first, cap, req.idempotency_key or "")
                 if sink is not None and first_id in self.book.live:
                     self.book.add_chunk_sink(first_id, sink)
             commit = self.book.commits.get(first_id)
@@ -144,7 +139,7 @@ class Gateway:
                 f"{cap!r} is declared by {sorted(self.known[cap])}, not connected now "
                 f"(after a restart agents reconnect by themselves); retry shortly",
                 capability=cap)
-        self.router.admit(cap, params, caller, declaring, self.registry.names)
+        self.router.admit(cap, req.params, caller, declaring, self.registry.names)
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
         if not any(r.reachable for r in declaring.values()):
             raise Unavailable(
@@ -159,19 +154,20 @@ class Gateway:
         self.submitters.note(caller, now)
         task_id = os.urandom(16).hex()
         # A W3C traceparent from the caller names the trace; agents get one naming this task.
-        trace_id = trace_id or traces.trace_id_of(traceparent)
+        trace_id = req.trace_id or traces.trace_id_of(req.traceparent)
         if trace_id is None:
             trace_id = os.urandom(16).hex()
         else:
-            admission.check_join(self.book, trace_id, caller, parent_task_id)
-        traceparent = traces.child_traceparent(trace_id, task_id, traceparent)
+            admission.check_join(self.book, trace_id, caller, req.parent_task_id)
         env = Envelope(
             task_id=task_id, trace_id=trace_id, capability=cap,
-            params=params, caller=caller, idempotency_key=key or task_id,
-            priority=priority, timeout=timeout,
-            max_retries=self.settings.max_retries if max_retries is None else max_retries,
-            created_at=now, parent_task_id=parent_task_id, traceparent=traceparent,
-            hedge=hedge,
+            params=req.params, caller=caller, idempotency_key=key or task_id,
+            priority=req.priority, timeout=req.timeout,
+            max_retries=self.settings.max_retries if req.max_retries is None
+            else req.max_retries,
+            created_at=now, parent_task_id=req.parent_task_id,
+            traceparent=traces.child_traceparent(trace_id, task_id, req.traceparent),
+            hedge=req.hedge,
         )
         task = new_task(env, now)
         self.book.track(task)
