@@ -23,6 +23,7 @@ from typing import Any
 
 from websockets.asyncio.server import Server
 
+from reach.adapters.base import Adapter, Membership
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
@@ -35,6 +36,7 @@ from reach.gateway.gateway import Gateway
 from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
+from reach.server.agent_session import precompile
 from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
 from reach.server.http import listen
@@ -78,6 +80,7 @@ class Reach:
             self.events.listen(_log_json)
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
+        self.adapters: dict[str, Adapter] = {}  # attached agents, by name
         self._port = s.port
         self.started = False
 
@@ -172,6 +175,9 @@ class Reach:
             loop_task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
         await self.gateway.stop(self.settings.drain_timeout)
+        await asyncio.gather(*(a.close("coordinator stopping") for a in self.adapters.values()),
+                             return_exceptions=True)
+        self.adapters.clear()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -207,6 +213,53 @@ class Reach:
                 self.gateway.prune_keys(now - self.settings.idempotency_ttl)
                 self.gateway.prune_dead(now - self.settings.dead_letter_retention)
                 next_prune = now + 60.0
+
+    # ------------------------------------------------------------ adapter agents
+
+    async def attach(self, adapter: Adapter) -> dict[str, Any]:
+        """Make an agent that does not speak Reach reachable: an ``HttpAgent``,
+        ``ProcessAgent`` or ``NatsAgent`` (reach.adapters) is registered under its name and
+        driven by the coordinator with every guarantee a websocket agent gets. Returns its
+        view, as ``reach.agents()`` shows it. Its first health check decides whether it starts
+        online or suspected; either way it is attached, and recovers when the check passes."""
+        if not self.started:
+            raise RuntimeError("start the coordinator before attaching agents: "
+                               "reach = await Reach.start(); await reach.attach(...)")
+        name = adapter.name
+        taken = self.registry.by_name.get(name)
+        if name in self.adapters or (taken is not None and taken.link is not None):
+            raise ValueError(f"an agent named {name!r} is already attached or connected; "
+                             f"detach it first (await reach.detach({name!r})) or pick "
+                             f"another name")
+        s = self.settings
+        await asyncio.to_thread(precompile, [spec.params for spec in adapter.specs],
+                                s.max_schema_bytes)
+        await adapter.open()
+        healthy = await adapter.first_check(s.heartbeat_interval)
+        registration = self.registry.register(
+            agent_id=self.identities.identity(name), name=name, version=adapter.version,
+            max_concurrency=adapter.max_concurrency, specs=adapter.specs, link=adapter,
+            now=self.clock.wall(), kind=adapter.kind, heard=healthy)
+        for warning in registration.warnings:
+            log.warning("agent %s: %s", name, warning)
+        self.adapters[name] = adapter
+        adapter.watch(Membership(self.registry, registration.record, self.clock,
+                                 s.heartbeat_interval))
+        await self.identities.remember(registration.record, adapter.specs)
+        return self.ops.agents(names={name})[0]
+
+    async def detach(self, name: str, *, grace: float | None = None) -> None:
+        """Stop routing to an attached agent, let its in-flight calls finish (up to ``grace``
+        seconds, default ``drain_timeout``), then release it."""
+        adapter = self.adapters.pop(name, None)
+        if adapter is None:
+            raise ValueError(f"no attached agent named {name!r}; attached: "
+                             f"{sorted(self.adapters) or 'none'}")
+        record = self.registry.by_name.get(name)
+        if record is not None:
+            self.registry.deregister(record, self.clock.wall())
+            await adapter.drained(self.settings.drain_timeout if grace is None else grace)
+        await adapter.close("detached")
 
     def identity(self, name: str) -> str:
         """The agent id for ``name``: the same one across reconnects and restarts."""

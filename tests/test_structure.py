@@ -137,13 +137,20 @@ def test_the_core_is_pure() -> None:
 
 
 @pytest.mark.parametrize("layer,forbidden", [
-    ("reach.core", ("reach.gateway", "reach.server", "reach.sdk", "reach.store", "reach.reach")),
+    ("reach.core", ("reach.gateway", "reach.server", "reach.sdk", "reach.store", "reach.reach",
+                    "reach.adapters")),
     ("reach.gateway", ("reach.server", "reach.sdk", "reach.store", "reach.reach", "websockets",
-                       "sqlalchemy", "sqlmodel")),
-    ("reach.store", ("reach.gateway", "reach.server", "reach.sdk", "reach.reach")),
-    ("reach.wire", ("reach.gateway", "reach.server", "reach.sdk", "reach.store", "reach.reach")),
-    ("reach.server", ("reach.sdk", "reach.store", "reach.reach")),
-    ("reach.sdk", ("reach.gateway", "reach.server", "reach.store", "reach.reach")),
+                       "sqlalchemy", "sqlmodel", "reach.adapters")),
+    ("reach.store", ("reach.gateway", "reach.server", "reach.sdk", "reach.reach",
+                     "reach.adapters")),
+    ("reach.wire", ("reach.gateway", "reach.server", "reach.sdk", "reach.store", "reach.reach",
+                    "reach.adapters")),
+    ("reach.server", ("reach.sdk", "reach.store", "reach.reach", "reach.adapters")),
+    ("reach.sdk", ("reach.gateway", "reach.server", "reach.store", "reach.reach",
+                   "reach.adapters")),
+    # Adapters are AgentLinks at the edge: they know the port and the wire, not the gateway.
+    ("reach.adapters", ("reach.gateway", "reach.server", "reach.sdk", "reach.store",
+                        "reach.reach")),
 ])
 def test_layers_import_only_downwards(layer: str, forbidden: tuple[str, ...]) -> None:
     known = modules()

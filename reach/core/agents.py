@@ -41,6 +41,7 @@ class AgentRecord:
     capabilities: dict[str, Capability]
     link: AgentLink | None = None  # how work reaches it (None while disconnected)
     instance: str | None = None  # the agent process's own id (Register.instance)
+    kind: str = "websocket"  # what carries its work: websocket, http, process, nats
     connected: bool = True
     draining: bool = False
     last_beat: float = 0.0
@@ -88,6 +89,7 @@ class AgentRecord:
         b = self.breaker
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
+            "kind": self.kind,
             "version": self.version, "inflight": self.inflight,
             "max_concurrency": self.max_concurrency, "load": self.load,
             "queue_depth": self.queue_depth, "calls": self.calls, "faults": self.faults,

@@ -60,8 +60,13 @@ class Registry:
 
     def register(self, *, agent_id: str, name: str, version: str, max_concurrency: int,
                  specs: list[CapabilitySpec], link: AgentLink | None, now: float,
-                 instance: str | None = None) -> Registration:
-        """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration."""
+                 instance: str | None = None, kind: str = "websocket",
+                 heard: bool = True) -> Registration:
+        """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration.
+
+        ``kind`` says what carries its work (websocket, http, process, nats); ``heard=False``
+        registers an agent no sign of life has come from yet (an adapter whose first health
+        check failed): it starts suspected, and its first beat makes it online."""
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
         unsaid = 0  # warnings past MAX_WARNINGS: counted, not listed
@@ -127,8 +132,10 @@ class Registry:
             record.name, record.version = name, version
             record.max_concurrency, record.capabilities = max_concurrency, caps
         record.link, record.connected, record.draining = link, True, False
-        record.instance = instance
+        record.instance, record.kind = instance, kind
         record.last_beat = record.registered_at = now
+        if not heard:
+            record.last_beat = now - self.policy.suspect_after * self.policy.interval - 1e-6
         self._set(record, now)
         self.by_name[name] = record
         for cap in caps:

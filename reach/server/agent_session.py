@@ -72,7 +72,7 @@ class AgentSession(Session):
             agent_id=agent_id, heartbeat_interval=sv.settings.heartbeat_interval,
             max_frame_bytes=sv.settings.max_frame_bytes,
             capabilities=registration.normalized, warnings=registration.warnings)))
-        await sv.identities.remember(registration.record, reg)
+        await sv.identities.remember(registration.record, reg.capabilities)
         try:
             await self._frames(self._on_frame)
         finally:

@@ -8,7 +8,7 @@ from reach.core.agents import AgentRecord
 from reach.core.registry import Registry
 from reach.gateway.gateway import Gateway
 from reach.ports import Clock, TaskStore
-from reach.wire.protocol import Register
+from reach.wire.protocol import CapabilitySpec
 
 
 def new_agent_id() -> str:
@@ -39,12 +39,12 @@ class Identities:
             agent_id = self._ids[name] = new_agent_id()
         return agent_id
 
-    async def remember(self, record: AgentRecord, reg: Register) -> None:
+    async def remember(self, record: AgentRecord, specs: list[CapabilitySpec]) -> None:
         """Keep what a registration declared: the capabilities its name serves (for no_route
         vs unavailable) and the agent's row in the store."""
         for cap in record.capabilities:
             self._gateway.known.setdefault(cap, set()).add(record.name)
         await self._store.save_agent(
             record.agent_id, record.name, record.version,
-            [c.model_dump() for c in reg.capabilities], record.max_concurrency,
+            [c.model_dump() for c in specs], record.max_concurrency,
             self._clock.wall())

@@ -41,6 +41,7 @@ class AgentView(_Object):
     name: str
     agent_id: str
     state: str  # online | suspected | offline
+    kind: str = "websocket"  # what carries its work: websocket | http | process | nats
     version: str = "0"
     inflight: int = 0
     max_concurrency: int = 1

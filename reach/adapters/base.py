@@ -1,0 +1,286 @@
+"""What every adapter agent shares: its declaration, its membership, its calls in flight.
+
+An adapter is an ``AgentLink`` for an agent that does not speak Reach (an HTTP service, a
+command-line tool, a queue worker). The coordinator drives it: ``reach.attach(adapter)``
+registers it under its name, like a websocket agent's ``register`` frame, and from then on
+the gateway hands it ``Work`` exactly as it hands work to a websocket session, with the same
+timeouts, retries, breakers, dead letters and traces. Subclasses say only how one call is
+carried (``invoke``) and how the agent's health is checked (``check``); what an outcome
+*means* is decided by the gateway's policy from the kind the adapter reports:
+
+- ``ok`` — a result;
+- ``error`` with ``details.answer`` — a deliberate answer (``answer()``): final, never retried,
+  not held against the agent, like HTTP 4xx;
+- ``error`` without it — a fault of the agent (``fault()``): counted by its breaker, retried
+  elsewhere for idempotent work, like 5xx;
+- ``undelivered`` — nothing reached the agent (``Undelivered``: connection refused, no
+  responder): the gateway fails over at once, even for work that is not idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from reach.core import names
+from reach.core.agents import AgentRecord
+from reach.ports import Clock, Reply, Work
+from reach.wire.protocol import CapabilitySpec
+
+log = logging.getLogger("reach.adapters")
+_SPEC_FIELDS = frozenset(CapabilitySpec.model_fields)
+
+
+class Undelivered(Exception):  # noqa: N818 — a report, not a failure of the adapter
+    """Raised by ``invoke`` when the work provably never reached the agent."""
+
+
+class AdapterFault(Exception):  # noqa: N818
+    """Raised by ``invoke`` for a fault whose wire error carries details."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class AdapterAnswer(Exception):  # noqa: N818
+    """Raised by ``invoke`` for a deliberate answer (never retried, not a fault)."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+@dataclass(slots=True)
+class Declared:
+    """One capability of an adapter: what it declares to routing, and how it is carried."""
+
+    spec: CapabilitySpec
+    how: dict[str, Any] = field(default_factory=dict)  # the adapter's own keys (path, argv, …)
+
+
+def declare(agent: str, capabilities: Mapping[str, Any] | Iterable[Any],
+            own: frozenset[str]) -> dict[str, Declared]:
+    """Split each capability entry into its ``CapabilitySpec`` and the adapter's own keys.
+
+    ``capabilities`` maps a name to its entry (a dict of spec fields such as ``params``,
+    ``idempotent``, ``latency_ms`` and the adapter's keys ``own``); a ``CapabilitySpec`` may
+    stand in for an entry with no adapter keys. Raises ``ValueError`` naming the capability and
+    the key, so a file of declarations is fixed in one reading."""
+    if not isinstance(capabilities, Mapping):
+        capabilities = {spec.name: spec for spec in list[Any](capabilities)}
+    if not capabilities:
+        raise ValueError(f"agent {agent!r} declares no capabilities")
+    out: dict[str, Declared] = {}
+    for name, entry in capabilities.items():
+        if isinstance(entry, CapabilitySpec):
+            out[name] = Declared(entry.model_copy(update={"name": name}))
+            continue
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"agent {agent!r}, capability {name!r}: expected a table of "
+                             f"settings, got {type(entry).__name__}")
+        unknown = sorted(set(entry) - _SPEC_FIELDS - own - {"name"})
+        if unknown:
+            raise ValueError(
+                f"agent {agent!r}, capability {name!r}: unknown key(s) {unknown}; allowed: "
+                f"{sorted((_SPEC_FIELDS | own) - {'name'})}")
+        spec_part = {k: v for k, v in entry.items() if k in _SPEC_FIELDS}
+        spec_part["name"] = name
+        try:
+            spec = CapabilitySpec.model_validate(spec_part)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(f"agent {agent!r}, capability {name!r}: {where}: "
+                             f"{first['msg']}") from None
+        out[name] = Declared(spec, {k: v for k, v in entry.items() if k in own})
+    for name in out:
+        try:
+            names.normalize(name)
+        except ValueError as exc:
+            raise ValueError(f"agent {agent!r}: {exc}") from None
+    return out
+
+
+class Membership:
+    """An attached adapter's place in the registry: its record, and the beats that keep it
+    online (the coordinator builds it in ``reach.attach``)."""
+
+    def __init__(self, registry: Any, record: AgentRecord, clock: Clock,
+                 heartbeat_interval: float) -> None:
+        self._registry = registry
+        self.record = record
+        self.clock = clock
+        self.heartbeat_interval = heartbeat_interval
+
+    def alive(self, inflight: int = 0, queue_depth: int = 0, load: float = 0.0) -> None:
+        """A sign of life, counted exactly as a websocket agent's heartbeat."""
+        self._registry.heartbeat(self.record, self.clock.wall(), inflight=inflight,
+                                 queue_depth=queue_depth, load=load)
+
+    def gone(self) -> None:
+        """The adapter can no longer reach its agent at all (closed): suspected at once."""
+        if self.record.link is not None:
+            self._registry.disconnected(self.record, self.clock.wall())
+
+
+class Adapter(ABC):
+    """An agent reached through something other than Reach's websocket protocol.
+
+    Subclasses set ``kind`` and ``OWN_KEYS`` (the per-capability keys they read) and implement
+    ``invoke`` and ``check``; ``open``/``shut`` start and release their client or process."""
+
+    kind: ClassVar[str] = "adapter"
+    OWN_KEYS: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, name: str, capabilities: Mapping[str, Any] | Iterable[Any], *,
+                 max_concurrency: int = 16, version: str = "0",
+                 health_interval: float | None = None) -> None:
+        if not name or not isinstance(name, str):
+            raise ValueError("an adapter agent needs a name")
+        if max_concurrency < 1:
+            raise ValueError(f"agent {name!r}: max_concurrency must be at least 1")
+        self.name = name
+        self.version = version
+        self.max_concurrency = max_concurrency
+        self.capabilities = declare(name, capabilities, self.OWN_KEYS)
+        # The gateway names capabilities as the registry normalized them.
+        self._routed = {names.normalize(n): d for n, d in self.capabilities.items()}
+        self.health_interval = health_interval  # None: the coordinator's heartbeat interval
+        self.membership: Membership | None = None
+        self._calls: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._watch: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ what subclasses say
+
+    @abstractmethod
+    async def invoke(self, work: Work, how: dict[str, Any], reply: Reply) -> Any:
+        """Carry one call; return its result. Raise ``Undelivered`` when nothing reached the
+        agent, ``AdapterAnswer`` for a deliberate answer, anything else for a fault. May call
+        ``reply.ack()`` once the agent has the work, and ``reply.chunk`` to stream."""
+
+    @abstractmethod
+    async def check(self) -> bool:
+        """One health check: is the agent there to take work? (Bounded by the caller.)"""
+
+    async def open(self) -> None:  # noqa: B027 — optional hook, nothing to start by default
+        """Start the client, connection or process (before the first call)."""
+
+    async def shut(self) -> None:  # noqa: B027 — optional hook
+        """Release what ``open`` started (after the last call)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Where the agent is, for views and logs (url, argv, subject…)."""
+        return {}
+
+    # ------------------------------------------------------------ lifecycle (reach.attach)
+
+    @property
+    def specs(self) -> list[CapabilitySpec]:
+        return [d.spec for d in self.capabilities.values()]
+
+    async def first_check(self, bound: float) -> bool:
+        """The check made before the agent is registered: online at once, or suspected."""
+        return await self._check_once(bound)
+
+    def watch(self, membership: Membership) -> None:
+        """Registered: from now on the agent's liveness follows its health checks."""
+        self.membership = membership
+        self._closed = False
+        self._watch = asyncio.get_running_loop().create_task(
+            self._watch_health(), name=f"reach-adapter-{self.name}")
+
+    async def drained(self, grace: float) -> None:
+        """Wait until no call is in flight, or ``grace`` seconds have passed."""
+        calls = list(self._calls.values())
+        if calls:
+            await asyncio.wait(calls, timeout=grace)
+
+    async def _check_once(self, bound: float) -> bool:
+        try:
+            return bool(await asyncio.wait_for(self.check(), max(bound, 0.001)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed check is a missed beat, never a crash
+            log.debug("agent %s: health check failed: %r", self.name, exc)
+            return False
+
+    async def _watch_health(self) -> None:
+        membership = self.membership
+        assert membership is not None
+        period = self.health_interval or membership.heartbeat_interval
+        while not self._closed:
+            await membership.clock.sleep(period)
+            if await self._check_once(period):
+                membership.alive(len(self._calls))
+
+    async def close(self, reason: str = "detached") -> None:
+        """End the link: in-flight calls are lost to the gateway (which judges them), the
+        health watch stops and the client or process is released."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        calls = list(self._calls.values())
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+        if self.membership is not None:
+            self.membership.gone()
+        await self.shut()
+
+    # ------------------------------------------------------------ ports.AgentLink
+
+    def deliver(self, work: Work, reply: Reply) -> bool:
+        declared = self._routed.get(work.capability)
+        if self._closed or declared is None:
+            return False
+        key = (work.task_id, work.attempt)
+        self._calls[key] = asyncio.get_running_loop().create_task(
+            self._run(work, declared, reply), name=f"reach-call-{work.task_id}")
+        return True
+
+    def cancel(self, task_id: str, attempt: int) -> None:
+        call = self._calls.pop((task_id, attempt), None)
+        if call is not None and not call.done():
+            call.cancel()
+
+    async def _run(self, work: Work, declared: Declared, reply: Reply) -> None:
+        reply.ack()
+        try:
+            result = await self.invoke(work, declared.how, reply)
+        except asyncio.CancelledError:
+            reply.resolve("lost")  # ignored when the gateway cancelled it (already decided)
+            raise
+        except Undelivered as exc:
+            reply.resolve("undelivered", str(exc))
+        except AdapterAnswer as exc:
+            reply.resolve("error", answer(self.name, str(exc), **exc.details))
+        except AdapterFault as exc:
+            reply.resolve("error", fault(self.name, str(exc), **exc.details))
+        except Exception as exc:
+            reply.resolve("error", fault(self.name, f"{type(exc).__name__}: {exc}"))
+        else:
+            reply.resolve("ok", result)
+        finally:
+            self._calls.pop((work.task_id, work.attempt), None)
+
+
+def answer(agent: str, message: str, **details: Any) -> dict[str, Any]:
+    """The wire error of a deliberate answer (docs/protocol.md §6)."""
+    return {"code": "task_failed", "message": message,
+            "details": {**details, "answer": True, "agent": agent}}
+
+
+def fault(agent: str, message: str, **details: Any) -> dict[str, Any]:
+    """The wire error of a fault of the agent."""
+    return {"code": "task_failed", "message": message, "details": {**details, "agent": agent}}
