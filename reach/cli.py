@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--json-logs", action="store_true",
                        help="one JSON line per task transition and admin action (logger "
                             "reach.events)")
+    serve.add_argument("--agents", type=Path, default=None, metavar="FILE",
+                       help="a TOML file of agents that don't speak Reach (HTTP services, "
+                            "command-line tools, NATS workers) for the coordinator to attach "
+                            "and drive; see docs/adapters.md")
     serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
     demo = sub.add_parser("demo", help="a coordinator, three agents and a mix of calls, live",
@@ -105,11 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             events.propagate = False
         try:
             settings = _settings(args)
+            adapters = _agents(args.agents)
         except ValueError as exc:
             print(f"reach: {exc}", file=sys.stderr)
             return 2
         try:
-            asyncio.run(_serve(settings))
+            asyncio.run(_serve(settings, adapters))
         except KeyboardInterrupt:
             pass
         return 0
@@ -129,6 +134,14 @@ def _settings(args: argparse.Namespace) -> Settings:
             tokens=_rules(args.tokens_file, str), permissions=_rules(args.permissions_file, list),
             serves=_rules(args.serves_file, list), insecure=args.insecure,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks)
+
+
+def _agents(path: Path | None) -> list[Any]:
+    """The adapter agents of ``--agents FILE``, built (and so validated) before the start."""
+    if path is None:
+        return []
+    from reach.adapters.config import load_agents
+    return list(load_agents(path))
 
 
 def _rules(path: Path | None, kind: type) -> Any:
@@ -154,10 +167,18 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     from reach.reach import Reach
 
     reach = await Reach.start(settings)
+    try:
+        for adapter in adapters:
+            view = await reach.attach(adapter)
+            print(f"reach: attached {view['kind']} agent {view['name']} ({view['state']}): "
+                  f"{', '.join(view['capabilities'])}", flush=True)
+    except BaseException:
+        await reach.stop()
+        raise
     tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

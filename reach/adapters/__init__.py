@@ -9,5 +9,7 @@ and traces, and ``reach.agents()`` shows it labelled with its ``kind``.
 """
 
 from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
+from reach.adapters.config import AgentsFileError, load_agents, parse_agents
 
-__all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "Undelivered"]
+__all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "Undelivered",
+           "load_agents", "parse_agents"]
