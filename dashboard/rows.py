@@ -121,7 +121,8 @@ def error_text(error: Any, width: int = 48) -> str:
 AGENT_COLUMNS = (
     Column("agent", "Agent", 12), Column("state", "State", 17), Column("load", "In flight", 12),
     Column("p95", "P95", 7), Column("calls", "Calls", 6), Column("faults", "Faults", 6),
-    Column("breaker", "Breaker", 9), Column("beat", "Beat", 5), Column("caps", "Capabilities"),
+    Column("breaker", "Breaker", 9), Column("beat", "Beat", 5), Column("kind", "Kind", 9),
+    Column("caps", "Capabilities"),
 )
 
 
@@ -142,10 +143,12 @@ def agent_row(view: admin.AgentView, at: float) -> Row:
             Text(millis(view.p95_ms), justify="right"),
             Text(str(view.calls), justify="right"),
             Text(str(view.faults), justify="right", style="red" if view.faults else ""),
-            breaker_text(view.breaker), Text(age(beat), justify="right"), Text(caps),
+            breaker_text(view.breaker), Text(age(beat), justify="right"),
+            Text(view.kind, style="dim" if view.kind == "websocket" else "magenta"), Text(caps),
         ),
         fields={"agent": view.name, "id": view.agent_id, "state": label,
-                "breaker": view.breaker, "capability": caps, "version": view.version},
+                "breaker": view.breaker, "capability": caps, "version": view.version,
+                "kind": view.kind},
     )
 
 

@@ -25,9 +25,11 @@ AT = 1764430000.0
 
 def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: int, faults: int,
            breaker: str, rate: float, probe: float | None, p95: float | None, beat: float,
-           caps: list[str], connected: bool = True, draining: bool = False) -> JSON:
+           caps: list[str], connected: bool = True, draining: bool = False,
+           kind: str = "websocket") -> JSON:
     return {
-        "name": name, "agent_id": f"ag-{n:016x}", "state": state, "version": "1.2.0",
+        "name": name, "agent_id": f"ag-{n:016x}", "state": state, "kind": kind,
+        "version": "1.2.0",
         "inflight": inflight, "max_concurrency": limit, "load": inflight / limit,
         "queue_depth": 0, "calls": calls, "faults": faults, "capabilities": caps,
         "breaker": breaker,
@@ -40,13 +42,15 @@ def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: i
 
 AGENTS = [
     _agent("billing", 1, "online", inflight=2, limit=10, calls=812, faults=0, breaker="closed",
-           rate=0.0, probe=None, p95=18.2, beat=0.3, caps=["billing.charge", "billing.void"]),
+           rate=0.0, probe=None, p95=18.2, beat=0.3, caps=["billing.charge", "billing.void"],
+           kind="http"),
     _agent("orders-1", 2, "online", inflight=9, limit=10, calls=1204, faults=3,
            breaker="closed", rate=0.1, probe=None, p95=140.0, beat=0.6, caps=["orders.write"]),
     _agent("orders-2", 3, "suspected", inflight=0, limit=10, calls=431, faults=7,
            breaker="open", rate=0.6, probe=3.2, p95=95.5, beat=2.4, caps=["orders.write"]),
     _agent("reports", 4, "online", inflight=1, limit=4, calls=57, faults=2, breaker="half_open",
-           rate=0.4, probe=None, p95=1250.0, beat=0.1, caps=["report.write"], draining=True),
+           rate=0.4, probe=None, p95=1250.0, beat=0.1, caps=["report.write"], draining=True,
+           kind="process"),
     _agent("search", 5, "offline", inflight=0, limit=20, calls=0, faults=0, breaker="closed",
            rate=0.0, probe=None, p95=None, beat=95.0, caps=["data.fetch", "data.search"],
            connected=False),
