@@ -37,7 +37,8 @@ class Reply(Protocol):
     """Where an ``AgentLink`` reports what became of one delivered ``Work``.
 
     ``resolve`` kinds: ``ok`` (payload = result), ``error`` (payload = the wire error, whose
-    ``details.answer`` marks a deliberate answer) and ``lost`` (the link went away). Timers for
+    ``details.answer`` marks a deliberate answer), ``lost`` (the link went away) and
+    ``undelivered`` (the link knows the work never reached the agent: fail over at once). Timers for
     the ack and completion deadlines belong to the gateway, not the link."""
 
     def ack(self) -> None: ...
