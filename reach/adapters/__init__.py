@@ -8,8 +8,24 @@ as it gives work to a websocket agent, with the same timeouts, retries, breakers
 and traces, and ``reach.agents()`` shows it labelled with its ``kind``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
 from reach.adapters.config import AgentsFileError, load_agents, parse_agents
 
-__all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "Undelivered",
-           "load_agents", "parse_agents"]
+__all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "NatsAgent",
+           "Undelivered", "load_agents", "parse_agents"]
+
+if TYPE_CHECKING:
+    from reach.adapters.nats import NatsAgent
+
+
+def __getattr__(name: str) -> Any:
+    """``NatsAgent`` is imported when first asked for: it needs nats-py, an optional extra
+    (building one without it says how to install it)."""
+    if name == "NatsAgent":
+        from reach.adapters.nats import NatsAgent
+
+        globals()["NatsAgent"] = NatsAgent
+        return NatsAgent
+    raise AttributeError(f"module 'reach.adapters' has no attribute {name!r}")
