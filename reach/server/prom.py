@@ -46,13 +46,19 @@ class _Collector:
         breaker = GaugeMetricFamily(
             "reach_agent_breaker_state", "per-agent breaker: 0 closed, 1 half-open, 2 open",
             labels=["agent"])
+        # The info convention: join on `agent` to label any series with the agent's kind.
+        info = GaugeMetricFamily("reach_agent_info", "one per known agent: what carries its "
+                                 "work (kind: websocket, http, process, nats) and its version",
+                                 labels=["agent", "kind", "version"])
         for record in self._registry.by_id.values():
             counts[record.state.value] += 1
             breaker.add_metric([record.name], _BREAKER_VALUE[record.breaker.state.value])
+            info.add_metric([record.name, record.kind, record.version], 1.0)
         for state, n in counts.items():
             states.add_metric([state], n)
         yield states
         yield breaker
+        yield info
         yield GaugeMetricFamily("reach_tasks_live", "tasks accepted and not yet ended",
                                 value=len(gateway.live))
         yield GaugeMetricFamily("reach_dead_letters", "unresolved dead letters",

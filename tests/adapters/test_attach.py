@@ -10,6 +10,7 @@ import pytest
 
 from reach import Agent, Client, Reach, TaskError
 from reach.adapters import Adapter, AdapterAnswer, Undelivered
+from reach.core.backoff import Backoff
 from reach.errors import ReachError
 from reach.ports import Reply, Work
 from reach.testing import wait_until
@@ -123,3 +124,22 @@ def test_declarations_say_what_is_wrong() -> None:
         Scripted("x", capabilities={"echo.run": {"latency_ms": -1}})
     with pytest.raises(ValueError, match="declares no capabilities"):
         Adapter.__init__(Scripted.__new__(Scripted), "x", {})
+
+
+async def test_adapter_agents_show_in_metrics_dead_letters_and_traces() -> None:
+    import httpx
+    async with Reach.start(**FAST, max_retries=1, backoff=Backoff(base=0.001)) as reach:
+        await reach.attach(Scripted("legacy", ["fault"] * 10))
+        async with Client.connect(reach.url) as client:
+            handle = await client.submit("echo.run", {"n": 1})
+            with pytest.raises(ReachError):
+                await handle.result(timeout=5)
+        letter = reach.dead_letters()[0]
+        assert [a["agent"] for a in letter["attempts"]] == ["legacy", "legacy"]
+        assert "RuntimeError: boom" in letter["error"]["message"]
+        assert {e["capability"] for e in reach.trace(handle.trace_id)} == {"echo.run"}
+        url = reach.url.replace("ws://", "http://") + "/metrics"
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(url)).text
+        assert 'reach_agent_info{agent="legacy",kind="scripted",version="0"} 1.0' in text
+        assert 'reach_agent_breaker_state{agent="legacy"}' in text
