@@ -37,7 +37,8 @@ from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
 
 log = logging.getLogger("reach.agent")
-_FATAL = ("unauthorized", "invalid_params", "protocol_error")
+_FATAL = ("unauthorized", "invalid_params", "protocol_error")  # refusals: stop, do not retry
+REPLACED = 4000  # close code: another connection registered this agent's name and took it over
 
 
 class Agent(Serving):
@@ -173,6 +174,14 @@ class Agent(Serving):
                 if not self._ready.done():
                     self._ready.set_exception(Unavailable(
                         f"cannot reach a coordinator at {url}: {exc}; is it running?"))
+                    return
+                if isinstance(exc, ConnectionClosed) and exc.rcvd is not None and \
+                        exc.rcvd.code == REPLACED:
+                    # Another process proved it is this agent and took the name over:
+                    # coming back would take it from that one, and so on, both flapping.
+                    log.error("agent %s: replaced by a newer connection of the same agent "
+                              "(close 4000); not reconnecting", self.name)
+                    self.online.clear()
                     return
             self.online.clear()
             if self._closing:

@@ -119,6 +119,12 @@ class Serving:
             if work is not None:
                 work.cancel()
         elif isinstance(frame, p.Error):
+            if frame.task_id is not None:
+                # An answer of ours came after the coordinator gave that attempt up (it
+                # timed out, or went elsewhere): nothing to do, the run has ended or is
+                # shared by the key's other invokes (docs/protocol.md §3, late answers).
+                log.debug("agent %s: %s", self.name, frame.error.message)
+                return
             log.warning("agent %s: coordinator says %s", self.name, frame.error.message)
 
     def _on_invoke(self, f: p.Invoke) -> None:

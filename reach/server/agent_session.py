@@ -3,12 +3,20 @@
 ``AgentSession`` is the websocket implementation of ``ports.AgentLink``: the gateway hands it
 ``Work`` and a ``Reply``; it sends an ``invoke`` frame and reports the agent's ``ack``,
 ``chunk``, ``result`` or ``error`` (or the connection's loss) to that reply.
+
+Answers that match no delivery in flight are not dropped in silence (docs/protocol.md §3):
+one for an attempt the coordinator gave up (timed out, never acknowledged in time, a hedge
+that lost) gets an ``error`` frame with code ``timeout`` and that task id and attempt, once,
+so the agent can stop the work; one that names a task in flight here with another attempt
+number gets a ``protocol_error`` naming the attempt expected. A deliberate answer gets the
+agent's name in its details (``agent``) when the agent did not put it there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from pydantic_core import from_json
@@ -16,15 +24,18 @@ from websockets.asyncio.server import ServerConnection
 
 from reach.core import names
 from reach.core.schemas import SchemaError, compile_schema
-from reach.errors import InvalidParams, ProtocolError, ReachError, Unavailable
+from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable
+from reach.gateway.delivery import Delivery
 from reach.ports import Reply, Work
 from reach.server.services import Services
-from reach.server.session import Session, refuse
+from reach.server.session import Session, error_frame, refuse
 from reach.wire import protocol as p
 
 log = logging.getLogger("reach.channel")
 _Welcome = p.unchecked(p.Welcome)
 _Invoke = p.unchecked(p.Invoke)
+GIVEN_UP = 1024  # (task, attempt) pairs one session remembers as given up, for late answers
+AGENT_SENDS = ("heartbeat", "ack", "chunk", "result", "error", "deregister")
 
 
 class AgentSession(Session):
@@ -34,6 +45,8 @@ class AgentSession(Session):
         super().__init__(services, ws)
         self.record: Any = None
         self.pending: dict[tuple[str, int], Reply] = {}
+        # attempts the gateway stopped waiting for → why, or None once the agent was told
+        self.given_up: OrderedDict[tuple[str, int], str | None] = OrderedDict()
         self._closer: asyncio.Task[None] | None = None
 
     async def run(self, reg: p.Register) -> None:
@@ -56,7 +69,8 @@ class AgentSession(Session):
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, link=self,
                 now=sv.clock.wall(), instance=reg.instance)
         except (SchemaError, ValueError) as exc:
-            await refuse(self.ws, InvalidParams(f"registration refused: {exc}"))
+            await refuse(self.ws, InvalidParams(f"registration refused: {exc}",
+                                                reason=str(exc)))
             await self.out.aclose()
             return
         except ReachError as exc:
@@ -97,13 +111,13 @@ class AgentSession(Session):
             try:
                 canonical.append((names.normalize(spec.name), spec.scope))
             except ValueError as exc:
-                raise InvalidParams(f"registration refused: {exc}") from None
+                raise InvalidParams(f"registration refused: {exc}", capability=spec.name,
+                                    reason=str(exc)) from None
         sv.trust.check_serve(reg.name, canonical)
         # Compiling a schema is CPU work that grows with its size (~3 ms per KiB). The size
         # limit is what bounds it; a worker thread shares the GIL, but lets the loop in
         # between bytecodes (the registry then finds each validator in the cache).
-        await asyncio.to_thread(precompile, [c.params for c in reg.capabilities],
-                                s.max_schema_bytes)
+        await asyncio.to_thread(precompile_named, reg.capabilities, s.max_schema_bytes)
 
     def replaced(self) -> None:
         """A newer connection registered under our name: this one is stale."""
@@ -129,7 +143,14 @@ class AgentSession(Session):
         return True
 
     def cancel(self, task_id: str, attempt: int) -> None:
-        self.pending.pop((task_id, attempt), None)
+        key = (task_id, attempt)
+        reply = self.pending.pop(key, None)
+        if reply is None:  # answered (or lost with the connection): nothing to remember
+            return
+        # Still in flight here, yet the gateway is done with it: an answer may follow.
+        self.given_up[key] = _why(reply) or "cancelled"
+        if len(self.given_up) > GIVEN_UP:
+            self.given_up.popitem(last=False)
 
     async def close(self, reason: str) -> None:
         await self.ws.close(1000, reason)
@@ -144,35 +165,97 @@ class AgentSession(Session):
                 self.record, sv.clock.wall(), inflight=frame.inflight,
                 queue_depth=frame.queue_depth, load=frame.load)
         elif kind == "result":
-            delivery = self.pending.pop((frame.task_id, frame.attempt), None)
+            delivery = self._answering(frame, final=True)
             if delivery is not None:
                 delivery.resolve("ok", frame.result)
         elif kind == "ack":
-            delivery = self.pending.get((frame.task_id, frame.attempt))
+            delivery = self._answering(frame, final=False)
             if delivery is not None:
                 delivery.ack()
         elif kind == "error":
             if frame.task_id is None:
                 log.warning("agent %r reports: %r", self.record.name, frame.error.message)
                 return
-            delivery = self.pending.pop((frame.task_id, frame.attempt), None)
+            delivery = self._answering(frame, final=True)
             if delivery is not None:
-                delivery.resolve("error", frame.error.model_dump())
+                error = frame.error.model_dump()
+                details = error["details"]
+                if details.get("answer") is True and "agent" not in details:
+                    details["agent"] = self.record.name  # as the SDK does: callers rely on it
+                delivery.resolve("error", error)
         elif kind == "chunk":
-            delivery = self.pending.get((frame.task_id, frame.attempt))
+            delivery = self._answering(frame, final=False)
             if delivery is not None:
                 delivery.ack()
                 delivery.chunk(frame.seq, frame.data)
         elif kind == "deregister":
             sv.registry.deregister(self.record, sv.clock.wall())
         else:
-            raise ProtocolError(f"frame type {kind!r} is not accepted from an agent")
+            raise ProtocolError(f"frame type {kind!r} is not accepted from an agent; an agent "
+                                f"sends {', '.join(AGENT_SENDS)}", type=kind,
+                                expected=list(AGENT_SENDS))
+
+    def _answering(self, frame: Any, *, final: bool) -> Reply | None:
+        """The delivery an ``ack``/``chunk``/``result``/``error`` frame answers (taken out of
+        ``pending`` when ``final``), or None after telling the agent why there is none."""
+        key = (frame.task_id, frame.attempt)
+        delivery = self.pending.pop(key, None) if final else self.pending.get(key)
+        if delivery is not None:
+            why = _why(delivery)
+            if why is None:
+                return delivery
+            # It timed out just now; the gateway has not yet said so (cancel).
+            self.pending.pop(key, None)
+            self.given_up[key] = why
+        if key in self.given_up:
+            why = self.given_up[key]
+            if why is not None:  # told once: later frames of that attempt go unanswered
+                self.given_up[key] = None
+                self.out.post(error_frame(late(frame.task_id, frame.attempt, frame.type, why),
+                                          task_id=frame.task_id, attempt=frame.attempt))
+            return None
+        expected = sorted(a for t, a in self.pending if t == frame.task_id)
+        if expected:
+            raise ProtocolError(
+                f"{frame.type!r} for task {frame.task_id!r} names attempt {frame.attempt}, "
+                f"but the attempt in flight at this agent is {expected[0]}; echo the "
+                f"invoke's task_id and attempt", type=frame.type, task_id=frame.task_id,
+                attempt=frame.attempt, expected=expected[0])
+        # Nothing of that task is in flight here: answered already, lost with an earlier
+        # connection (the SDK answers on its new one), or given up long ago. Ignored.
+        return None
+
+
+def _why(reply: Reply) -> str | None:
+    """Why the gateway no longer waits for a delivery (``undelivered``, ``timeout``,
+    ``cancelled``), or None while it still does (as far as can be seen from here)."""
+    if not isinstance(reply, Delivery) or not reply.fut.done():
+        return None
+    kind = reply.fut.result()[0]
+    return kind if kind in ("undelivered", "timeout") else "cancelled"
+
+
+def late(task_id: str, attempt: int, frame_type: str, why: str) -> ReachTimeout:
+    """The notice for an answer to an attempt the coordinator has given up."""
+    because = {
+        "undelivered": "no ack, chunk or outcome came within the ack timeout, so it was "
+                       "treated as never delivered and may run elsewhere",
+        "timeout": "no outcome came within its completion timeout (or the caller's "
+                   "deadline)",
+        "cancelled": "the coordinator stopped waiting for it (another attempt answered "
+                     "first, or the task ended)",
+    }[why]
+    return ReachTimeout(
+        f"attempt {attempt} of task {task_id} was given up before this {frame_type!r} "
+        f"arrived: {because}; the answer is discarded, stop any work left on it",
+        reason=why, late=frame_type)
 
 
 def too_many_capabilities(count: int, limit: int) -> InvalidParams:
     return InvalidParams(
         f"registration refused: {count} capabilities, over the limit of {limit} per agent "
-        f"(max_capabilities); split them over several agents", limit=limit)
+        f"(max_capabilities); split them over several agents", limit=limit,
+        reason=f"{count} capabilities, over the limit of {limit}")
 
 
 def oversize_register(raw: str | bytes, limit: int) -> InvalidParams | None:
@@ -196,3 +279,14 @@ def precompile(schemas: list[dict[str, Any]], max_bytes: int) -> None:
     """Compile every schema into the shared cache (run on a worker thread)."""
     for schema in schemas:
         compile_schema(schema, max_bytes=max_bytes)
+
+
+def precompile_named(specs: list[p.CapabilitySpec], max_bytes: int) -> None:
+    """``precompile`` for a registration: a schema that does not compile is refused naming
+    its capability (``details.capability``) and what is wrong (``details.reason``)."""
+    for spec in specs:
+        try:
+            compile_schema(spec.params, max_bytes=max_bytes)
+        except SchemaError as exc:
+            raise InvalidParams(f"registration refused: {exc}", capability=spec.name,
+                                reason=str(exc)) from None

@@ -33,6 +33,7 @@ HEAVY_CALLER = 16  # unfinished tasks that make a caller heavy
 MAX_UNACKED = 1024  # submits one caller session has read and not yet seen committed
 SHARED_UNACKED = 32  # the same while other callers have work in flight
 DEFER_ACK = 0.05  # how long a `defer_ack` submit's acknowledgement may wait for its outcome
+CALLER_SENDS = ("submit", "status", "result")
 _Welcome = p.unchecked(p.Welcome)
 _Accepted = p.unchecked(p.Accepted)
 _Chunk = p.unchecked(p.Chunk)
@@ -93,7 +94,9 @@ class CallerSession(Session):
         elif frame.type == "result":
             self._spawn(self._await(frame))
         else:
-            raise ProtocolError(f"frame type {frame.type!r} is not accepted from a caller")
+            raise ProtocolError(f"frame type {frame.type!r} is not accepted from a caller; a "
+                                f"caller sends {', '.join(CALLER_SENDS)}", type=frame.type,
+                                expected=list(CALLER_SENDS))
 
     def _held(self) -> bool:
         return (len(self._work) >= MAX_SESSION_WORK or self._unacked >= SHARED_UNACKED
@@ -144,7 +147,7 @@ class CallerSession(Session):
                 f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent,
                 f.hedge), sink)
         except ReachError as exc:
-            self.out.post(error_frame(exc, id=f.id))
+            self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
             return
         task, commit = admission.task, admission.commit
         if task is None:
@@ -170,7 +173,7 @@ class CallerSession(Session):
                 self.services.gateway.check_same_work(task, names.normalize(f.capability),
                                                    f.idempotency_key or "")
             except ReachError as exc:
-                self.out.post(error_frame(exc, id=f.id))
+                self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
                 return
         self._acknowledge(f, task, True)
 
@@ -280,6 +283,16 @@ class CallerSession(Session):
                                         (a.agent for a in task.attempts)):
             self.out.post(error_frame(InvalidParams(
                 f"no task with id {task_id!r} for caller {self.caller!r}",
-                task_id=task_id), id=req_id))
+                task_id=task_id, reason="no such task"), id=req_id))
             return None
         return task
+
+
+def detailed(err: ReachError, capability: str) -> ReachError:
+    """An ``invalid_params`` refusal with the details docs/protocol.md §6 promises: ``reason``
+    (what is wrong, always) and ``capability`` (as the caller named it, when it did)."""
+    if err.code == "invalid_params":
+        err.details.setdefault("reason", err.message)
+        if capability:
+            err.details.setdefault("capability", capability)
+    return err

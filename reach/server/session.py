@@ -25,8 +25,10 @@ def wire_error(error: dict[str, Any]) -> p.WireError:
     return _WireError(**error)
 
 
-def error_frame(err: ReachError, *, id: int | None = None, task_id: str | None = None) -> str:
-    return p.dump(_Error(id=id, task_id=task_id, error=wire_error(err.to_wire())))
+def error_frame(err: ReachError, *, id: int | None = None, task_id: str | None = None,
+                attempt: int = 0) -> str:
+    return p.dump(_Error(id=id, task_id=task_id, attempt=attempt,
+                         error=wire_error(err.to_wire())))
 
 
 async def refuse(ws: ServerConnection, err: ReachError) -> None:
