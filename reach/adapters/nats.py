@@ -113,6 +113,7 @@ class NatsAgent(Adapter):
                                         ("token", token)) if v is not None}
         self._nc: Client | None = None
         self._connecting: asyncio.Task[None] | None = None
+        self._last_error: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -131,6 +132,7 @@ class NatsAgent(Adapter):
         task = asyncio.get_running_loop().create_task(
             nc.connect(**options), name=f"reach-nats-connect-{self.name}")
         self._connecting = task
+        task.add_done_callback(self._connect_ended)
         await asyncio.wait({task}, timeout=self.connect_timeout)
         if not task.done():
             log.warning("agent %s: NATS at %s is not reachable yet; attached as suspected, it "
@@ -158,8 +160,23 @@ class NatsAgent(Adapter):
             except Exception as exc:  # closing a broken connection: nothing left to save
                 log.debug("agent %s: closing NATS: %r", self.name, exc)
 
+    def _connect_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error("agent %s: gave up connecting to NATS at %s: %r", self.name,
+                      ", ".join(self.servers), task.exception())
+        else:
+            self._last_error = None
+            log.info("agent %s: connected to NATS at %s", self.name, ", ".join(self.servers))
+
     async def _on_error(self, exc: Exception) -> None:
-        log.debug("agent %s: NATS: %r", self.name, exc)
+        # The client retries for ever: say each new kind of trouble once (a refused
+        # connection, a refused password), not every retry.
+        seen = f"{type(exc).__name__}: {exc}"
+        if seen != self._last_error:
+            self._last_error = seen
+            log.warning("agent %s: NATS at %s: %s", self.name, ", ".join(self.servers), seen)
 
     async def _on_disconnected(self) -> None:
         if not self._closed:
@@ -167,6 +184,7 @@ class NatsAgent(Adapter):
                         self.name, ", ".join(self.servers))
 
     async def _on_reconnected(self) -> None:
+        self._last_error = None
         log.info("agent %s: reconnected to NATS", self.name)
 
     def describe(self) -> dict[str, Any]:
