@@ -13,6 +13,8 @@ from reach.core.backoff import Backoff
 class Settings:
     host: str = "127.0.0.1"
     port: int = 0
+    # the REST front door (docs/http-api.md): 0 = a free port, None = no HTTP front door
+    http_port: int | None = 0
     store: str = "sqlite://"
     sqlite_synchronous: str = "normal"
     # liveness (heartbeat every 10 s, suspected after 2 missed, offline after 3)

@@ -39,6 +39,7 @@ from reach.sdk.opening import Opening
 from reach.server.agent_session import precompile
 from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
+from reach.server.front import FrontDoor
 from reach.server.http import listen
 from reach.server.identities import Identities
 from reach.server.services import Services
@@ -76,6 +77,8 @@ class Reach:
             clock=self.clock, identities=self.identities, operator=self.ops,
             admin_token=self.admin_token))
         self.registry.listen(self.ops.agent_changed)
+        # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
+        self.front = None if s.http_port is None else FrontDoor(self.channel.services)
         if s.json_logs:
             self.events.listen(_log_json)
         self._server: Server | None = None
@@ -115,6 +118,8 @@ class Reach:
             if self._server is not None:
                 self._server.close()
                 await self._server.wait_closed()
+            if self.front is not None:
+                await self.front.stop()
             await self.store.close()
             raise
 
@@ -142,6 +147,8 @@ class Reach:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         self._server = await listen(self.channel.services, self.channel)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
+        if self.front is not None and s.http_port is not None:
+            await self.front.start(s.host, s.http_port)
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
@@ -181,6 +188,8 @@ class Reach:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self.front is not None:
+            await self.front.stop()
         await self.store.close()
 
     async def __aenter__(self) -> Reach:
@@ -193,6 +202,13 @@ class Reach:
     @property
     def url(self) -> str:
         return f"ws://{self.settings.host}:{self._port}"
+
+    @property
+    def http_url(self) -> str | None:
+        """The REST front door, "http://HOST:PORT" (None when ``http_port=None``)."""
+        if self.front is None or not self.front.port:
+            return None
+        return f"http://{self.settings.host}:{self.front.port}"
 
     @property
     def port(self) -> int:

@@ -1,0 +1,220 @@
+"""The REST front door's request and response bodies, as pydantic models.
+
+The routes validate what they read with these models and answer with them, and
+``front_openapi`` builds ``/openapi.json`` from the same classes: the document cannot drift
+from what the server does. Bounds are the wire protocol's (reach.wire.bounds): a caller over
+HTTP may send exactly what a websocket caller may. Identifier patterns are written with
+``\\UXXXXXXXX`` escapes rather than the Rust-only ``\\x{..}`` form the frame models use, so
+that they mean the same to pydantic-core, Python's ``re`` and OpenAPI tools (schemathesis).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reach.wire import bounds
+
+_NAME_PATTERN = "^[^" + "".join(
+    f"\\U{a:08X}-\\U{b:08X}" for a, b in bounds._NAME_BAD) + "]*$"
+_TEXT_PATTERN = "^[^" + "".join(
+    f"\\U{a:08X}-\\U{b:08X}" for a, b in bounds._TEXT_BAD) + "]*$"
+Name = Annotated[str, Field(pattern=_NAME_PATTERN)]
+Text = Annotated[str, Field(pattern=_TEXT_PATTERN)]
+Params = dict[str, Any]
+PROBLEM_TYPE = "https://agent-reach.dev/problems/"  # + code: the `type` of every problem
+
+
+class _In(BaseModel):
+    """A request body: unknown fields are refused (a typo must not be ignored silently)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- requests
+
+
+class SubmitBody(_In):
+    """``POST /v1/tasks``: one durable task. Name a ``capability``, or state an ``intent``."""
+
+    capability: Name = Field(default="", max_length=200,
+                             description="the capability to call, e.g. sales.query")
+    intent: Text | None = Field(default=None, max_length=2000,
+                                description="free text routed to a capability when "
+                                            "capability is empty")
+    params: Params = Field(default_factory=dict, description="the capability's params object")
+    priority: int = Field(default=5, ge=0, le=9, description="0–9, 9 highest")
+    timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT,
+                                  description="seconds the whole task may take, retries "
+                                              "included")
+    max_retries: int | None = Field(default=None, ge=0, le=100)
+    hedge: bool | None = Field(default=None, description="None: as the capability declares")
+
+
+class IntentBody(_In):
+    """``POST /v1/intent``: a synchronous call routed by what the caller needs."""
+
+    intent: Text = Field(min_length=1, max_length=2000,
+                         description="what is needed, in any language")
+    params: Params = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT)
+
+
+class CallQuery(_In):
+    """The query of ``POST /v1/call/{capability}`` (``timeout`` may come as the
+    ``X-Reach-Timeout`` header instead)."""
+
+    timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT,
+                                  description="seconds the call may take, retries included")
+    priority: int = Field(default=5, ge=0, le=9)
+
+
+class WaitQuery(_In):
+    """The query of ``GET /v1/tasks/{task_id}``: ``wait`` long-polls for the outcome."""
+
+    wait: float | None = Field(default=None, ge=0, le=60,
+                               description="seconds to wait for the task to finish before "
+                                           "answering its status (at most 60)")
+
+
+class Headers(_In):
+    """The request headers the front door reads (all optional)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    caller: Name | None = Field(default=None, min_length=1, max_length=200,
+                                alias="X-Reach-Caller")
+    idempotency_key: Name | None = Field(default=None, min_length=1, max_length=400,
+                                         alias="Idempotency-Key")
+    traceparent: bounds.TraceParent | None = Field(default=None)
+    timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT,
+                                  alias="X-Reach-Timeout")
+
+
+# ---------------------------------------------------------------- responses
+
+
+class CallResult(_Out):
+    """A call's answer: the result, and the task that produced it."""
+
+    task_id: str
+    trace_id: str
+    capability: str
+    result: Any = Field(description="what the capability returned (any JSON value)")
+
+
+class TaskAccepted(_Out):
+    """A submitted task, committed to the store: the task id is what to ask about next."""
+
+    task_id: str
+    trace_id: str
+    capability: str
+    duplicate: bool = Field(description="true when the Idempotency-Key named an earlier task: "
+                                        "this is that task")
+    status_url: str
+    stream_url: str
+
+
+class TaskFailure(_Out):
+    """How a task failed: Reach's stable code, a message saying what to do next, details."""
+
+    model_config = ConfigDict(extra="allow")
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttemptView(_Out):
+    number: int
+    agent_id: str
+    agent: str
+    started_at: float
+    ended_at: float | None
+    duration_ms: float | None
+    outcome: str
+    error: str | None
+    instance: str | None
+
+
+class Transition(_Out):
+    state: str
+    at: float
+    note: str
+
+
+class TaskStatus(_Out):
+    """A task as its caller sees it (``Client.status`` over the websocket answers the same)."""
+
+    task_id: str
+    trace_id: str
+    capability: str
+    params: Params
+    caller: str
+    idempotency_key: str | None
+    priority: int
+    timeout: float | None
+    max_retries: int
+    created_at: float
+    parent_task_id: str | None
+    traceparent: str | None
+    state: Literal["pending", "queued", "dispatched", "running", "retrying", "succeeded",
+                   "failed", "dead"]
+    result: Any = None
+    error: TaskFailure | None = None
+    attempts: list[AttemptView]
+    history: list[Transition]
+    updated_at: float
+
+
+class AgentOffer(_Out):
+    """One agent serving a capability, as routing sees it now."""
+
+    name: str
+    kind: str = Field(description="websocket, http, process, nats, ...")
+    state: str = Field(description="online, suspected, offline, draining")
+
+
+class CapabilityView(_Out):
+    name: str
+    params: dict[str, Any] = Field(description="the JSON schema of the params")
+    scope: str
+    streaming: bool
+    idempotent: bool
+    latency_ms: float
+    intents: list[str]
+    description: str
+    agent_count: int = Field(description="agents declaring it (agents lists at most 100)")
+    agents: list[AgentOffer]
+
+
+class CapabilityList(_Out):
+    """The capabilities this caller may call, with who serves each."""
+
+    caller: str
+    capabilities: list[CapabilityView]
+
+
+class Health(_Out):
+    status: Literal["ok", "stopping"]
+    agents: int = Field(description="agents registered now")
+    capabilities: int
+
+
+class Problem(_Out):
+    """An error, as RFC 9457 ``application/problem+json``, carrying Reach's stable ``code``."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(description=f"{PROBLEM_TYPE}<code>")
+    title: str
+    status: int
+    detail: str = Field(description="what went wrong and what to do next")
+    code: str = Field(description="Reach's stable error code (docs/http-api.md)")
+    details: dict[str, Any] = Field(default_factory=dict)
+    task_id: str | None = None
+    trace_id: str | None = None
+    suggestions: list[str] | None = Field(default=None,
+                                          description="no_route: the closest capabilities")

@@ -1,0 +1,40 @@
+"""What ``GET /v1/capabilities`` and ``GET /healthz`` answer, from the registry (pure reads).
+
+A caller sees only the capabilities its call rules let it use (core/trust.py: the same
+``Permissions`` routing enforces), each with its params schema and the agents serving it
+now; a capability that many agents serve lists the first ``MAX_AGENTS`` of them and counts
+the rest, so one answer stays bounded however large the fleet.
+"""
+
+from __future__ import annotations
+
+from reach.core.registry import Registry
+from reach.core.trust import Trust
+from reach.server.front_models import AgentOffer, CapabilityList, CapabilityView, Health
+
+MAX_AGENTS = 100  # agents listed per capability
+
+
+def capabilities(caller: str, registry: Registry, trust: Trust) -> CapabilityList:
+    out = []
+    for name in sorted(registry.index):
+        declared = registry.index[name]
+        records = list(declared.values())
+        if not records:
+            continue
+        spec = records[0].capabilities[name].spec
+        if not trust.calls.allows(caller, name, spec.scope):
+            continue
+        out.append(CapabilityView(
+            name=name, params=spec.params, scope=spec.scope, streaming=spec.streaming,
+            idempotent=spec.idempotent, latency_ms=spec.latency_ms, intents=list(spec.intents),
+            description=spec.description, agent_count=len(records),
+            agents=[AgentOffer(name=r.name, kind=r.kind,
+                               state="draining" if r.draining else r.state.value)
+                    for r in records[:MAX_AGENTS]]))
+    return CapabilityList(caller=caller, capabilities=out)
+
+
+def health(accepting: bool, registry: Registry) -> Health:
+    return Health(status="ok" if accepting else "stopping", agents=len(registry.by_id),
+                  capabilities=len(registry.index))
