@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
 from reach.adapters.config import AgentsFileError, load_agents, parse_agents
+from reach.adapters.process import ProcessAgent
 
 __all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "NatsAgent",
-           "Undelivered", "load_agents", "parse_agents"]
+           "ProcessAgent", "Undelivered", "load_agents", "parse_agents"]
 
 if TYPE_CHECKING:
     from reach.adapters.nats import NatsAgent
