@@ -179,7 +179,7 @@ class NatsAgent(Adapter):
             log.warning("agent %s: NATS at %s: %s", self.name, ", ".join(self.servers), seen)
 
     async def _on_disconnected(self) -> None:
-        if not self._closed:
+        if self._nc is not None:  # not closed by shut
             log.warning("agent %s: lost NATS at %s; reconnecting (calls fail over meanwhile)",
                         self.name, ", ".join(self.servers))
 
@@ -282,11 +282,12 @@ class NatsAgent(Adapter):
 def headers(work: Work) -> dict[str, str]:
     """The task's identity as a worker reads it (docs/adapters.md lists them)."""
     out = {"Idempotency-Key": work.idempotency_key, "Reach-Task-Id": work.task_id,
-           "Reach-Attempt": str(work.attempt), "Reach-Caller": work.caller,
-           "Reach-Trace-Id": work.trace_id}
+           "Reach-Attempt": str(work.attempt), "Reach-Caller": work.caller}
     traceparent = child_traceparent(work.trace_id, work.task_id, work.traceparent)
     if traceparent is not None:
         out["traceparent"] = traceparent
+    else:  # a caller-chosen trace id that is not W3C-shaped
+        out["Reach-Trace-Id"] = work.trace_id
     if work.deadline_ms is not None:
         out["Reach-Deadline-Ms"] = str(max(0, int(work.deadline_ms)))
     return out
