@@ -1,10 +1,5 @@
 """HTTP/REST agents: a service that answers HTTP requests, reached as it is (docs/adapters.md).
 
-    await reach.attach(HttpAgent("legacy-orders", "http://127.0.0.1:9000",
-        capabilities={"orders.lookup": {"method": "POST", "path": "/lookup",
-                                         "idempotent": True, "latency_ms": 200}},
-        health="/healthz", max_concurrency=32, headers={"Authorization": "Bearer ..."}))
-
 One call is one request: ``method`` (default POST) to ``url`` + ``path``, where ``{name}``
 segments of the path are filled from the params (and taken out of them); the params go as
 the JSON body, or as the query string for GET, HEAD and DELETE (and the names listed under
@@ -18,14 +13,11 @@ What the answer means (the gateway's policy judges the kind reported):
     2xx                               result: JSON parsed, other text as {"text": ...},
                                       204/205, HEAD or an empty body as None
     4xx but 408 and 429               answer: final, never retried, not held against it
-    408, 429, 5xx, 3xx (never         fault: breaker, retried elsewhere when idempotent;
-    followed), reset, read error,     details carry status, a body excerpt and Retry-After
-    a body over max_response_bytes
+    408, 429 (overloaded *now*),      fault: breaker, retried elsewhere when idempotent;
+    5xx, 3xx (never followed), reset, details carry status, a body excerpt, Retry-After
+    read error, body over the limit
     connect refused, DNS failure,     undelivered: nothing was sent, the gateway fails over
     connect timeout, TLS handshake    at once even for work that is not idempotent
-
-408 and 429 are the service saying it is overloaded or too slow *now*, not that the request
-is wrong: counted against it (its breaker backs off) and retried elsewhere for idempotent work.
 
 Liveness: with ``health`` a GET of that path (2xx = alive) is the heartbeat. Without one the
 agent is "online while calls succeed": alive while its last call reached the service; after a
@@ -39,6 +31,7 @@ jar is off, so a cookie one caller's call got never rides another caller's call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -160,8 +153,7 @@ class HttpAgent(Adapter):
         base, given = URL(self._base), URL(url)
         if given.origin() != base.origin():
             raise ValueError(f"agent {name!r}: openapi_url {url!r} is not on the service's "
-                             f"origin {str(base.origin())!r}; the document is read from the "
-                             f"service itself")
+                             f"origin {str(base.origin())!r}: it is read from the service")
         return url
 
     # ------------------------------------------------------------ lifecycle
@@ -208,10 +200,8 @@ class HttpAgent(Adapter):
         await asyncio.to_thread(lambda: [compile_schema(s.params) for s in self.specs])
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"url": self.url, "health": self.health}
-        if self.openapi_url is not None:
-            out["openapi_url"] = self.openapi_url
-        return out
+        extra = {} if self.openapi_url is None else {"openapi_url": self.openapi_url}
+        return {"url": self.url, "health": self.health, **extra}
 
     # ------------------------------------------------------------ one call
 
@@ -278,9 +268,8 @@ class HttpAgent(Adapter):
         details: dict[str, Any] = {"status": status, "body": await _excerpt(resp)}
         if 400 <= status < 500 and status not in (408, 429):
             raise AdapterAnswer(what, **details)
-        retry_after = _retry_after(resp.headers.get("Retry-After"))
-        if retry_after is not None:
-            details["retry_after"] = retry_after
+        with contextlib.suppress(ValueError):  # in seconds; an HTTP date is left out
+            details["retry_after"] = max(0.0, float(resp.headers.get("Retry-After", "-")))
         if 300 <= status < 400:
             what += (f" (to {resp.headers.get('Location', '?')!r}; redirects are not followed: "
                      f"point the capability's path at the final URL)")
@@ -409,10 +398,3 @@ def _text(resp: aiohttp.ClientResponse, body: bytes) -> str:
     except LookupError:  # a charset Python does not know
         return body.decode("utf-8", errors="replace")
 
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds when it is given as seconds (an HTTP date is left out)."""
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
