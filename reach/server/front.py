@@ -253,7 +253,7 @@ class FrontDoor:
         """``POST /v1/tasks``: 202 once the task is stored; ``Idempotency-Key`` honoured."""
         caller, h = self._who(request)
         body: SubmitBody = _checked(SubmitBody, await self._body(request), "body")
-        req = SubmitRequest(body.capability, body.params, caller, h.idempotency_key,
+        req = SubmitRequest(body.capability or "", body.params, caller, h.idempotency_key,
                             body.priority, body.timeout, body.max_retries,
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge)
         task, duplicate = await self._admit(req, self.chunks.sink)

@@ -12,16 +12,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reach.wire import bounds
 
-_NAME_PATTERN = "^[^" + "".join(
-    f"\\U{a:08X}-\\U{b:08X}" for a, b in bounds._NAME_BAD) + "]*$"
-_TEXT_PATTERN = "^[^" + "".join(
-    f"\\U{a:08X}-\\U{b:08X}" for a, b in bounds._TEXT_BAD) + "]*$"
-Name = Annotated[str, Field(pattern=_NAME_PATTERN)]
-Text = Annotated[str, Field(pattern=_TEXT_PATTERN)]
+
+def _pattern(bad: tuple[tuple[int, int], ...], needs: str = "") -> str:
+    """Characters outside ``bad`` only; with ``needs``, at least one outside ``needs`` too."""
+    ranges = "".join(f"\\U{a:08X}-\\U{b:08X}" for a, b in bad)
+    if not needs:
+        return f"^[^{ranges}]*$"
+    return f"^[^{ranges}]*[^{ranges}{needs}][^{ranges}]*$"
+
+
+Name = Annotated[str, Field(pattern=_pattern(bounds._NAME_BAD))]
+Text = Annotated[str, Field(pattern=_pattern(bounds._TEXT_BAD))]
+# A capability name with at least one word in it (core/names.py splits on these), and an
+# intent with something besides spaces: what the gateway refuses otherwise, said up front.
+CapabilityName = Annotated[str, Field(pattern=_pattern(bounds._NAME_BAD, r"\s_\-/:."),
+                                      min_length=1, max_length=200)]
+Intent = Annotated[str, Field(pattern=_pattern(bounds._TEXT_BAD, r"\s"), min_length=1,
+                              max_length=2000)]
 Params = dict[str, Any]
 PROBLEM_TYPE = "https://agent-reach.dev/problems/"  # + code: the `type` of every problem
 
@@ -42,11 +53,13 @@ class _Out(BaseModel):
 class SubmitBody(_In):
     """``POST /v1/tasks``: one durable task. Name a ``capability``, or state an ``intent``."""
 
-    capability: Name = Field(default="", max_length=200,
-                             description="the capability to call, e.g. sales.query")
-    intent: Text | None = Field(default=None, max_length=2000,
-                                description="free text routed to a capability when "
-                                            "capability is empty")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={
+        "anyOf": [{"required": ["capability"], "properties": {"capability": {"type": "string"}}},
+                  {"required": ["intent"], "properties": {"intent": {"type": "string"}}}]})
+    capability: CapabilityName | None = Field(
+        default=None, description="the capability to call, e.g. sales.query")
+    intent: Intent | None = Field(default=None, description="free text routed to a "
+                                                            "capability, when none is named")
     params: Params = Field(default_factory=dict, description="the capability's params object")
     priority: int = Field(default=5, ge=0, le=9, description="0–9, 9 highest")
     timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT,
@@ -55,12 +68,17 @@ class SubmitBody(_In):
     max_retries: int | None = Field(default=None, ge=0, le=100)
     hedge: bool | None = Field(default=None, description="None: as the capability declares")
 
+    @model_validator(mode="after")
+    def _names_the_work(self) -> SubmitBody:
+        if self.capability is None and self.intent is None:
+            raise ValueError("name a capability, or state an intent")
+        return self
+
 
 class IntentBody(_In):
     """``POST /v1/intent``: a synchronous call routed by what the caller needs."""
 
-    intent: Text = Field(min_length=1, max_length=2000,
-                         description="what is needed, in any language")
+    intent: Intent = Field(description="what is needed, in any language")
     params: Params = Field(default_factory=dict)
     timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT)
 

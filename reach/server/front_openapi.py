@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from reach._version import __version__
@@ -20,6 +20,7 @@ from reach.server.front_models import (
     CallQuery,
     CallResult,
     CapabilityList,
+    CapabilityName,
     Headers,
     Health,
     IntentBody,
@@ -111,7 +112,7 @@ def document() -> dict[str, Any]:
             "operationId": "call", "summary": "Call a capability and wait for its result",
             "description": call_doc,
             "parameters": [{"name": "capability", "in": "path", "required": True,
-                            "schema": {"type": "string", "minLength": 1, "maxLength": 200}}]
+                            "schema": TypeAdapter(CapabilityName).json_schema()}]
             + _params(CallQuery, "query") + timed,
             "requestBody": {"required": False, "description": "the params (a JSON object)",
                             "content": {"application/json": {"schema": {"type": "object"}}}},
