@@ -78,7 +78,7 @@ class Peer:
             with contextlib.suppress(websockets.ConnectionClosed):
                 while True:
                     self.held.append(json.loads(await self.ws.recv()))
-        rcvd = self.ws.close_rcvd
+        rcvd = self.ws.protocol.close_rcvd
         return (None, "") if rcvd is None else (rcvd.code, rcvd.reason)
 
     def beat(self, every: float | None = None, **fields: Any) -> None:
