@@ -30,6 +30,7 @@ from reach.adapters import NatsAgent
 from reach.adapters import nats as nats_adapter
 from reach.core.backoff import Backoff
 from reach.errors import ReachError
+from reach.ports import Work
 from reach.testing import wait_until
 
 ADDRESS = ("127.0.0.1", 4222)
@@ -228,6 +229,8 @@ async def test_a_worker_that_dies_mid_call(prefix: str, workers: Any,
         adapter = agent(prefix, capabilities=caps)
         await reach.attach(adapter)
         async with Client.connect(reach.url) as client:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             call = asyncio.ensure_future(client.call("orders.lookup", {"id": 1}))
             await asyncio.wait_for(got_it.wait(), 1)
             seen_b: list[Msg] = []
@@ -235,6 +238,7 @@ async def test_a_worker_that_dies_mid_call(prefix: str, workers: Any,
             await doomed.close()  # the worker dies holding the call
             if idempotent:
                 assert (await call)["worker"] == "b"
+                assert loop.time() - started >= 0.2  # waited out the completion timeout
                 assert len(seen_b) == 1 and seen_b[0].headers["Reach-Attempt"] == "2"
             else:
                 with pytest.raises(ReachError) as err:
@@ -335,6 +339,13 @@ def test_declarations_are_checked() -> None:
         NatsAgent("w", capabilities=caps, service="a.b")
     with pytest.raises(ValueError, match="connect_timeout must be"):
         NatsAgent("w", capabilities=caps, connect_timeout=0)
+    # the request's own timeout: past the caller's deadline, else a generous backstop
+    adapter = NatsAgent("w", capabilities=caps)
+    work = Work("a" * 32, 1, "orders.lookup", {}, "c/k", "b" * 32, "c", deadline_ms=1000)
+    assert adapter._timeout(work) == pytest.approx(1.2)
+    work.deadline_ms = None
+    assert adapter._timeout(work) == 30.0
+    assert NatsAgent("w", capabilities=caps, request_timeout=5)._timeout(work) == 5
     # the micro framework's header names, as nats-py spells them
     assert (nats_adapter.ERROR_HEADER, nats_adapter.ERROR_CODE_HEADER) == (
         ERROR_HEADER, ERROR_CODE_HEADER)
