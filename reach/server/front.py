@@ -278,7 +278,7 @@ class FrontDoor:
         if query.wait and outcome is not None and not task.terminal:
             await within(self.services.clock, outcome, query.wait)
         return web.Response(body=to_json(task.view()), content_type=JSON,
-                            headers=self._trace(task))
+                            headers={"X-Reach-State": task.state.value, **self._trace(task)})
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/tasks/{task_id}/stream``: the task's chunks as server-sent events."""

@@ -135,7 +135,10 @@ def document() -> dict[str, Any]:
         "/v1/tasks/{task_id}": {"get": {
             "operationId": "status", "summary": "A task's status and result",
             "parameters": [task_id] + _params(WaitQuery, "query") + headers,
-            "responses": {"200": _json(TaskStatus, "the task, as its caller sees it"),
+            "responses": {"200": {**_json(TaskStatus, "the task, as its caller sees it"),
+                                  "headers": {"X-Reach-State": {
+                                      "description": "the task's state (for shell callers)",
+                                      "schema": {"type": "string"}}, **_trace_headers()}},
                           **_problems((400, 401, 403, 404, 422))}}},
         "/v1/tasks/{task_id}/stream": {"get": {
             "operationId": "stream", "summary": "A streaming task's chunks, as server-sent "
