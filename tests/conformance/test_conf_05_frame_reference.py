@@ -1,0 +1,118 @@
+"""docs/protocol.md §5, the frame reference, read from the page: every frame the coordinator
+sends in a session that touches every kind (welcome, invoke, accepted, chunk, result, error,
+task) holds only fields the page's table for it lists, the task view only the fields its
+list names, and every required field of a frame the page lists is there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from rawpeer import Peer, agent, answer, caller, submit
+
+from reach import Reach
+
+DOC = Path(__file__).parents[2] / "docs" / "protocol.md"
+CELL = r"(?:[^|\\]|\\.)+"  # a table cell: anything but an unescaped |
+ROW = re.compile(rf"^\| `(\w+)` \| {CELL} \| ({CELL}) \|", flags=re.M)  # field, type, default
+
+
+def section(title: str, end: str) -> str:
+    return DOC.read_text().split(title, 1)[1].split(end, 1)[0]
+
+
+def documented_frames() -> dict[str, tuple[set[str], set[str]]]:
+    """frame type → (fields its table lists, those whose default is "—": required)."""
+    text = section("## 5. Frame reference", "## 6.")
+    frames: dict[str, tuple[set[str], set[str]]] = {}
+    for block in re.split(r"\n### ", text)[1:]:
+        name = re.match(r"`(\w+)`", block)
+        assert name, block[:40]
+        fields, required = set(), set()
+        for row in ROW.finditer(block):
+            fields.add(row.group(1))
+            if row.group(2).strip() == "—":
+                required.add(row.group(1))
+        frames[name.group(1)] = (fields, required)
+    return frames
+
+
+def documented_view() -> tuple[set[str], set[str], set[str]]:
+    """The task view's fields, its attempts' fields and its history entries' fields."""
+    text = section("The task view has these fields:", "`outcome` is one of")
+    view = set(re.findall(r"`(\w+)`", text.split("- `attempts`", 1)[0]))
+    attempts = re.search(r"`attempts`: a list of `\{([^}]*)\}`", text.replace("\n  ", " "))
+    history = re.search(r"`history`: a list of `\{([^}]*)\}`", text)
+    assert attempts and history
+    view |= {"attempts", "history", "updated_at"}
+    return (view, {f.strip() for f in attempts.group(1).split(",")},
+            {f.strip() for f in history.group(1).split(",")})
+
+
+def check(frame: dict[str, Any], frames: dict[str, tuple[set[str], set[str]]]) -> None:
+    kind = frame["type"]
+    assert kind in frames, f"frame type {kind!r} is not in §5"
+    fields, required = frames[kind]
+    extra = set(frame) - fields - {"v", "type"}
+    assert not extra, f"{kind} carries {sorted(extra)}, not documented in §5"
+    missing = required - set(frame)
+    assert not missing, f"{kind} lacks required {sorted(missing)}"
+
+
+async def test_every_frame_sent_is_documented_in_section_5(reach: Reach) -> None:
+    frames = documented_frames()
+    assert {"register", "welcome", "invoke", "accepted", "error", "task"} <= set(frames)
+    assert frames["welcome"][0] >= {"role", "agent_id", "heartbeat_interval"}
+    assert frames["invoke"][1] >= {"task_id", "attempt", "capability", "idempotency_key"}
+    seen: list[dict[str, Any]] = []
+
+    async def recv(peer: Peer, kind: str | None = None, **match: Any) -> dict[str, Any]:
+        frame = await (peer.expect(kind, **match) if kind else peer.recv())
+        seen.append(frame)
+        return frame
+
+    worker = await agent(reach.url, "documented", [
+        {"name": "doc.read", "idempotent": True, "latency_ms": 50},
+        {"name": "doc.stream", "streaming": True}], instance="i-doc")
+    seen.append(worker.welcome)
+    boss = await caller(reach.url, "reader")
+    seen.append(boss.welcome)
+    await boss.send(submit(1, "doc.read", {"a": 1}, timeout=5, idempotency_key="k"))
+    invoke = await recv(worker, "invoke")
+    await answer(worker, invoke, {"ok": True})
+    await boss.send(submit(2, "doc.stream", {}))
+    stream = await recv(worker, "invoke")
+    await worker.send({"v": 1, "type": "chunk", "task_id": stream["task_id"], "attempt": 1,
+                       "seq": 0, "data": "x"})
+    await answer(worker, stream, ["x"])
+    await boss.send(submit(3, "doc.read", {}))
+    bad = await recv(worker, "invoke")
+    await worker.send({"v": 1, "type": "result", "task_id": bad["task_id"], "attempt": 9})
+    await recv(worker, "error")  # the wrong attempt's protocol_error
+    await worker.send({"v": 1, "type": "error", "task_id": bad["task_id"], "attempt": 1,
+                       "error": {"code": "task_failed", "message": "no",
+                                 "details": {"answer": True}}})
+    for req_id in (1, 2, 3):
+        while True:
+            frame = await recv(boss)
+            if frame.get("id") == req_id and frame["type"] in ("result", "error"):
+                break
+    await boss.send(submit(4, "doc.read", {}, idempotency_key="k", defer_ack=True))
+    await boss.send({"v": 1, "type": "status", "id": 5, "task_id": invoke["task_id"]})
+    await boss.send({"v": 1, "type": "heartbeat"})
+    await boss.send(submit(6, "doc.nothing", {}))
+    while len([f for f in seen if f.get("id") in (4, 5, 6)]) < 4:
+        await recv(boss)
+    kinds = {f["type"] for f in seen}
+    assert {"welcome", "invoke", "accepted", "chunk", "result", "error", "task"} <= kinds
+    for frame in seen:
+        check(frame, frames)
+    view_fields, attempt_fields, history_fields = documented_view()
+    view = next(f for f in seen if f["type"] == "task")["task"]
+    assert set(view) <= view_fields, set(view) - view_fields
+    for attempt in view["attempts"]:
+        assert set(attempt) == attempt_fields, set(attempt) ^ attempt_fields
+        assert attempt["instance"] == "i-doc"
+    for entry in view["history"]:
+        assert set(entry) == history_fields
