@@ -29,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
                                        "Agent(...).connect(URL), callers with Client.connect(URL).")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free)")
+    serve.add_argument("--http-port", type=int, default=None, metavar="PORT",
+                       help="the REST front door's port (default 8766 beside the default "
+                            "--port, any free one beside another; 0 = any free); see "
+                            "docs/http-api.md")
+    serve.add_argument("--no-http", action="store_true",
+                       help="no REST front door: websocket callers only")
     serve.add_argument("--store", default="sqlite:///reach.db",
                        help="database URL: sqlite:///file.db (default reach.db), sqlite:// "
                             "(in memory), postgresql+psycopg://...")
@@ -123,8 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    http_port = args.http_port
+    if http_port is None:  # 8766 beside the default port; beside a chosen one, any free one
+        http_port = 8766 if args.port == 8765 else 0
     return Settings(
             host=args.host, port=args.port, store=args.store,
+            http_port=None if args.no_http else http_port,
             heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
             offline_after=args.offline_after, ack_timeout=args.ack_timeout,
             queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
@@ -185,6 +195,9 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     print(f"reach: coordinator listening on {reach.url} (store {settings.store})", flush=True)
+    if reach.http_url is not None:
+        print(f"reach: REST front door at {reach.http_url} (OpenAPI at "
+              f"{reach.http_url}/openapi.json; docs/http-api.md)", flush=True)
     http = reach.url.replace("ws://", "http://", 1)
     print(f"reach: metrics at {http}/metrics; dashboard: "
           f"reach-dash --url {reach.url} --token {reach.admin_token}", flush=True)

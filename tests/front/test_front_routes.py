@@ -128,3 +128,15 @@ async def test_a_websocket_caller_and_an_http_caller_share_tasks_by_key_and_call
         handle = await client.submit("echo.run", {"a": 1}, idempotency_key="k")
         assert handle.task_id == accepted["task_id"]
         assert await handle.result(timeout=5) == {"echo": {"a": 1}}
+
+
+def test_reach_serve_flags_set_or_disable_the_http_port() -> None:
+    from reach.cli import _parser, _settings
+
+    def port(*argv: str) -> int | None:
+        return _settings(_parser().parse_args(["serve", *argv])).http_port
+
+    assert port() == 8766  # beside the default websocket port
+    assert port("--port", "9000") == 0  # beside another: any free one (printed at start)
+    assert port("--http-port", "9001") == 9001
+    assert port("--no-http") is None
