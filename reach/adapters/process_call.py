@@ -58,6 +58,15 @@ async def end_group(proc: asyncio.subprocess.Process, grace: float) -> None:
         signal_group(proc.pid, signal.SIGKILL)  # what it left running in its group
 
 
+def release(proc: asyncio.subprocess.Process) -> None:
+    """Close the process's pipes once nothing more is read from them. A pipe whose reading
+    stopped early (a reply over the bound, a child holding it open) would otherwise stay open
+    until the garbage collector finds it."""
+    transport = getattr(proc, "_transport", None)  # asyncio keeps no public handle on it
+    if transport is not None:
+        transport.close()
+
+
 async def _collect(stream: asyncio.StreamReader, bound: int) -> bytes:
     data = bytearray()
     while chunk := await stream.read(CHUNK):
@@ -123,4 +132,5 @@ async def run(program: str, args: list[str], *, stdin: bytes | None, env: dict[s
         try:
             await end_group(proc, grace)
         finally:
+            release(proc)
             await asyncio.gather(out, exited, *helpers, return_exceptions=True)

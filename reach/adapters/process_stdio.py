@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reach.adapters.base import AdapterFault, Undelivered
-from reach.adapters.process_call import TAIL, end_group
+from reach.adapters.process_call import TAIL, end_group, release
 from reach.core.backoff import Backoff
 
 log = logging.getLogger("reach.adapters.process")
@@ -97,6 +97,7 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(proc.wait()), self.grace)
             await end_group(proc, self.grace)
+            release(proc)
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -175,12 +176,15 @@ class Supervisor:
             # From here on new calls are refused (undelivered): none can join the calls
             # failed below.
             self._writer = None
-            await end_group(proc, self.grace)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(stderr), self.grace)
-            stderr.cancel()
-            await asyncio.gather(stderr, return_exceptions=True)
-            self.proc = None
+            try:
+                await end_group(proc, self.grace)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(stderr), self.grace)
+            finally:
+                stderr.cancel()
+                release(proc)
+                self.proc = None
+        await asyncio.gather(stderr, return_exceptions=True)
         tail = bytes(self._stderr[-TAIL:]).decode("utf-8", "replace").strip()
         self.last_error = f"{why}, exit code {proc.returncode}" + (
             f"; stderr (last {TAIL} bytes): {tail}" if tail else "")
