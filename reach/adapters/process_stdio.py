@@ -81,6 +81,7 @@ class Supervisor:
         """Start the process (and its supervising task); returns once the first start was
         tried, so a health check made next sees whether it runs."""
         self._closing = False
+        self._started.clear()
         self._task = asyncio.get_running_loop().create_task(
             self._supervise(), name=f"reach-process-{self.agent}")
         await self._started.wait()
@@ -131,6 +132,8 @@ class Supervisor:
         except asyncio.CancelledError:
             if self._calls.pop(rid, None) is not None and not writer.is_closing():
                 writer.write(b'{"id":%d,"cancel":true}\n' % rid)
+            elif future.done() and not future.cancelled():
+                future.exception()  # failed as it was given up on: nobody else will look
             raise
         finally:
             self._calls.pop(rid, None)

@@ -67,6 +67,7 @@ async def test_inherit_env_passes_the_whole_environment(monkeypatch: pytest.Monk
         async with Client.connect(reach.url) as client:
             got = await client.call("tool.echo", {}, timeout=5)
     assert got["env"]["REACH_TEST_SECRET"] == "shared on purpose"
+    assert 0 < int(got["env"]["REACH_DEADLINE_MS"]) <= 5000  # the caller's time left
 
 
 async def test_templated_arguments_are_argv_items_never_a_shell(tmp_path: Path) -> None:
