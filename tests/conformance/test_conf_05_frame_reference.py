@@ -5,59 +5,12 @@ list names, and every required field of a frame the page lists is there."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
+from docpage import check, documented_frames, documented_view
 from rawpeer import Peer, agent, answer, caller, submit
 
 from reach import Reach
-
-DOC = Path(__file__).parents[2] / "docs" / "protocol.md"
-CELL = r"(?:[^|\\]|\\.)+"  # a table cell: anything but an unescaped |
-ROW = re.compile(rf"^\| `(\w+)` \| {CELL} \| ({CELL}) \|", flags=re.M)  # field, type, default
-
-
-def section(title: str, end: str) -> str:
-    return DOC.read_text().split(title, 1)[1].split(end, 1)[0]
-
-
-def documented_frames() -> dict[str, tuple[set[str], set[str]]]:
-    """frame type → (fields its table lists, those whose default is "—": required)."""
-    text = section("## 5. Frame reference", "## 6.")
-    frames: dict[str, tuple[set[str], set[str]]] = {}
-    for block in re.split(r"\n### ", text)[1:]:
-        name = re.match(r"`(\w+)`", block)
-        assert name, block[:40]
-        fields, required = set(), set()
-        for row in ROW.finditer(block):
-            fields.add(row.group(1))
-            if row.group(2).strip() == "—":
-                required.add(row.group(1))
-        frames[name.group(1)] = (fields, required)
-    return frames
-
-
-def documented_view() -> tuple[set[str], set[str], set[str]]:
-    """The task view's fields, its attempts' fields and its history entries' fields."""
-    text = section("The task view has these fields:", "`outcome` is one of")
-    view = set(re.findall(r"`(\w+)`", text.split("- `attempts`", 1)[0]))
-    attempts = re.search(r"`attempts`: a list of `\{([^}]*)\}`", text.replace("\n  ", " "))
-    history = re.search(r"`history`: a list of `\{([^}]*)\}`", text)
-    assert attempts and history
-    view |= {"attempts", "history", "updated_at"}
-    return (view, {f.strip() for f in attempts.group(1).split(",")},
-            {f.strip() for f in history.group(1).split(",")})
-
-
-def check(frame: dict[str, Any], frames: dict[str, tuple[set[str], set[str]]]) -> None:
-    kind = frame["type"]
-    assert kind in frames, f"frame type {kind!r} is not in §5"
-    fields, required = frames[kind]
-    extra = set(frame) - fields - {"v", "type"}
-    assert not extra, f"{kind} carries {sorted(extra)}, not documented in §5"
-    missing = required - set(frame)
-    assert not missing, f"{kind} lacks required {sorted(missing)}"
 
 
 async def test_every_frame_sent_is_documented_in_section_5(reach: Reach) -> None:
