@@ -6,7 +6,6 @@ a hang, a killed service, liveness)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -141,7 +140,7 @@ async def test_500_is_retried_opens_the_breaker_and_recovery_closes_it() -> None
 
 async def test_a_hang_times_out_aborts_the_request_and_the_loop_keeps_going() -> None:
     async with serving() as svc, Reach.start(**FAST) as reach:
-        await reach.attach(agent(svc, {"slow.run": {"path": "/hang", "latency_ms": 100}}))
+        await reach.attach(agent(svc, {"slow.run": {"path": "/hang", "latency_ms": 250}}))
         ws = Agent("ws-fast")
 
         @ws.capability("fast.run", latency_ms=500)
@@ -150,11 +149,10 @@ async def test_a_hang_times_out_aborts_the_request_and_the_loop_keeps_going() ->
 
         async with ws.connect(reach.url), Client.connect(reach.url) as client:
             await wait_until(lambda: len(reach.agents()) == 2)
-            slow = asyncio.ensure_future(client.call("slow.run", {}))  # times out at 120 ms
+            slow = asyncio.ensure_future(client.call("slow.run", {}))  # times out at 300 ms
             await wait_until(lambda: len(svc.calls("/hang")) == 1)
-            started = time.perf_counter()
             assert await client.call("fast.run", {}) == "fast"  # meanwhile
-            assert time.perf_counter() - started < 0.1
+            assert not slow.done()
             with pytest.raises(ReachError) as err:
                 await slow
             assert err.value.code in ("timeout", "task_failed")
