@@ -159,3 +159,22 @@ async def test_a_stopping_coordinator_answers_503() -> None:
         status, health, _ = await front.get("/healthz")
         assert (status, health["status"]) == (503, "stopping")
         front.reach.gateway.accepting = True
+
+
+async def test_a_call_waiting_when_the_coordinator_stops_gets_503_not_a_hang() -> None:
+    async for front in open_front(drain_timeout=0.1):
+        call = asyncio.ensure_future(front.post("/v1/call/slow.run", {"seconds": 5}))
+        async with front.http.post(front.url + "/v1/tasks", json={
+                "capability": "text.generate", "params": {"n": 100, "pause": 0.05}}) as r:
+            accepted = await r.json()
+        async with front.http.get(front.url + accepted["stream_url"]) as stream:
+            await stream.content.readline()  # the stream has begun
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            stopping = asyncio.ensure_future(front.reach.stop())
+            status, body, r = await call
+            tail = (await stream.content.read()).decode()
+            await stopping
+        is_problem(r, body, 503, "unavailable")
+        assert "event: error" in tail and '"code":"unavailable"' in tail
+        assert loop.time() - started < 2.0
