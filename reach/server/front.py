@@ -128,7 +128,7 @@ class FrontDoor:
             return problem(ProtocolError(detail).to_wire(), exc.status,
                            headers={k: v for k, v in exc.headers.items() if k == "Allow"})
         except ConnectionResetError:
-            raise
+            raise  # the peer left: nobody to answer
         except Exception:
             log.exception("the front door failed on %s %s", request.method, request.path)
             return problem({"code": "reach_error", "message": "the coordinator failed to "
@@ -316,8 +316,8 @@ class FrontDoor:
 
         try:
             await front_sse.pump(response, reader, outcome, final)
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
+        except ConnectionResetError:
+            pass  # the reader left; the task goes on, and its status keeps the result
         finally:
             self.chunks.leave(tid, reader)
         return response

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 from front.conftest import Front
 
 from reach.server.front_sse import Chunks
@@ -100,3 +101,20 @@ def test_kept_chunks_are_bounded_per_task_and_in_total() -> None:
     assert sum(chunks.kept(t) for t in "bcdefg") * 62 <= 250
     reader = chunks.follow("g")
     assert [seq for seq, _ in reader.take()] == [0]
+
+
+async def test_a_reader_that_leaves_mid_stream_costs_nothing(
+        front: Front, caplog: pytest.LogCaptureFixture) -> None:
+    _, accepted, _ = await front.post("/v1/tasks", {"capability": "text.generate",
+                                                    "params": {"n": 20, "pause": 0.01}})
+    r = await front.http.get(front.url + accepted["stream_url"])
+    await r.content.readline()
+    r.close()  # gone mid-stream
+    _, view, _ = await front.get(f"/v1/tasks/{accepted['task_id']}?wait=5")
+    assert view["state"] == "succeeded" and len(view["result"]) == 20
+    door = front.reach.front
+    assert door is not None
+    await wait_until(lambda: door.inflight == 0)
+    assert [rec for rec in caplog.records if rec.levelname == "ERROR"] == []
+    _, events = await stream(front, accepted["stream_url"])  # a new reader still gets it all
+    assert len(events) == 21
