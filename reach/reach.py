@@ -248,14 +248,19 @@ class Reach:
                              f"detach it first (await reach.detach({name!r})) or pick "
                              f"another name")
         s = self.settings
-        await asyncio.to_thread(precompile, [spec.params for spec in adapter.specs],
-                                s.max_schema_bytes)
         await adapter.open()
-        healthy = await adapter.first_check(s.heartbeat_interval)
-        registration = self.registry.register(
-            agent_id=self.identities.identity(name), name=name, version=adapter.version,
-            max_concurrency=adapter.max_concurrency, specs=adapter.specs, link=adapter,
-            now=self.clock.wall(), kind=adapter.kind, heard=healthy)
+        try:
+            # (after open: an adapter may read its capabilities there, e.g. from OpenAPI)
+            await asyncio.to_thread(precompile, [spec.params for spec in adapter.specs],
+                                    s.max_schema_bytes)
+            healthy = await adapter.first_check(s.heartbeat_interval)
+            registration = self.registry.register(
+                agent_id=self.identities.identity(name), name=name, version=adapter.version,
+                max_concurrency=adapter.max_concurrency, specs=adapter.specs, link=adapter,
+                now=self.clock.wall(), kind=adapter.kind, heard=healthy)
+        except BaseException:
+            await adapter.close("attach failed")
+            raise
         for warning in registration.warnings:
             log.warning("agent %s: %s", name, warning)
         self.adapters[name] = adapter

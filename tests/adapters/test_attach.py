@@ -143,3 +143,12 @@ async def test_adapter_agents_show_in_metrics_dead_letters_and_traces() -> None:
             text = (await http.get(url)).text
         assert 'reach_agent_info{agent="legacy",kind="scripted",version="0"} 1.0' in text
         assert 'reach_agent_breaker_state{agent="legacy"}' in text
+
+
+async def test_a_failed_attach_releases_the_adapter_and_registers_nothing() -> None:
+    async with Reach.start(**FAST, max_schema_bytes=256) as reach:
+        big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(40)}}
+        adapter = Scripted("legacy", capabilities={"echo.run": {"params": big, "note": "x"}})
+        with pytest.raises(ValueError, match="bytes"):
+            await reach.attach(adapter)
+        assert adapter._closed and reach.agents() == [] and reach.adapters == {}
