@@ -1,5 +1,6 @@
-"""``reach demo``: a coordinator on an embedded SQLite file, three agents from the field, a caller
-sending a mix of calls (one of which always fails), and a live table — then a clean exit."""
+"""``reach demo``: a coordinator on an embedded SQLite file, three websocket agents from the field,
+a REST service and a command-line tool attached as they are (reach.demo_adapters), a caller
+sending a mix of calls (some of which fail on purpose), and a live table — then a clean exit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 import tempfile
 import time
 from collections import Counter, deque
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 
+from reach import demo_adapters
 from reach.errors import ReachError, TaskError
 from reach.reach import Reach
 from reach.sdk.agent import Agent
@@ -84,6 +87,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("stock.query", {"sku": "SKU-404"}),          # fails on purpose: a TaskError answer
     ("sales.query", {"region": "east"}),          # invalid params: no quarter
     ("sales.querry", {"region": "east"}),         # no such capability: suggestions
+    *demo_adapters.CALLS,                         # a REST service and a command-line tool
 ]
 
 
@@ -102,10 +106,11 @@ class Board:
 
 def render(reach: Reach, board: Board, left: float, db: Path) -> Group:
     agents = Table(title="agents", expand=True)
-    for col in ("name", "state", "in-flight", "calls", "faults", "breaker", "capabilities"):
+    for col in ("name", "kind", "state", "in-flight", "calls", "faults", "breaker",
+                "capabilities"):
         agents.add_column(col)
     for a in reach.agents():
-        agents.add_row(a["name"], f"[{STATE_STYLE[a['state']]}]{a['state']}[/]",
+        agents.add_row(a["name"], a["kind"], f"[{STATE_STYLE[a['state']]}]{a['state']}[/]",
                        f"{a['inflight']}/{a['max_concurrency']}", str(a["calls"]),
                        str(a["faults"]), a["breaker"], ", ".join(a["capabilities"]))
     tasks = Table(title="recent calls", expand=True)
@@ -126,10 +131,13 @@ async def run_demo(seconds: float = 10.0, live: bool = True, console: Console | 
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="reach-demo-") as tmp:
         db = Path(tmp) / "reach.db"
-        async with Reach.start(store=f"sqlite:///{db}", heartbeat_interval=0.5) as reach:
+        async with AsyncExitStack() as legacy, \
+                Reach.start(store=f"sqlite:///{db}", heartbeat_interval=0.5) as reach:
             agents = build_agents(rng)
             for agent in agents:
                 await agent.connect(reach.url)
+            for adapter in await demo_adapters.start_legacy(legacy, rng):
+                await reach.attach(adapter)
             board = Board()
             async with Client.connect(reach.url, caller="demo-planner") as client:
                 end = time.monotonic() + seconds
@@ -172,7 +180,8 @@ async def _one(client: Client, board: Board, capability: str, params: dict[str, 
         result = await handle.result(timeout=5)
         if capability == "report.generate" and board.report_trace is None:
             board.report_trace = handle.trace_id
-        board.add(capability, "ok", (time.perf_counter() - started) * 1000, str(result))
+        board.add(capability, "ok", (time.perf_counter() - started) * 1000,
+                  demo_adapters.detail(result))
     except ReachError as exc:
         board.add(capability, exc.code, (time.perf_counter() - started) * 1000, exc.message)
 
