@@ -108,7 +108,7 @@ def render(reach: Reach, board: Board, left: float, db: Path) -> Group:
     agents = Table(title="agents", expand=True)
     for col in ("name", "kind", "state", "in-flight", "calls", "faults", "breaker",
                 "capabilities"):
-        agents.add_column(col)
+        agents.add_column(col, no_wrap=col in ("name", "kind", "state"))
     for a in reach.agents():
         agents.add_row(a["name"], a["kind"], f"[{STATE_STYLE[a['state']]}]{a['state']}[/]",
                        f"{a['inflight']}/{a['max_concurrency']}", str(a["calls"]),
