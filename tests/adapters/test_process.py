@@ -4,7 +4,6 @@ a shell pipeline), driven through a real coordinator and a real client."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -188,7 +187,6 @@ async def test_a_missing_program_is_refused_and_a_removed_one_fails_its_check(
     assert await agent.check()
     script.unlink()
     assert not await agent.check()
-    shutil.rmtree(tmp_path)
 
 
 def test_declarations_say_what_is_wrong() -> None:
@@ -212,3 +210,27 @@ def test_declarations_say_what_is_wrong() -> None:
         kw: dict[str, Any] = {"argv": sh, "capabilities": {"a.b": {}}, **change}
         with pytest.raises(ValueError, match=message):
             ProcessAgent("x", **kw)
+
+
+def test_an_agents_file_declares_a_process_agent(tmp_path: Path) -> None:
+    from reach.adapters import parse_agents
+
+    (agent,) = parse_agents(f'''
+[[agent]]
+kind = "process"
+name = "geo"
+argv = ["sh", "-c", "cat"]
+mode = "per-call"
+cwd = "{tmp_path}"
+env = {{ GEO_DB = "/srv/geo.db" }}
+max_concurrency = 2
+answer_codes = [2]
+
+[agent.capabilities."geo.lookup"]
+args = ["--region", "{{region}}"]
+output = "text"
+idempotent = true
+''')
+    assert isinstance(agent, ProcessAgent) and agent.kind == "process"
+    assert agent.describe() == {"argv": ["sh", "-c", "cat"], "mode": "per-call"}
+    assert agent.env["GEO_DB"] == "/srv/geo.db" and agent.max_concurrency == 2
