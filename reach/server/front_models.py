@@ -25,13 +25,13 @@ def _pattern(bad: tuple[tuple[int, int], ...], needs: str = "") -> str:
     return f"^[^{ranges}]*[^{ranges}{needs}][^{ranges}]*$"
 
 
-Name = Annotated[str, Field(pattern=_pattern(bounds._NAME_BAD))]
-Text = Annotated[str, Field(pattern=_pattern(bounds._TEXT_BAD))]
+Name = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD))]
+Text = Annotated[str, Field(pattern=_pattern(bounds.TEXT_BAD))]
 # A capability name with at least one word in it (core/names.py splits on these), and an
 # intent with something besides spaces: what the gateway refuses otherwise, said up front.
-CapabilityName = Annotated[str, Field(pattern=_pattern(bounds._NAME_BAD, r"\s_\-/:."),
+CapabilityName = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD, r"\s_\-/:."),
                                       min_length=1, max_length=200)]
-Intent = Annotated[str, Field(pattern=_pattern(bounds._TEXT_BAD, r"\s"), min_length=1,
+Intent = Annotated[str, Field(pattern=_pattern(bounds.TEXT_BAD, r"\s"), min_length=1,
                               max_length=2000)]
 Params = dict[str, Any]
 PROBLEM_TYPE = "https://agent-reach.dev/problems/"  # + code: the `type` of every problem

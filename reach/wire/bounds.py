@@ -54,6 +54,9 @@ _INVISIBLE = ((0x00AD, 0x00AD), (0x180E, 0x180E), (0x200B, 0x200D), (0x2060, 0x2
 _TEXT_BAD = _C0_C1 + _BIDI + _SEPARATORS
 _LABEL_BAD = _TEXT_BAD + _TAB_LF
 _NAME_BAD = _LABEL_BAD + _INVISIBLE
+# Public: the classes names and free text must stay out of, for schemas written elsewhere
+# (the REST front door's OpenAPI document needs them in a syntax Python's re can read).
+NAME_BAD, TEXT_BAD = _NAME_BAD, _TEXT_BAD
 
 
 def _rust_pattern(bad: tuple[tuple[int, int], ...]) -> str:
