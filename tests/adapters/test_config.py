@@ -95,3 +95,12 @@ def test_reach_serve_refuses_a_bad_file_before_starting(
     err = capsys.readouterr().err
     assert "agents.toml, line 1 (agent 'orders'): unknown key(s) ['colour']" in err
     assert not db.exists()  # nothing was started
+
+
+def test_the_readme_agents_file_is_valid() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    (agent,) = parse_agents(block, "README.md", env={"ORDERS_TOKEN": "t-1"})
+    assert agent.kind == "http" and agent.name == "legacy-orders"
+    assert agent.capabilities["orders.lookup"].how["path"] == "/lookup"
+    assert agent.capabilities["orders.lookup"].spec.idempotent
