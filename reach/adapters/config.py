@@ -15,7 +15,8 @@
 
 Each ``[[agent]]`` table holds the keyword arguments of its kind's class (``HttpAgent``,
 ``ProcessAgent``, ``NatsAgent``), so the file and the code say the same thing. ``${NAME}`` in
-a string is the environment variable NAME, so secrets stay out of the file. Every mistake is
+a string is the environment variable NAME, so secrets stay out of the file (``$$`` is a
+literal ``$``, e.g. in a shell command line). Every mistake is
 reported with the file, the line of its ``[[agent]]`` table and what to change, before the
 coordinator starts.
 """
@@ -38,7 +39,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "process": ("reach.adapters.process", "ProcessAgent"),
     "nats": ("reach.adapters.nats", "NatsAgent"),
 }
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # $$ is a literal $
 _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*agent[ \t]*\]\]", re.M)
 
 
@@ -140,6 +141,8 @@ def _expand(value: Any, env: Any, where: str) -> Any:
     """``${NAME}`` in every string, from the environment; an unset variable is an error."""
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
+            if m.group(1) is None:
+                return "$"
             if m.group(1) not in env:
                 raise AgentsFileError(f"{where}: environment variable {m.group(1)} is not "
                                       f"set (used as ${{{m.group(1)}}})")

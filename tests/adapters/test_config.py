@@ -104,3 +104,9 @@ def test_the_readme_agents_file_is_valid() -> None:
     assert agent.kind == "http" and agent.name == "legacy-orders"
     assert agent.capabilities["orders.lookup"].how["path"] == "/lookup"
     assert agent.capabilities["orders.lookup"].spec.idempotent
+
+
+def test_double_dollar_is_a_literal_dollar() -> None:
+    (agent,) = parse_agents("[[agent]]\nkind = 'scripted'\nname = 'a'\n"
+                            "version = '$${HOME} costs $$5, ${V}'\n", env={"V": "v1"})
+    assert agent.version == "${HOME} costs $5, v1"
