@@ -41,6 +41,11 @@ BENCHES: list[tuple[str, str, str]] = [
      "hostile names: the worst stall a legitimate call saw during each, the coordinator's "
      "peak RSS and what the attacker got back, beside a quiet baseline"),
 ]
+BENCHES.append(
+    ("Adapter agents: through Reach against direct calls", "bench/adapters.py",
+     "calls/s at 32 in flight and p50 at 1 in flight to an HTTP service through an HttpAgent "
+     "and to a stdio process through a ProcessAgent, each against the same agent called "
+     "directly (the best HTTP client; the process's own pipe)"))
 SOAK = ("Soak: faults, kills and a coordinator restart", "bench/soak.py",
         "10,000 tasks with 20 % injected faults, agent SIGKILLs and a coordinator SIGKILL: "
         "nothing lost, no key run twice")
