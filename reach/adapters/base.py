@@ -119,14 +119,18 @@ class Membership:
         self.clock = clock
         self.heartbeat_interval = heartbeat_interval
 
-    def alive(self, inflight: int = 0, queue_depth: int = 0, load: float = 0.0) -> None:
-        """A sign of life, counted exactly as a websocket agent's heartbeat."""
-        self._registry.heartbeat(self.record, self.clock.wall(), inflight=inflight,
-                                 queue_depth=queue_depth, load=load)
+    def alive(self, link: Any, inflight: int = 0, queue_depth: int = 0,
+              load: float = 0.0) -> None:
+        """A sign of life from ``link``, counted exactly as a websocket agent's heartbeat (none
+        once another connection holds the record: its beats are its own)."""
+        if self.record.link is link:
+            self._registry.heartbeat(self.record, self.clock.wall(), inflight=inflight,
+                                     queue_depth=queue_depth, load=load)
 
-    def gone(self) -> None:
-        """The adapter can no longer reach its agent at all (closed): suspected at once."""
-        if self.record.link is not None:
+    def gone(self, link: Any) -> None:
+        """``link`` can no longer reach its agent at all (closed): suspected at once — unless
+        the record is no longer its (a websocket agent took the name over meanwhile)."""
+        if self.record.link is link:
             self._registry.disconnected(self.record, self.clock.wall())
 
 
@@ -216,10 +220,10 @@ class Adapter(ABC):
         membership = self.membership
         assert membership is not None
         period = self.health_interval or membership.heartbeat_interval
-        while not self._closed:
+        while True:  # until close() cancels it
             await membership.clock.sleep(period)
             if await self._check_once(period):
-                membership.alive(len(self._calls))
+                membership.alive(self, len(self._calls))
 
     async def close(self, reason: str = "detached") -> None:
         """End the link: in-flight calls are lost to the gateway (which judges them), the
@@ -235,7 +239,7 @@ class Adapter(ABC):
             call.cancel()
         await asyncio.gather(*calls, return_exceptions=True)
         if self.membership is not None:
-            self.membership.gone()
+            self.membership.gone(self)
         await self.shut()
 
     # ------------------------------------------------------------ ports.AgentLink
