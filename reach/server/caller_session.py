@@ -208,7 +208,8 @@ class CallerSession(Session):
             pending.answered = True
             self._post_outcome(done, f.id, accepts=accepts)
 
-        if not self.services.gateway.watch(task.task_id, outcome):
+        watching = self.services.gateway.watch(task.task_id, outcome)
+        if not watching:  # pragma: no cover — a stored, unfinished task is always live
             self._post_outcome(task, f.id, accepts=True)
             return
         clock = self.services.clock
@@ -240,7 +241,7 @@ class CallerSession(Session):
                 task_id, lambda done: self._post_outcome(done, req_id, accepts)):
             if task is not None and task.terminal:
                 self._post_outcome(task, req_id, accepts)
-            else:  # every unfinished task is live; this would be a bug, so say it loudly
+            else:  # pragma: no cover — every unfinished task is live; a bug, so said loudly
                 log.error("task %s is neither live nor finished", task_id)
                 self.out.post(error_frame(Unavailable(
                     f"task {task_id} is not being driven; ask again shortly"), id=req_id,
