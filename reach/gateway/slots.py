@@ -41,10 +41,8 @@ class SlotQueue:
         callers = self._callers.setdefault(capability, {})
         counts.add(callers, caller)
         try:
-            await expires(self.clock, fut, limit)
+            await expires(self.clock, fut, limit)  # leaves ``fut`` done whichever way it ends
         finally:
-            if not fut.done():
-                fut.cancel()
             counts.drop(callers, caller)
             if not callers and self._callers.get(capability) is callers:
                 del self._callers[capability]
