@@ -123,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_serve(settings, adapters))
         except KeyboardInterrupt:
             pass
+        except StartFailed as exc:  # a taken port, an agent that cannot attach: one line
+            print(f"reach: {exc}", file=sys.stderr)
+            return 2
         return 0
     from reach.demo import run_demo
     return asyncio.run(run_demo(seconds=args.seconds, live=not args.plain))
@@ -169,6 +172,10 @@ def _rules(path: Path | None, kind: type) -> Any:
     return data if kind is str else {k: tuple(map(str, v)) for k, v in data.items()}
 
 
+class StartFailed(Exception):
+    """``reach serve`` could not start; the message says why (printed as one line)."""
+
+
 def tune_gc() -> None:
     """For a coordinator process: a full collection over tens of thousands of live tasks
     pauses the loop for 50–200 ms (measured), long enough to look like a timeout. Collect
@@ -180,14 +187,19 @@ def tune_gc() -> None:
 async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     from reach.reach import Reach
 
-    reach = await Reach.start(settings)
+    try:
+        reach = await Reach.start(settings)
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise StartFailed(f"cannot start the coordinator: {exc}") from None
     try:
         for adapter in adapters:
             view = await reach.attach(adapter)
             print(f"reach: attached {view['kind']} agent {view['name']} ({view['state']}): "
                   f"{', '.join(view['capabilities'])}", flush=True)
-    except BaseException:
+    except BaseException as exc:
         await reach.stop()
+        if isinstance(exc, ValueError):  # attach's refusal (its message names the agent)
+            raise StartFailed(str(exc)) from None
         raise
     tune_gc()
     stop = asyncio.Event()

@@ -1,0 +1,131 @@
+"""``reach serve``'s failure and shutdown paths: unreadable and ill-shaped rules files, a bad
+``--agents`` file, an agent that cannot attach, a taken port (each refused in one line, no
+traceback), JSON logs on stdout, and SIGTERM/SIGINT draining to a clean exit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from subprocs import free_port, start_coordinator
+
+from reach import Agent, Client
+from reach.cli import _rules, main
+
+
+@pytest.fixture
+def taken() -> Iterator[int]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        yield int(s.getsockname()[1])
+    finally:
+        s.close()
+
+
+def test_rules_files_are_read_as_objects_of_principals_or_patterns(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"t1": "alice"}))
+    calls = tmp_path / "calls.json"
+    calls.write_text(json.dumps({"alice": ["sales.*", "scope:read"]}))
+    assert _rules(None, str) is None
+    assert _rules(tokens, str) == {"t1": "alice"}
+    assert _rules(calls, list) == {"alice": ("sales.*", "scope:read")}
+
+
+@pytest.mark.parametrize(("content", "kind", "message"), [
+    (None, str, "cannot read"),
+    ("{not json", str, "cannot read"),
+    ('["t1", "alice"]', str, "must be a JSON object of name -> principal"),
+    ('{"t1": ["alice"]}', str, "must be a JSON object of name -> principal"),
+    ('{"alice": "sales.*"}', list, "must be a JSON object of name -> list of patterns"),
+])
+def test_a_rules_file_that_cannot_be_used_stops_serve_before_it_binds(
+        tmp_path: Path, content: str | None, kind: type, message: str) -> None:
+    path = tmp_path / "rules.json"
+    if content is not None:
+        path.write_text(content)
+    flag = "--tokens-file" if kind is str else "--permissions-file"
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--port", "0", "--store", "sqlite://", flag, str(path)])
+    assert str(exited.value).startswith(f"reach: {path}" if "must" in message
+                                        else f"reach: cannot read {path}")
+    assert message in str(exited.value)
+
+
+def test_invalid_settings_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--port", "0", "--store", "sqlite://", "--ack-timeout", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "reach: ack_timeout must be positive\n"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read it"),
+    ("[[agent]\n", "not valid TOML"),
+    ("[other]\nx = 1\n", "unknown top-level key(s) ['other']"),
+])
+def test_a_bad_agents_file_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None,
+        message: str) -> None:
+    path = tmp_path / "agents.toml"
+    if content is not None:
+        path.write_text(content)
+    assert main(["serve", "--port", "0", "--store", "sqlite://", "--agents", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"reach: {path}") and message in err and len(err.splitlines()) == 1
+
+
+def test_an_agent_that_cannot_attach_stops_serve_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dead = free_port()  # nothing listens there: its OpenAPI document cannot be read
+    agents = tmp_path / "agents.toml"
+    agents.write_text(f'[[agent]]\nkind = "http"\nname = "legacy"\n'
+                      f'url = "http://127.0.0.1:{dead}"\nopenapi_url = "/openapi.json"\n')
+    assert main(["serve", "--port", "0", "--no-http", "--store", "sqlite://",
+                 "--agents", str(agents)]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("reach: agent 'legacy': could not read its OpenAPI document")
+    assert len(out.err.splitlines()) == 1 and "listening on" not in out.out
+
+
+def test_a_taken_port_is_one_line_and_exit_2(
+        taken: int, capsys: pytest.CaptureFixture[str]) -> None:
+    for flags in (["--port", str(taken), "--no-http"],  # the websocket port
+                  ["--port", "0", "--http-port", str(taken)]):  # the front door's
+        assert main(["serve", "--store", "sqlite://", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("reach: cannot start the coordinator:") and str(taken) in err
+        assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_drains_in_flight_work_and_exits_0(
+        spawn: Any, tmp_path: Path, sig: signal.Signals) -> None:
+    port = free_port()
+    coord = start_coordinator(spawn, "coord", port, tmp_path / "r.db", "--no-http",
+                              "--json-logs", "--log-level", "WARNING")
+    await coord.wait_for("listening on")
+    url = f"ws://127.0.0.1:{port}"
+    agent = Agent("w", reconnect_base=0.02)
+    agent.capability("job.run")(lambda n: n + 1)
+    await agent.connect(url)
+    try:
+        async with Client.connect(url, caller="bob") as client:
+            assert await client.call("job.run", {"n": 1}) == 2
+    finally:
+        await agent.close(drain=0.5)
+    coord.send(sig)
+    await coord.wait_for("stopping (draining in-flight tasks)")
+    assert coord.popen.wait(timeout=15) == 0
+    out = coord.output()
+    assert "Traceback" not in out
+    # --json-logs: each task transition is one bare JSON line on stdout
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert events and any(e.get("caller") == "bob" and e.get("capability") == "job.run"
+                          for e in events), out[-2000:]
