@@ -57,10 +57,6 @@ class Template:
         self.parts.append((False, "".join(literal)))
         self.parts = [p for p in self.parts if p[0] or p[1]]
 
-    @property
-    def names(self) -> list[str]:
-        return [text for is_param, text in self.parts if is_param]
-
     def fill(self, params: Mapping[str, Any]) -> str:
         if len(self.parts) == 1 and not self.parts[0][0]:
             return self.parts[0][1]

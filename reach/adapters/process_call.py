@@ -63,7 +63,7 @@ def release(proc: asyncio.subprocess.Process) -> None:
     stopped early (a reply over the bound, a child holding it open) would otherwise stay open
     until the garbage collector finds it."""
     transport = getattr(proc, "_transport", None)  # asyncio keeps no public handle on it
-    if transport is not None:
+    if transport is not None:  # pragma: no branch — CPython's Process always has one
         transport.close()
 
 
@@ -92,6 +92,22 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
         await stream.wait_closed()
 
 
+async def _exit_code(proc: asyncio.subprocess.Process) -> int:
+    """The command's exit status, as soon as it exits. ``Process.wait()`` alone returns only
+    once its pipes are closed too, which a process the command left running may hold open for
+    ever: the status is polled meanwhile (the normal exit, pipes closed, returns at once)."""
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        poll = 0.005
+        while proc.returncode is None:
+            await asyncio.wait([waiter], timeout=poll)
+            poll = min(poll * 2, 0.1)
+        return proc.returncode
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+
+
 async def run(program: str, args: list[str], *, stdin: bytes | None, env: dict[str, str],
               cwd: str | None, max_output: int, grace: float) -> Finished:
     """Run the command to its end and return what it printed. Raises ``Undelivered`` when it
@@ -111,11 +127,12 @@ async def run(program: str, args: list[str], *, stdin: bytes | None, env: dict[s
     if stdin is not None:
         assert proc.stdin is not None
         helpers.append(asyncio.ensure_future(_feed(proc.stdin, stdin)))
-    exited = asyncio.ensure_future(proc.wait())
+    exited = asyncio.ensure_future(_exit_code(proc))
     try:
-        await asyncio.wait([exited, out], return_when=asyncio.FIRST_EXCEPTION)
+        await asyncio.wait([exited, out], return_when=asyncio.FIRST_COMPLETED)
         if out.done():
             out.result()  # raises Overflow when it stopped reading at the bound
+            await exited  # stdout ended first: the exit is next
         # Exited; the pipes close once nothing holds them. A process it left behind may hold
         # them open: give it the grace, then the group is ended (finally) and what was read
         # is what it printed.

@@ -139,10 +139,6 @@ class Supervisor:
         finally:
             self._calls.pop(rid, None)
 
-    @property
-    def inflight(self) -> int:
-        return len(self._calls)
-
     def _send(self, line: bytes) -> None:
         # The lines of one loop iteration go out in one write: at 32 calls in flight, a
         # write system call per call was the adapter's largest cost (bench/adapters_stdio.py).
@@ -160,7 +156,7 @@ class Supervisor:
     # ------------------------------------------------------------ the supervising task
 
     async def _supervise(self) -> None:
-        while not self._closing:
+        while True:  # until stop() sets _closing (seen below) or cancels this task
             began = time.monotonic()
             try:
                 proc = await asyncio.create_subprocess_exec(
