@@ -135,7 +135,7 @@ class Ops:
                                 f"see reach.dead_letters()")
         self.gateway.replay(task)
         fut = self.gateway.outcome(task_id)
-        if fut is not None:
+        if fut is not None:  # pragma: no branch — replay() made the task live just now
             try:
                 async with asyncio.timeout(wait):
                     await asyncio.shield(fut)
