@@ -46,7 +46,8 @@ class Opening(Generic[T]):
     def __repr__(self) -> str:
         return f"<Opening of {type(self._target).__name__}: await it or use async with>"
 
-    if not TYPE_CHECKING:  # at run time only: mypy still flags the forgotten await itself
+    # at run time only: mypy still flags the forgotten await itself
+    if not TYPE_CHECKING:  # pragma: no branch — TYPE_CHECKING is always False at run time
         def __getattr__(self, name: str) -> NoReturn:
             kind = type(object.__getattribute__(self, "_target")).__name__
             if name.startswith("__"):
