@@ -165,13 +165,11 @@ async def test_an_exception_inside_the_driver_ends_the_task_with_a_clear_error(
 
 async def test_an_exception_after_the_task_ended_leaves_its_outcome_alone(
         rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    rig.agent("a", ok)
-    updates: list[str] = []
+    rig.agent("a", fault)  # not idempotent: the driver dead-letters it itself
 
     def update(task: Any) -> None:
         if task.terminal:
             raise OSError("disk full")
-        updates.append(task.state.value)
 
     monkeypatch.setattr(rig.store, "update", update)
     admission = rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
@@ -180,8 +178,9 @@ async def test_an_exception_after_the_task_ended_leaves_its_outcome_alone(
     waiter = rig.gateway.outcome(task.task_id)
     assert waiter is not None
     await rig.clock.settle()
-    # The answer left before the failing write, and the guard does not overwrite it.
-    assert task.state is S.SUCCEEDED and task.error is None
+    # The answer left before the failing write; the guard does not overwrite it.
+    assert task.state is S.DEAD and task.error is not None
+    assert task.error["code"] == "task_failed" and task.error["message"] == "boom"
     assert waiter.done() and waiter.result() is task
     assert len(rig.gateway._drivers) == 0
 

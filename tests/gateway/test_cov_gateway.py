@@ -12,7 +12,7 @@ from test_decisions import Rig, ok, outcomes
 
 from reach.core.resilience import LatencyWindow
 from reach.core.tasks import Attempt, Envelope, Outcome, SubmitRequest, Task, TaskState, new_task
-from reach.errors import ReachError
+from reach.errors import InvalidParams, NoRoute, ReachError, Rejected, Unauthorized, Unavailable
 
 S = TaskState
 
@@ -173,3 +173,123 @@ async def test_both_copies_failing_ends_with_the_last_verdict() -> None:
         assert task.error["message"] == "b broke"
     finally:
         await rig.close()
+
+
+async def test_a_late_ack_of_the_first_copy_leaves_the_running_task_as_it_is(rig: Rig) -> None:
+    _, a_link = rig.agent("a", lambda w: "silent", idempotent=True, hedge=True, weight=1000)
+    _, b_link = rig.agent("b", None, idempotent=True, hedge=True, weight=1)
+    with_p95(rig)
+    task = await rig.submit()
+    assert task.state is S.DISPATCHED  # "a" has not acknowledged
+    await rig.clock.advance(0.2)  # the hedge goes to "b", which acknowledges at once
+    assert task.state is S.RUNNING
+    acks = sum(1 for _, _, note in task.history if note == "acknowledged")
+    a_link.pending[(task.task_id, 1)].ack()  # "a" acknowledges late, within its ack timeout
+    assert task.state is S.RUNNING
+    assert sum(1 for _, _, note in task.history if note == "acknowledged") == acks
+    a_link.finish(task.task_id, "ok", "from a")
+    await rig.clock.settle()
+    assert task.state is S.SUCCEEDED and task.result == "from a"
+
+
+# ---------------------------------------------------------------- refusals at accept
+
+
+async def test_accept_refuses_while_stopping_and_names_that_cannot_be_capabilities() -> None:
+    rig = Rig()
+    rig.agent("a", ok)
+    with pytest.raises(InvalidParams, match="has no words"):
+        rig.gateway.accept(SubmitRequest("...", {}, "tester"))
+    await rig.close()
+    with pytest.raises(Unavailable, match="shutting down"):
+        rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
+
+
+async def test_accept_refuses_a_capability_whose_agents_are_all_away(rig: Rig) -> None:
+    a, _ = rig.agent("a", ok)
+    rig.gateway.known["x.work"] = {"a"}
+    rig.registry.disconnected(a, rig.clock.wall())
+    with pytest.raises(Unavailable, match="none is online"):
+        rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
+
+
+async def test_accept_refuses_a_known_capability_nobody_declares_now(rig: Rig) -> None:
+    rig.agent("a", ok)
+    rig.gateway.known["y.work"] = {"gone-agent"}
+    with pytest.raises(Unavailable, match=r"declared by \['gone-agent'\], not connected now"):
+        rig.gateway.accept(SubmitRequest("y.work", {}, "tester"))
+
+
+async def test_a_caller_at_its_task_limit_is_rejected() -> None:
+    rig = Rig(max_caller_tasks=1)
+    try:
+        rig.agent("a", lambda w: "hang")
+        first = await rig.submit()
+        with pytest.raises(Rejected, match="max_caller_tasks"):
+            rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
+        other = rig.gateway.accept(SubmitRequest("x.work", {}, "someone-else"))
+        assert first.state is S.RUNNING and other.task is not None
+    finally:
+        await rig.close()
+
+
+async def test_a_duplicate_submit_with_a_stream_sink_joins_the_live_first_task(rig: Rig) -> None:
+    _, link = rig.agent("a", None)
+    got: list[tuple[str, int, Any]] = []
+    first = rig.gateway.accept(SubmitRequest("x.work", {}, "tester", idempotency_key="k"))
+    again = rig.gateway.accept(SubmitRequest("x.work", {}, "tester", idempotency_key="k"),
+                               lambda *chunk: got.append(chunk))
+    # (MemoryStore commits at once: nothing left to wait for before acknowledging)
+    assert again.duplicate and again.task is first.task and again.commit is None
+    await rig.clock.settle()
+    assert first.task is not None
+    tid = first.task.task_id
+    link.pending[(tid, 1)].chunk(0, "part")
+    rig.gateway.add_chunk_sink(tid, lambda *chunk: got.append(("direct", *chunk[1:])))
+    link.pending[(tid, 1)].chunk(1, "more")
+    assert got == [(tid, 0, "part"), (tid, 1, "more"), ("direct", 1, "more")]
+    seen: list[str] = []
+    assert rig.gateway.watch(tid, lambda t: seen.append(t.state.value))
+    link.finish(tid, "ok", "done")
+    await rig.clock.settle()
+    assert seen == ["succeeded"]
+
+
+# ---------------------------------------------------------------- admission's checks
+
+
+def _task(tid: str, trace: str, caller: str) -> Task:
+    env = Envelope(task_id=tid, trace_id=trace, capability="x.work", params={}, caller=caller,
+                   idempotency_key=f"{caller}/{tid}", created_at=0.0)
+    return new_task(env, 0.0)
+
+
+async def test_joining_a_trace_its_own_caller_a_nested_call_or_a_forgotten_root() -> None:
+    from reach.config import Settings
+    from reach.gateway.admission import check_join
+    from reach.gateway.book import TaskBook
+    from reach.gateway.events import EventBus
+    from reach.testing import ManualClock
+
+    book = TaskBook(Settings(), EventBus(ManualClock()))
+    root = _task("root", "tr", "planner")
+    root.attempts.append(Attempt(1, "id-sales", "sales", 0.0))  # "sales" runs the root task
+    book.track(root)
+    check_join(book, "tr-new", "anyone", None)  # a trace nobody has yet
+    check_join(book, "tr", "planner", None)  # its own caller
+    check_join(book, "tr", "sales", "root")  # the agent running the root calls on
+    with pytest.raises(Unauthorized, match="belongs to another caller"):
+        check_join(book, "tr", "stranger", "root")  # names the task, but does not run it
+    with pytest.raises(Unauthorized):
+        check_join(book, "tr", "stranger", None)
+    book.traces["tr-old"] = ["evicted"]  # its first task is no longer in memory
+    check_join(book, "tr-old", "stranger", None)
+
+
+async def test_an_intent_must_say_something_and_match_a_capability(rig: Rig) -> None:
+    from reach.gateway.admission import by_intent
+    rig.agent("a", ok)
+    with pytest.raises(InvalidParams, match="name a capability or state an intent"):
+        by_intent(rig.registry, "   ")
+    with pytest.raises(NoRoute, match="no capability matches the intent"):
+        by_intent(rig.registry, "bake a cake")

@@ -180,8 +180,10 @@ async def test_a_wake_goes_to_the_least_busy_caller_then_the_oldest_highest_prio
 async def test_cancel_all_ends_every_wait_still_waiting() -> None:
     clock = ManualClock()
     slots = SlotQueue(aging=50.0, clock=clock)
+    gave_up = asyncio.ensure_future(slots.wait("x.work", 5, 0.0, 0.1, "b"))
     waiting = asyncio.ensure_future(slots.wait("x.work", 5, 0.0, 10.0, "c"))
-    await clock.settle()
+    await clock.advance(0.1)
+    assert gave_up.done() and not waiting.done()
     slots.cancel_all()
     await clock.settle()
     assert waiting.cancelled() and slots.waiting("x.work") == 0
