@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check bench install clean
+.PHONY: demo test check bench install clean mutate
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,9 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/all.py    # every benchmark; the tables land in docs/benchmarks.md
+
+mutate: $(STAMP)
+	$(BIN)/python tools/mutate.py --jobs 2    # reach/core mutation score per module; gate 95 %
 
 clean:
 	rm -rf $(VENV) .pytest_cache
