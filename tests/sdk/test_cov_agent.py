@@ -191,12 +191,12 @@ async def _silent(peer: Peer) -> None:
     (_refuses, Unauthorized, "bad token"),
     (_answers_accepted, ReachError, "expected 'welcome', got 'accepted'"),
     (_answers_garbage, ProtocolError, "JSON object"),
-    (_silent, Unavailable, "did not answer 'register' in 0.05 s"),
+    (_silent, Unavailable, "did not answer 'register' in 0.25 s"),
 ], ids=["refuses", "not-welcome", "garbage", "silent"])
 async def test_a_first_connect_answered_wrong_raises_it(
         monkeypatch: pytest.MonkeyPatch, script: Script, error: type[Exception],
         match: str) -> None:
-    monkeypatch.setattr(connection, "ANSWER_TIMEOUT", 0.05)
+    monkeypatch.setattr(connection, "ANSWER_TIMEOUT", 0.25)
     async with FakeCoordinator(script) as fake:
         agent = echo_agent()
         with pytest.raises(error, match=match):
@@ -446,8 +446,8 @@ async def test_an_agent_closing_while_it_waits_to_reconnect_does_not_reconnect()
         await peer.ws.close()
 
     async with FakeCoordinator(invokes_then_drops) as fake:
-        # the wait before reconnecting is 0.1-0.2 s: close() starts well within it
-        agent, release, seen = blocking_agent(reconnect_base=0.2, reconnect_cap=0.2)
+        # the wait before reconnecting is 0.2-0.4 s: close() starts well within it
+        agent, release, seen = blocking_agent(reconnect_base=0.4, reconnect_cap=0.4)
         await agent.connect(fake.url)
         await wait_until(lambda: seen == ["started"] and not agent.online.is_set())
         closing = asyncio.ensure_future(agent.close(drain=2))  # waits for the handler
