@@ -198,3 +198,15 @@ def test_membership_beats_and_gives_back_the_record_only_for_the_link_holding_it
     membership.alive(ours, inflight=4)
     membership.gone(ours)
     assert calls == [("beat", 3), ("gone", 100.0)]
+
+
+def test_the_package_exports_resolve_including_the_lazily_imported_ones() -> None:
+    import reach.adapters as package
+    from reach.adapters.http import HttpAgent
+    from reach.adapters.nats import NatsAgent
+
+    package.__dict__.pop("HttpAgent", None)  # as in a fresh interpreter: not imported yet
+    assert package.HttpAgent is HttpAgent and package.NatsAgent is NatsAgent
+    assert all(getattr(package, name) is not None for name in package.__all__)
+    with pytest.raises(AttributeError, match="has no attribute 'HtpAgent'"):
+        package.HtpAgent  # noqa: B018
