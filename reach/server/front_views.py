@@ -20,7 +20,7 @@ def capabilities(caller: str, registry: Registry, trust: Trust) -> CapabilityLis
     for name in sorted(registry.index):
         declared = registry.index[name]
         records = list(declared.values())
-        if not records:
+        if not records:  # pragma: no cover — the registry drops a name with its last agent
             continue
         spec = records[0].capabilities[name].spec
         if not trust.calls.allows(caller, name, spec.scope):
