@@ -1,0 +1,83 @@
+"""The agent session's rarer paths over a real loopback coordinator, spoken raw: a connection
+replaced while work is in flight on it (the work is lost there and goes to the new one), the
+session closed through its port (``AgentLink.close``), and the bounded memory of given-up
+attempts (the oldest is forgotten, a late answer to a recent one is still told)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from conformance.rawpeer import agent, answer, caller, submit
+
+from reach import Reach
+from reach.server.agent_session import GIVEN_UP, AgentSession
+
+JOB = {"name": "job.run", "idempotent": True}
+
+
+@pytest.fixture
+async def reach() -> AsyncIterator[Reach]:
+    async with Reach.start(http_port=None, heartbeat_interval=0.1, ack_timeout=1.0,
+                           drain_timeout=0.2) as coordinator:
+        yield coordinator
+
+
+def session_of(reach: Reach, name: str) -> AgentSession:
+    [found] = [s for s in reach.channel.sessions
+               if isinstance(s, AgentSession) and s.record is not None
+               and s.record.name == name and s.record.link is s]
+    return found
+
+
+async def test_a_replaced_connection_loses_its_work_to_the_new_one(reach: Reach) -> None:
+    old = await agent(reach.url, "w", [JOB], instance="proc-1")
+    boss = await caller(reach.url)
+    await boss.send(submit(1, "job.run", {"n": 1}))
+    await boss.expect("accepted", id=1)
+    first = await old.expect("invoke")
+    stale = session_of(reach, "w")
+    assert stale.pending
+    new = await agent(reach.url, "w", [JOB], instance="proc-1")  # the same process, again
+    code, reason = await old.closed()
+    assert code == 4000 and reason == "replaced by a newer connection of the same agent"
+    assert not stale.pending  # lost with the old connection
+    again = await new.expect("invoke", task_id=first["task_id"])  # retried on the new one
+    assert again["attempt"] > first["attempt"]
+    await answer(new, again, "from the new connection")
+    assert (await boss.outcome(1))["result"] == "from the new connection"
+    # The old session ending did not mark the agent disconnected: the new one holds it.
+    async with asyncio.timeout(2):
+        while stale in reach.channel.sessions:
+            await asyncio.sleep(0.005)
+    assert [a["state"] for a in reach.agents()] == ["online"]
+    await new.close()
+    await boss.close()
+
+
+async def test_closing_a_session_through_its_port_closes_the_socket(reach: Reach) -> None:
+    peer = await agent(reach.url, "w", [JOB])
+    await session_of(reach, "w").close("operator asked")
+    assert await peer.closed() == (1000, "operator asked")
+
+
+async def test_given_up_attempts_are_remembered_within_a_bound(reach: Reach) -> None:
+    peer = await agent(reach.url, "w", [JOB])
+    session = session_of(reach, "w")
+    for n in range(GIVEN_UP):  # a long history of attempts given up before
+        session.given_up[(f"{n:032x}", 1)] = None
+    boss = await caller(reach.url)
+    await boss.send(submit(1, "job.run", {}, timeout=0.05, max_retries=0))
+    invoke = await peer.expect("invoke")
+    assert (await boss.outcome(1))["error"]["code"] == "timeout"
+    async with asyncio.timeout(2):
+        while (invoke["task_id"], invoke["attempt"]) not in session.given_up:
+            await asyncio.sleep(0.005)
+    assert len(session.given_up) == GIVEN_UP and (f"{0:032x}", 1) not in session.given_up
+    # A late answer to it is told once why it is discarded.
+    await answer(peer, invoke, "too late")
+    told = await peer.expect("error", task_id=invoke["task_id"])
+    assert told["error"]["code"] == "timeout" and "was given up" in told["error"]["message"]
+    await peer.close()
+    await boss.close()
