@@ -48,9 +48,7 @@ log = logging.getLogger("reach.client")
 RECONNECT = Backoff(base=0.05, factor=2.0, cap=2.0, jitter=0.2)
 """How soon the client tries again after losing its coordinator: 50 ms, doubling up to 2 s."""
 
-OUTCOME_GRACE = 1.0
-"""Seconds a call with a ``timeout`` waits past it for the coordinator's own answer (its
-``timeout`` error among them) before giving up on the wait itself."""
+OUTCOME_GRACE = 1.0  # s a call waits past its timeout for the coordinator's own answer
 
 
 class Client:
