@@ -4,6 +4,7 @@ traceback), JSON logs on stdout, and SIGTERM/SIGINT draining to a clean exit."""
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
@@ -12,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from rich.console import Console
 from subprocs import free_port, start_coordinator
 
-from reach import Agent, Client
+from reach import Agent, Client, demo_adapters
 from reach.cli import _rules, main
+from reach.demo import run_demo
 
 
 @pytest.fixture
@@ -129,3 +133,22 @@ async def test_a_signal_drains_in_flight_work_and_exits_0(
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert events and any(e.get("caller") == "bob" and e.get("capability") == "job.run"
                           for e in events), out[-2000:]
+
+
+async def test_demo_plain_with_no_traffic_prints_an_empty_summary() -> None:
+    """``reach demo --plain`` with no time to send work: no live table, no calls, no trace,
+    and the summary still says so."""
+    out = io.StringIO()
+    assert await run_demo(seconds=0, live=False, console=Console(file=out, width=120)) == 0
+    assert out.getvalue() == ("\noutcomes: \ndead letters: 0\nNext: `reach serve` for a "
+                              "standalone coordinator; see README.md.\n")
+
+
+async def test_the_demo_pricing_service_is_busy_now_and_then() -> None:
+    class Always:
+        def random(self) -> float:
+            return 0.0  # below the 10 % busy share every time
+
+    async with TestClient(TestServer(demo_adapters.pricing_app(Always()))) as http:  # type: ignore[arg-type]
+        r = await http.post("/quote", json={"sku": "A-1", "units": 2})
+        assert (r.status, await r.text()) == (503, "pricing backend busy")
