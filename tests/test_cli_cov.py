@@ -152,3 +152,19 @@ async def test_the_demo_pricing_service_is_busy_now_and_then() -> None:
     async with TestClient(TestServer(demo_adapters.pricing_app(Always()))) as http:  # type: ignore[arg-type]
         r = await http.post("/quote", json={"sku": "A-1", "units": 2})
         assert (r.status, await r.text()) == (503, "pricing backend busy")
+
+
+async def test_ctrl_c_while_an_agent_attaches_stops_quietly_and_exits_0(
+        spawn: Any, tmp_path: Path, taken: int) -> None:
+    """Before the coordinator listens, Ctrl-C is Python's KeyboardInterrupt (the drain
+    handlers are not installed yet): what was started is stopped, and the exit is clean."""
+    agents = tmp_path / "agents.toml"  # its OpenAPI service accepts and never answers
+    agents.write_text(f'[[agent]]\nkind = "http"\nname = "slow"\n'
+                      f'url = "http://127.0.0.1:{taken}"\nopenapi_url = "/openapi.json"\n')
+    coord = start_coordinator(spawn, "coord", free_port(), tmp_path / "r.db", "--no-http",
+                              "--agents", agents, "--log-level", "WARNING")
+    await coord.wait_for("open mode")  # started; now waiting on the attach
+    coord.send(signal.SIGINT)
+    assert coord.popen.wait(timeout=15) == 0
+    out = coord.output()
+    assert "Traceback" not in out and "listening on" not in out

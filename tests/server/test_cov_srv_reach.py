@@ -120,3 +120,25 @@ async def test_replay_with_a_wait_that_runs_out_returns_the_running_task() -> No
         assert len(reach.traces(limit=1)) == 1
         await boss.close()
         await worker.close()
+
+
+async def test_attach_before_start_is_refused_with_how_to() -> None:
+    reach = Reach.start(http_port=None)._target  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="start the coordinator before attaching agents"):
+        await reach.attach(object())
+
+
+async def test_a_restart_lists_the_dead_letters_it_stored(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    async with Reach.start(store=db, http_port=None, heartbeat_interval=0.1) as reach:
+        worker = await agent(reach.url, "w", [JOB])
+        boss = await caller(reach.url)
+        await boss.send(submit(1, "job.run", {}, timeout=0.05, max_retries=0))
+        tid = (await boss.expect("accepted", id=1))["task_id"]
+        assert (await boss.outcome(1))["error"]["code"] == "timeout"
+        await boss.close()
+        await worker.close()
+    async with Reach.start(store=db, http_port=None) as again:
+        [letter] = again.dead_letters()
+        assert letter["task_id"] == tid and letter["capability"] == "job.run"
+        assert again.dead_letter(tid) is not None
