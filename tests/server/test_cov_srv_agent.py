@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from conformance.rawpeer import agent, answer, caller, submit
+from conformance.rawpeer import Peer, agent, answer, caller, submit
 
 from reach import Reach
 from reach.server.agent_session import GIVEN_UP, AgentSession
@@ -81,3 +81,17 @@ async def test_given_up_attempts_are_remembered_within_a_bound(reach: Reach) -> 
     assert told["error"]["code"] == "timeout" and "was given up" in told["error"]["message"]
     await peer.close()
     await boss.close()
+
+
+async def test_a_registration_the_registry_refuses_is_invalid_params_and_closed(
+        reach: Reach) -> None:
+    peer = await Peer.open(reach.url)
+    await peer.send({"v": 1, "type": "register", "name": "w",
+                     "capabilities": [{"name": "job.run"}, {"name": "Job.Run"}]})
+    refused = (await peer.recv())["error"]
+    assert refused["code"] == "invalid_params"
+    assert refused["message"] == \
+        "registration refused: capability 'Job.Run' is declared twice (as 'job.run')"
+    assert refused["details"] == {"reason": refused["message"][len("registration refused: "):]}
+    assert (await peer.closed())[0] == 1008
+    assert reach.agents() == []  # nothing of it was registered

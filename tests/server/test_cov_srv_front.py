@@ -130,6 +130,9 @@ async def test_a_late_duplicate_over_http_is_read_back_or_refused(tmp_path: Path
         status, again, _ = await f.post("/v1/tasks", {"capability": "echo.run",
                                                      "params": {"n": 1}}, headers=key)
         assert (status, again["task_id"], again["duplicate"]) == (202, tid, True)
+        status, by_intent, _ = await f.post("/v1/tasks", {"intent": "echo this back",
+                                                         "params": {"n": 1}}, headers=key)
+        assert (status, by_intent["task_id"], by_intent["duplicate"]) == (202, tid, True)
         status, body, _ = await f.post("/v1/tasks", {"capability": "sales.query",
                                                     "params": {}}, headers=key)
         assert status == 422 and body["code"] == "invalid_params"
