@@ -27,6 +27,7 @@ SLOW_READER = 1008  # the close code for a peer whose unread frames passed the l
 
 class Outbox:
     EAGER_LIMIT = 64 * 1024  # bytes already buffered before frames wait for the writer task
+    ABORT_AFTER = 1.0  # seconds a slow reader has to read its way to the close frame
 
     def __init__(self, ws: Any, name: str = "outbox", limit: int | None = None) -> None:
         self.ws = ws
@@ -49,9 +50,7 @@ class Outbox:
         if not self._queue and self._writable():
             ws = self.ws
             ws.protocol.send_text(text.encode())
-            for chunk in ws.protocol.data_to_send():
-                if chunk:
-                    ws.transport.write(chunk)
+            ws.transport.write(b"".join(ws.protocol.data_to_send()))
             return True
         self._queue.append(text)
         self._queued += len(text)
@@ -72,17 +71,21 @@ class Outbox:
         self._task.cancel()
         # Not ``ws.close()``: its closing handshake waits for the write buffer to drain, which
         # a peer that does not read never lets happen. The close frame goes behind what is
-        # already buffered, the transport closes once that is flushed, and is dropped after a
-        # second if it is not (connection_lost then ends the session's reader).
+        # already buffered; a peer that reads its way to it answers it and the connection ends
+        # as usual; one that does not is dropped after ABORT_AFTER (connection_lost then ends
+        # the session's reader). Not ``transport.close()`` either: on Python 3.11 a transport
+        # closed with data still buffered breaks the ``abort()`` that websockets' own close
+        # calls later (AttributeError once the buffer has drained).
         ws = self.ws
         with contextlib.suppress(Exception):
             ws.protocol.send_close(SLOW_READER, f"slow reader: {unsent} bytes unsent")
-            for chunk in ws.protocol.data_to_send():
-                if chunk:
-                    ws.transport.write(chunk)
-        transport = ws.transport
-        transport.close()
-        asyncio.get_running_loop().call_later(1.0, transport.abort)
+            ws.transport.write(b"".join(ws.protocol.data_to_send()))
+        asyncio.get_running_loop().call_later(self.ABORT_AFTER, self._abort)
+
+    def _abort(self) -> None:
+        """Drop the connection of a slow reader that did not get through to the close frame."""
+        if not self.ws.connection_lost_waiter.done():
+            self.ws.transport.abort()
 
     def _writable(self) -> bool:
         ws = self.ws
