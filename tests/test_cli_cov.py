@@ -8,6 +8,7 @@ import io
 import json
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,17 @@ def test_a_taken_port_is_one_line_and_exit_2(
 async def test_a_signal_drains_in_flight_work_and_exits_0(
         spawn: Any, tmp_path: Path, sig: signal.Signals) -> None:
     port = free_port()
-    coord = start_coordinator(spawn, "coord", port, tmp_path / "r.db", "--no-http",
-                              "--json-logs", "--log-level", "WARNING")
+    agents = tmp_path / "agents.toml"  # an agent that does not speak Reach, attached at start
+    tool = Path(__file__).parent / "adapters" / "tools" / "cli_tool.py"
+    agents.write_text(f'[[agent]]\nkind = "process"\nname = "echo-tool"\n'
+                      f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(tool))}]\n'
+                      f'[agent.capabilities."tool.echo"]\nargs = ["echo"]\n')
+    coord = start_coordinator(spawn, "coord", port, tmp_path / "r.db", "--http-port", "0",
+                              "--agents", agents, "--json-logs", "--log-level", "WARNING")
     await coord.wait_for("listening on")
+    attached = await coord.wait_for("reach: attached")
+    assert attached == "reach: attached process agent echo-tool (online): tool.echo"
+    assert "/openapi.json" in await coord.wait_for("REST front door at http://127.0.0.1:")
     url = f"ws://127.0.0.1:{port}"
     agent = Agent("w", reconnect_base=0.02)
     agent.capability("job.run")(lambda n: n + 1)

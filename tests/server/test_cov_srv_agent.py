@@ -95,3 +95,15 @@ async def test_a_registration_the_registry_refuses_is_invalid_params_and_closed(
     assert refused["details"] == {"reason": refused["message"][len("registration refused: "):]}
     assert (await peer.closed())[0] == 1008
     assert reach.agents() == []  # nothing of it was registered
+
+
+async def test_a_small_registration_over_max_capabilities_is_refused_by_its_count() -> None:
+    async with Reach.start(http_port=None, max_capabilities=2) as reach:
+        peer = await Peer.open(reach.url)
+        await peer.send({"v": 1, "type": "register", "name": "w",
+                         "capabilities": [{"name": f"job.n{i}"} for i in range(3)]})
+        refused = (await peer.recv())["error"]
+        assert refused["code"] == "invalid_params"
+        assert refused["details"] == {"limit": 2, "reason": "3 capabilities, over the limit of 2"}
+        assert (await peer.closed())[0] == 1008
+        assert reach.agents() == []

@@ -85,6 +85,16 @@ def test_finished_logs_are_forgotten_first_when_over_the_total() -> None:
     assert chunks.has("d")
 
 
+def test_finished_logs_go_one_after_another_until_under_the_total() -> None:
+    chunks = front_sse.Chunks(per_task=100, total=10)
+    for tid in ("a", "b"):
+        chunks.sink(tid, 1, "x")  # 3 bytes each as JSON
+        chunks.finished(tid)
+    chunks.sink("c", 1, "xxxxxxxx")  # 10 bytes: 16 in all, and forgetting "a" is not enough
+    assert (chunks.has("a"), chunks.has("b"), chunks.has("c")) == (False, False, True)
+    assert chunks._size == 10
+
+
 def test_past_the_log_count_unfinished_logs_go_too() -> None:
     chunks = front_sse.Chunks(per_task=100, total=1000, max_logs=2)
     for tid in ("a", "b", "c"):
