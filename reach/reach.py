@@ -274,7 +274,7 @@ class Reach:
             raise ValueError(f"no attached agent named {name!r}; attached: "
                              f"{sorted(self.adapters) or 'none'}")
         record = self.registry.by_name.get(name)
-        if record is not None:
+        if record is not None:  # pragma: no branch — attach registered it; names stay
             self.registry.deregister(record, self.clock.wall())
             await adapter.drained(self.settings.drain_timeout if grace is None else grace)
         await adapter.close("detached")

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conformance.rawpeer import agent, answer, caller, submit
 
 from reach import InvalidParams, Reach
+from reach.adapters import Adapter
 
 JOB = {"name": "job.run"}
 
@@ -142,3 +145,29 @@ async def test_a_restart_lists_the_dead_letters_it_stored(tmp_path: Path) -> Non
         [letter] = again.dead_letters()
         assert letter["task_id"] == tid and letter["capability"] == "job.run"
         assert again.dead_letter(tid) is not None
+
+
+class Echo(Adapter):
+    kind = "scripted"
+
+    async def invoke(self, work: Any, how: dict[str, Any], reply: Any) -> Any:
+        return {"echo": work.params}
+
+    async def check(self) -> bool:
+        return True
+
+
+async def test_an_attached_agents_registration_warnings_are_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with Reach.start(http_port=None) as reach:
+        with caplog.at_level(logging.WARNING, "reach"):
+            view = await reach.attach(Echo("legacy", {"Echo.Run": {"idempotent": True}}))
+        assert view["capabilities"] == ["echo.run"]
+        assert "agent legacy: capability 'Echo.Run' registered as 'echo.run'" in \
+            [r.getMessage() for r in caplog.records]
+        boss = await caller(reach.url)
+        await boss.send(submit(1, "Echo.Run", {"a": 1}))
+        assert (await boss.outcome(1))["result"] == {"echo": {"a": 1}}
+        await boss.close()
+        await reach.detach("legacy", grace=0.1)
+        assert reach.adapters == {} and reach.agents()[0]["draining"] is True
