@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter, ValidationError
 
 from reach.errors import ProtocolError
 from reach.wire.bounds import FRAME_TYPES, MAX_DEPTH, MAX_ID, RULES, SUPPORTED_VERSIONS, VERSION
@@ -31,7 +31,9 @@ class _Head(BaseModel):
     v: Any = VERSION
     type: Any = None
     id: Any = None
-    deep: bool = False  # set by `_peek`: the frame nests deeper than MAX_DEPTH
+    # Set by `_peek`: the frame nests deeper than MAX_DEPTH. Private, so a frame's own "deep"
+    # key cannot set it (it made any invalid frame with "deep": true explained as too deep).
+    _deep: bool = PrivateAttr(default=False)
 
 
 _HEAD: TypeAdapter[_Head] = TypeAdapter(_Head)
@@ -71,21 +73,22 @@ def _peek(raw: str | bytes) -> _Head | ProtocolError:
     # Too deep. Read the head from the part before the limit: a frame's own fields usually
     # come before its payload (the SDKs send `v`, `type`, `id` first). Newlines are outside
     # strings in valid JSON, so turning them into spaces puts the limit on line 1.
+    # (A str with a lone surrogate never gets here: it is refused as not unicode before any
+    # nesting is read; surrogatepass only makes sure nothing can escape if it did.)
+    flat = (raw.encode(errors="surrogatepass") if isinstance(raw, str) else raw
+            ).replace(b"\n", b" ")
     try:
-        flat = (raw.encode() if isinstance(raw, str) else raw).replace(b"\n", b" ")
         _HEAD.validate_json(flat)
-    except UnicodeEncodeError:
-        return ProtocolError(_NOT_JSON)
     except ValidationError as exc:
         where = _COLUMN.search(str(exc.errors(include_url=False, include_input=False)[0]["msg"]))
         if where is not None:
             try:
                 head = _HEAD.validate_json(flat[:int(where.group(1)) - 1],
                                            experimental_allow_partial=True)
-            except ValidationError:
+            except ValidationError:  # pragma: no cover — the prefix parsed once already
                 pass
             else:
-                head.deep = True
+                head._deep = True
                 return head
     return ProtocolError(f"frame nests JSON more than {MAX_DEPTH} levels deep; flatten it")
 
@@ -115,7 +118,7 @@ def explain(raw: str | bytes, exc: ValidationError) -> ProtocolError:
         return ProtocolError(
             f"unknown frame type {_shown(kind)}; expected one of {sorted(FRAME_TYPES)}",
             **unknown)
-    if head.deep:
+    if head._deep:
         return ProtocolError(f"invalid {kind!r} frame: it nests JSON more than {MAX_DEPTH} "
                              f"levels deep; flatten it", type=kind)
     first = exc.errors(include_url=False)[0]
