@@ -86,7 +86,7 @@ async def test_an_evicted_task_that_runs_again_stays_in_its_trace() -> None:
     replayed, other = make("r"), make("o")
     b.track(replayed)
     end(b, replayed, S.DEAD)
-    b.track(replayed)  # replayed: live again, and still kept as recent
+    b.track(replayed)  # live again while its finished copy is still listed as recent
     b.track(other)
     end(b, other)  # evicts "r" from recent while it is live
     assert "r" not in b.recent and b.traces["tr-r"] == ["r"] and b.find("r") is replayed
