@@ -390,3 +390,32 @@ def test_pick_agrees_with_a_plain_reading_of_the_fleet(fleet, strategy, exact, s
         assert not busy
         best = min(probes, key=lambda r: (r.breaker.opened_at, r.agent_id))
         assert chosen is best
+
+
+# ------------------------------------------------------------------ defaults
+
+def test_saturated_says_so_and_carries_its_level():
+    err = Saturated(level=0.75)
+    assert str(err) == "all candidates saturated" and err.level == 0.75
+
+
+def test_by_default_up_to_32_ready_agents_are_all_scored():
+    best = agent("best", weight=99.0)
+    router = Router(rng=random.Random(6))
+    assert (router.exact, router.sample) == (32, 2)
+    few = by_id(best, *(agent(f"o{i:02}", weight=1.0) for i in range(31)))  # 32 in all
+    assert {router.pick(CAP, GOOD, "x", few, NOW).agent_id for _ in range(40)} == {"best"}
+    many = by_id(best, *(agent(f"o{i:02}", weight=1.0) for i in range(32)))  # 33: sampled
+    assert "best" in {router.pick(CAP, GOOD, "x", many, NOW).agent_id for _ in range(40)}
+    assert len({router.pick(CAP, GOOD, "x", many, NOW).agent_id for _ in range(40)}) > 1
+
+
+def test_by_default_two_are_drawn_past_exact():
+    # One best agent among eleven: it wins when drawn, so about 1 − (10/11)² = 17 % of picks
+    # with two draws (25 % with three, 9 % with one).
+    declaring = by_id(agent("best", weight=99.0), *(agent(f"o{i:02}", weight=1.0)
+                                                    for i in range(10)))
+    router = Router(rng=random.Random(12), exact=0)
+    wins = sum(router.pick(CAP, GOOD, "x", declaring, NOW).agent_id == "best"
+               for _ in range(2000))
+    assert 280 < wins < 420
