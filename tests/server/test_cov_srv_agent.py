@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from conformance.rawpeer import Peer, agent, answer, caller, submit
@@ -107,3 +108,28 @@ async def test_a_small_registration_over_max_capabilities_is_refused_by_its_coun
         assert refused["details"] == {"limit": 2, "reason": "3 capabilities, over the limit of 2"}
         assert (await peer.closed())[0] == 1008
         assert reach.agents() == []
+
+
+async def test_an_answer_racing_its_own_timeout_is_told_it_was_given_up(reach: Reach) -> None:
+    """The attempt times out in the same turn of the loop as its answer is read: the session
+    sees a delivery already given up (the gateway has not yet said so) and tells the agent,
+    once, that the answer is discarded; the caller gets the timeout."""
+    peer = await agent(reach.url, "w", [JOB])
+    session = session_of(reach, "w")
+    boss = await caller(reach.url)
+    await boss.send(submit(1, "job.run", {}, max_retries=0))
+    invoke = await peer.expect("invoke")
+    delivery: Any = session.pending[(invoke["task_id"], invoke["attempt"])]
+    await answer(peer, invoke, "just too late")  # on its way to the session
+    frames: Any = session.ws.recv_messages.frames  # (websockets' queue of frames read)
+    async with asyncio.timeout(2):
+        while not len(frames):  # read from the socket; the session's turn is queued
+            await asyncio.sleep(0)
+    delivery.fut.set_result(("timeout", None))  # its deadline, in the same turn
+    told = await peer.expect("error", task_id=invoke["task_id"])
+    assert told["error"]["code"] == "timeout" and "was given up" in told["error"]["message"]
+    assert (invoke["task_id"], invoke["attempt"]) in session.given_up
+    outcome = await boss.outcome(1)
+    assert outcome["type"] == "error" and outcome["error"]["code"] == "timeout"
+    await peer.close()
+    await boss.close()
