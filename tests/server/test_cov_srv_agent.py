@@ -133,3 +133,24 @@ async def test_an_answer_racing_its_own_timeout_is_told_it_was_given_up(reach: R
     assert outcome["type"] == "error" and outcome["error"]["code"] == "timeout"
     await peer.close()
     await boss.close()
+
+
+async def test_a_connection_that_can_no_longer_carry_frames_gets_no_work(reach: Reach) -> None:
+    """Once its outbox has given up (as on a slow reader, before the socket is gone), the
+    session refuses each delivery: the invoke is never sent, and the task goes to an agent
+    that can take it."""
+    stuck = await agent(reach.url, "stuck", [JOB])
+    session_of(reach, "stuck").out.closed = True  # what Outbox._overflow leaves behind
+    boss = await caller(reach.url)
+    await boss.send(submit(1, "job.run", {"n": 1}, max_retries=3))
+    await boss.expect("accepted", id=1)
+    good = await agent(reach.url, "good", [JOB])
+    invoke = await good.expect("invoke")
+    await answer(good, invoke, "from good")
+    assert (await boss.outcome(1))["result"] == "from good"
+    await stuck.silent(0.02)  # nothing was sent on the stuck connection
+    task = await reach.task(invoke["task_id"])
+    assert task is not None and task["attempts"][0]["agent"] == "stuck"
+    await good.close()
+    await stuck.close()
+    await boss.close()
