@@ -4,6 +4,7 @@ traceback), JSON logs on stdout, and SIGTERM/SIGINT draining to a clean exit."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import signal
@@ -109,32 +110,45 @@ def test_a_taken_port_is_one_line_and_exit_2(
         assert len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(("sig", "http"), [(signal.SIGTERM, True), (signal.SIGINT, False)])
 async def test_a_signal_drains_in_flight_work_and_exits_0(
-        spawn: Any, tmp_path: Path, sig: signal.Signals) -> None:
+        spawn: Any, tmp_path: Path, sig: signal.Signals, http: bool) -> None:
     port = free_port()
     agents = tmp_path / "agents.toml"  # an agent that does not speak Reach, attached at start
     tool = Path(__file__).parent / "adapters" / "tools" / "cli_tool.py"
     agents.write_text(f'[[agent]]\nkind = "process"\nname = "echo-tool"\n'
                       f'argv = [{json.dumps(sys.executable)}, {json.dumps(str(tool))}]\n'
                       f'[agent.capabilities."tool.echo"]\nargs = ["echo"]\n')
-    coord = start_coordinator(spawn, "coord", port, tmp_path / "r.db", "--http-port", "0",
+    coord = start_coordinator(spawn, "coord", port, tmp_path / "r.db",
+                              *(["--http-port", "0"] if http else ["--no-http"]),
                               "--agents", agents, "--json-logs", "--log-level", "WARNING")
     await coord.wait_for("listening on")
     attached = await coord.wait_for("reach: attached")
     assert attached == "reach: attached process agent echo-tool (online): tool.echo"
-    assert "/openapi.json" in await coord.wait_for("REST front door at http://127.0.0.1:")
+    if http:
+        assert "/openapi.json" in await coord.wait_for("REST front door at http://127.0.0.1:")
+    else:
+        assert "REST front door" not in coord.output()
     url = f"ws://127.0.0.1:{port}"
     agent = Agent("w", reconnect_base=0.02)
-    agent.capability("job.run")(lambda n: n + 1)
+    started = asyncio.Event()
+
+    @agent.capability("job.run")
+    async def job(n: int) -> int:
+        started.set()
+        await asyncio.sleep(0.1)
+        return n + 1
+
     await agent.connect(url)
     try:
         async with Client.connect(url, caller="bob") as client:
-            assert await client.call("job.run", {"n": 1}) == 2
+            call = asyncio.ensure_future(client.call("job.run", {"n": 1}))
+            await asyncio.wait_for(started.wait(), 5)
+            coord.send(sig)  # while the call is in flight
+            await coord.wait_for("stopping (draining in-flight tasks)")
+            assert await call == 2  # drained: answered before the coordinator went
     finally:
         await agent.close(drain=0.5)
-    coord.send(sig)
-    await coord.wait_for("stopping (draining in-flight tasks)")
     assert coord.popen.wait(timeout=15) == 0
     out = coord.output()
     assert "Traceback" not in out
