@@ -254,6 +254,7 @@ def test_budget_window_is_ten_seconds_by_default():
 def test_pacer_first_rejection_waits_by_level_from_now():
     pacer = Pacer()
     assert pacer.max_delay == 1.0 and pacer.wait(50.0) == 0.0
+    assert Pacer().wait(0.0) == 0.0  # a fresh pacer holds nothing, whatever the clock reads
     pacer.rejected(0.0, now=100.0)
     assert pacer.delay == pytest.approx(0.01)  # 0.02 × (0.5 + 0)
     assert pacer.wait(100.0) == pytest.approx(0.01)

@@ -148,8 +148,11 @@ def test_round_robin_past_exact_walks_every_agent_of_every_group():
     declaring = Declared.of(CAP, groups_of(3, 20))
     assert len(declaring.groups) == 3
     router = Router(strategy="round_robin")  # 60 agents > exact=32
-    picks = [router.pick(CAP, GOOD, "x", declaring, NOW).agent_id for _ in range(60)]
-    assert sorted(picks) == sorted(declaring)
+    picks = [router.pick(CAP, GOOD, "x", declaring, NOW).agent_id for _ in range(61)]
+    # The cursor walks the shelves in order from the first agent, group after group.
+    order = [r.agent_id for g in declaring.groups.values() for r in g.ready.items]
+    assert picks == order + order[:1]
+    assert sorted(order) == sorted(declaring)
 
 
 @pytest.mark.parametrize("strategy", ["random", "weighted", "least_load"])
@@ -419,3 +422,49 @@ def test_by_default_two_are_drawn_past_exact():
     wins = sum(router.pick(CAP, GOOD, "x", declaring, NOW).agent_id == "best"
                for _ in range(2000))
     assert 280 < wins < 420
+
+
+# ------------------------------------------------------------------ deciding Saturated cheaply
+
+def test_one_full_agent_decides_saturated_and_the_rest_are_not_looked_at():
+    declaring = by_id(*(agent(f"f{i}", inflight=1, max_concurrency=1) for i in range(5)))
+    router = Router()
+    with pytest.raises(Saturated):
+        router.pick(CAP, GOOD, "x", declaring, NOW)
+    assert router.examined == 1
+
+
+def test_the_first_group_with_a_full_agent_decides_saturated():
+    declaring = groups_of(3, 2)
+    for record in declaring.values():
+        record.inflight = 1
+        record.max_concurrency = 1
+    router = Router()
+    with pytest.raises(Saturated):
+        router.pick(CAP, GOOD, "x", Declared.of(CAP, declaring), NOW)
+    assert router.examined == 1
+
+
+def test_an_excluded_full_agent_does_not_decide_but_the_next_one_does():
+    declaring = by_id(agent("a", inflight=1, max_concurrency=1),
+                      agent("b", inflight=1, max_concurrency=1))
+    router = Router()
+    with pytest.raises(Saturated):
+        router.pick(CAP, GOOD, "x", declaring, NOW, exclude=frozenset({"a"}))
+    assert router.examined == 2
+    with pytest.raises(Unavailable):
+        router.pick(CAP, GOOD, "x", declaring, NOW, exclude=frozenset({"a", "b"}))
+
+
+def test_held_agents_letting_calls_through_count_towards_exact():
+    # 6 ready + 3 half-open letting calls through = 9 > exact=8: sampled, so the best ready
+    # agent sometimes is not drawn (with 6 + 3 ≤ 8 it would win every time).
+    best = agent("best", weight=99.0)
+    ready = [agent(f"r{i}", weight=1.0) for i in range(5)]
+    held = [agent(f"h{i}", weight=1.0, breaker=half_open()) for i in range(3)]
+    router = Router(rng=random.Random(9), exact=8)
+    declaring = by_id(best, *ready, *held)
+    picks = Counter(router.pick(CAP, GOOD, "x", declaring, NOW).agent_id for _ in range(100))
+    assert 0 < picks["best"] < 100
+    fewer = by_id(best, *ready, *held[:2])  # 8: every one scored
+    assert {router.pick(CAP, GOOD, "x", fewer, NOW).agent_id for _ in range(30)} == {"best"}
