@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import websockets
+from conformance.rawpeer import agent, answer, caller, submit
 
 from reach import Reach
 
@@ -90,3 +91,31 @@ async def test_a_command_that_fails_inside_the_coordinator_still_replies(
     await feed.ws.send(json.dumps({"v": 1, "type": "command", "id": 4, "action": "replay_filter",
                                    "args": {}}))
     assert (await feed.frame("reply", id=4))["ok"] is True
+
+
+async def test_an_operator_leaving_mid_command_cancels_the_wait_not_the_work(
+        reach: Reach) -> None:
+    """A ``replay`` waits (up to ``wait`` s) for the task to end. The operator closing the
+    feed ends that wait at once; the replayed task goes on and finishes."""
+    worker = await agent(reach.url, "w", [{"name": "job.run"}])
+    boss = await caller(reach.url)
+    await boss.send(submit(1, "job.run", {}, timeout=0.05, max_retries=0))
+    tid = (await boss.expect("accepted", id=1))["task_id"]
+    assert (await boss.outcome(1))["error"]["code"] == "timeout"
+    await worker.expect("invoke")  # the first attempt, never answered
+    ws = await websockets.connect(reach.url)
+    await ws.send(json.dumps({"v": 1, "type": "admin", "token": reach.admin_token}))
+    await Feed(ws).frame("snapshot")
+    await ws.send(json.dumps({"v": 1, "type": "command", "id": 9, "action": "replay",
+                              "args": {"task_id": tid, "wait": 30}}))
+    invoke = await worker.expect("invoke", task_id=tid)  # the replay is running
+    await ws.close()
+    async with asyncio.timeout(2):  # the session ends now, not after the 30 s wait
+        while any(type(s).__name__ == "AdminSession" for s in reach.channel.sessions):
+            await asyncio.sleep(0.005)
+    await answer(worker, invoke, "replayed")
+    async with asyncio.timeout(2):
+        while (await reach.task(tid) or {}).get("state") != "succeeded":
+            await asyncio.sleep(0.005)
+    await worker.close()
+    await boss.close()
