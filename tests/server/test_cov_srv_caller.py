@@ -185,3 +185,30 @@ async def test_a_caller_leaving_with_deferred_acks_and_work_pending_ends_cleanly
             await asyncio.sleep(0.005)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     await worker.close()
+
+
+async def test_a_caller_leaving_with_requests_unanswered_cancels_their_work(
+        reach: Reach, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status requests still being prepared (a slow store read) when the caller leaves are
+    cancelled with its session: nothing is sent on the closed socket, nothing logged."""
+    reading, cancelled = asyncio.Event(), []
+
+    async def slow_get(task_id: str) -> Any:  # a database that takes its time
+        reading.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(task_id)
+            raise
+
+    monkeypatch.setattr(reach.store, "get", slow_get)
+    boss = await caller(reach.url, "boss")
+    await boss.send({"v": 1, "type": "status", "id": 1, "task_id": NOBODY})
+    await asyncio.wait_for(reading.wait(), 2)
+    await boss.close()
+    async with asyncio.timeout(2):  # the session ends now, not after the read
+        while reach.channel.sessions:
+            await asyncio.sleep(0.005)
+    assert cancelled == [NOBODY]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
