@@ -64,6 +64,12 @@ class AgentSession(Session):
                     f"mode (no tokens) only that same process may take its name over. Stop "
                     f"the other one, or wait: its connection is dropped once it stops "
                     f"answering keepalive pings", agent=reg.name)
+            if previous is not None and not isinstance(previous, AgentSession):
+                # an adapter the operator attached (reach.attach) holds the name
+                raise Unavailable(
+                    f"the name {reg.name!r} belongs to a {known.kind if known else ''} agent "
+                    f"the coordinator drives (attached by its operator); pick another name, "
+                    f"or detach that one first (reach.detach({reg.name!r}))", agent=reg.name)
             registration = sv.registry.register(
                 agent_id=agent_id, name=reg.name, version=reg.version,
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, link=self,

@@ -13,7 +13,6 @@ from reach import Agent, Client, Reach
 from reach.adapters import Adapter
 from reach.adapters.base import declare
 from reach.ports import Work
-from reach.testing import wait_until
 from reach.wire.protocol import CapabilitySpec
 
 from .test_attach import FAST, Scripted
@@ -157,10 +156,13 @@ async def test_a_cancelled_health_check_is_cancellation_not_a_missed_beat() -> N
     assert await adapter.first_check(1.0) is True
 
 
-async def test_closing_an_adapter_whose_name_was_taken_over_leaves_the_new_agent_alone(
+async def test_a_websocket_agent_cannot_take_an_attached_agents_name_until_it_is_detached(
         ) -> None:
-    """A websocket agent connecting under an attached adapter's name takes its record over;
-    the adapter closing afterwards must not disconnect that agent (it is no longer its)."""
+    """The operator attached 'legacy': a websocket agent registering under that name is
+    refused (unavailable, naming the way out) and the adapter keeps serving; once detached,
+    the name is free."""
+    from reach.errors import Unavailable
+
     async with Reach.start(**FAST) as reach:
         adapter = Scripted("legacy")
         await reach.attach(adapter)
@@ -170,13 +172,15 @@ async def test_closing_an_adapter_whose_name_was_taken_over_leaves_the_new_agent
         async def echo() -> str:
             return "websocket"
 
-        async with ws.connect(reach.url), Client.connect(reach.url) as client:
-            record = reach.registry.by_name["legacy"]
-            await wait_until(lambda: record.link is not adapter)
-            await adapter.close("replaced")
-            assert record.link is not None and record.connected
-            assert reach.agents()[0]["state"] == "online"
-            assert await client.call("echo.run", {}, timeout=2) == "websocket"
+        with pytest.raises(Unavailable, match=r"detach that one first"):
+            await asyncio.wait_for(ws.connect(reach.url), 5)
+        assert reach.registry.by_name["legacy"].link is adapter
+        async with Client.connect(reach.url) as client:
+            assert (await client.call("echo.run", {}, timeout=2))["how"] == "x"
+            await reach.detach("legacy")
+            async with ws.connect(reach.url):
+                assert await client.call("echo.run", {}, timeout=2) == "websocket"
+        assert adapter._closed
 
 
 def test_membership_beats_and_gives_back_the_record_only_for_the_link_holding_it() -> None:
