@@ -562,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
             checks = [Job(m, -1, config[m].tests, 600.0, coverage=c)
                       for m in modules for c in (True, False)]
             plain: dict[str, Outcome] = {}
+            took: dict[str, float] = {}  # the unchanged module's tests, without coverage
             broken: set[str] = set()
             for o in pool.imap_unordered(run_job, checks):
                 if o.code != 0:
@@ -572,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
                     broken.add(o.module)
                 if o.coverage:
                     plain[o.module] = o
+                else:
+                    took[o.module] = o.seconds
             modules = [m for m in modules if m not in broken]
             if not modules:
                 return 2
@@ -579,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs: list[Job] = []
             for m in modules:
                 ran = set(plain[m].lines)
-                timeout = max(10.0, 3 * plain[m].seconds + 5)
+                timeout = max(10.0, 3 * took[m] + 5)
                 for mutant in found[m]:
                     lo, hi = mutant.stmt_lines
                     if ran.isdisjoint(range(lo, hi + 1)):

@@ -468,3 +468,28 @@ def test_held_agents_letting_calls_through_count_towards_exact():
     assert 0 < picks["best"] < 100
     fewer = by_id(best, *ready, *held[:2])  # 8: every one scored
     assert {router.pick(CAP, GOOD, "x", fewer, NOW).agent_id for _ in range(30)} == {"best"}
+
+
+@pytest.mark.parametrize("strategy", ["weighted", "round_robin"])
+def test_past_exact_when_every_drawn_agent_turns_out_tripped_the_early_probe_is_sent(strategy):
+    # The breakers opened while the agents sat on ``ready`` (not announced): each draw moves
+    # one to ``held`` until no ready agent is left, then the longest open is probed early.
+    records = [agent(f"a{i}") for i in range(3)]
+    declaring = Declared.of(CAP, by_id(*records))
+    for i, record in enumerate(records):
+        for _ in range(5):
+            record.breaker.record(False, NOW - 3 + i)
+    chosen = Router(strategy=strategy, rng=random.Random(1), exact=0).pick(
+        CAP, GOOD, "x", declaring, NOW)
+    assert chosen.agent_id == "a0"
+    group = next(iter(declaring.groups.values()))
+    assert not group.ready.items and len(group.held.items) == 3
+
+
+def test_a_group_of_excluded_full_agents_leaves_the_decision_to_the_next_group():
+    first = agent("a", inflight=1, max_concurrency=1, schema=schema_of(0))
+    second = agent("b", inflight=1, max_concurrency=1, schema=schema_of(1))
+    declaring = Declared.of(CAP, by_id(first, second))
+    assert len(declaring.groups) == 2
+    with pytest.raises(Saturated):
+        Router().pick(CAP, GOOD, "x", declaring, NOW, exclude=frozenset({"a"}))
