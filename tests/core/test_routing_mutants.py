@@ -493,3 +493,11 @@ def test_a_group_of_excluded_full_agents_leaves_the_decision_to_the_next_group()
     assert len(declaring.groups) == 2
     with pytest.raises(Saturated):
         Router().pick(CAP, GOOD, "x", declaring, NOW, exclude=frozenset({"a"}))
+
+
+def test_round_robin_past_exact_gives_an_excluded_agents_turn_to_the_next_one():
+    declaring = Declared.of(CAP, by_id(*(agent(f"a{i}") for i in range(5))))
+    router = Router(strategy="round_robin", exact=0)
+    picks = [router.pick(CAP, GOOD, "x", declaring, NOW, exclude=frozenset({"a2"})).agent_id
+             for _ in range(5)]
+    assert picks == ["a0", "a1", "a3", "a3", "a4"]
