@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from reach.core import policy
-from reach.core.policy import FailOver, Finish, Retry, Tries, Verdict
+from reach.core.policy import FailOver, Finish, Retry, Tries, Verdict, Wait
+from reach.core.resilience import Breaker
 from reach.core.tasks import Outcome, TaskState
 
 OC = Outcome
@@ -49,3 +50,57 @@ def test_a_task_may_hop_max_retries_plus_one_plus_sixteen_times():
                                 others_left=True) == Finish(TaskState.DEAD)
     assert policy.after_attempt(undelivered, Tries(2, retries=1, hops=19), idempotent=False,
                                 others_left=True) == Retry(charge=True, anywhere=True)
+
+
+def test_a_fresh_task_may_hop_seventeen_times_with_no_retries():
+    tries = Tries(0)
+    for _ in range(17):
+        assert tries.may_hop()
+        tries.hops += 1
+    assert not tries.may_hop() and not tries.may_retry()
+
+
+def test_health_needs_at_least_one_attempt_and_half_of_them_working():
+    assert policy.mostly_healthy([True])
+    assert not policy.mostly_healthy([False])
+    assert policy.mostly_healthy([True, False])
+
+
+def test_smoothed_latency_is_four_fifths_old_one_fifth_new():
+    assert policy.smoothed(1.0, 2.0) == pytest.approx(1.2)
+    assert policy.smoothed(2.0, 1.0) == pytest.approx(1.8)
+
+
+def test_waits_and_finishes_say_exactly_what_they_are():
+    tries = Tries(1, retries=1)
+    recovering = policy.when_unavailable(tries, recovering_for=0.2, breaker_wait=None,
+                                         breaker_allowance=0.0, deadline_left=None)
+    assert recovering == Wait(0.2, for_breaker=False)
+    done = policy.when_unavailable(tries, recovering_for=0.0, breaker_wait=None,
+                                   breaker_allowance=0.0, deadline_left=None)
+    assert done == Finish(TaskState.DEAD, retryable=False)
+
+
+def test_a_breaker_wait_uses_what_is_left_of_the_allowance_even_below_a_second():
+    tries = Tries(1)
+    step = policy.when_unavailable(tries, recovering_for=0.0, breaker_wait=2.0,
+                                   breaker_allowance=0.5, deadline_left=None)
+    assert step == Wait(0.5, for_breaker=True)
+    step = policy.when_unavailable(tries, recovering_for=0.0, breaker_wait=0.25,
+                                   breaker_allowance=3.0, deadline_left=None)
+    assert step == Wait(0.25, for_breaker=True)
+    step = policy.when_unavailable(tries, recovering_for=0.0, breaker_wait=2.0,
+                                   breaker_allowance=3.0, deadline_left=-1.0)
+    assert step == Wait(0.0, for_breaker=True)  # the deadline passed: no wait, never negative
+    spent = policy.when_unavailable(tries, recovering_for=0.0, breaker_wait=2.0,
+                                    breaker_allowance=0.0, deadline_left=None)
+    assert spent == Retry(charge=False, anywhere=True)
+
+
+def test_breaker_wait_takes_any_iterable_of_breakers():
+    resting = Breaker(open_for=5.0)
+    for _ in range(5):
+        resting.record(False, 10.0)
+    blocked = (b for b in [resting])  # a generator: read once
+    assert policy.breaker_wait(blocked, 11.0, capability_healthy=True,
+                               probe_wait=9.0) == pytest.approx(4.0)

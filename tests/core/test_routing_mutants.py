@@ -307,6 +307,9 @@ def test_a_breaker_opened_on_the_ready_shelf_is_moved_to_held():
     group = next(iter(declaring.groups.values()))
     for _ in range(5):
         record.breaker.record(False, NOW)  # opened while on ``ready``
+    router = Router()
+    assert router.pick(CAP, GOOD, "x", declaring, NOW) is other
+    assert router.examined == 2  # each looked at once, the moved one too
     for _ in range(5):
         assert Router().pick(CAP, GOOD, "x", declaring, NOW) is other
     assert record in group.held
@@ -501,3 +504,37 @@ def test_round_robin_past_exact_gives_an_excluded_agents_turn_to_the_next_one():
     picks = [router.pick(CAP, GOOD, "x", declaring, NOW, exclude=frozenset({"a2"})).agent_id
              for _ in range(5)]
     assert picks == ["a0", "a1", "a3", "a3", "a4"]
+
+
+def test_an_agent_gone_offline_without_a_reshelve_is_never_chosen():
+    for seed in range(10):
+        gone, other = agent("a"), agent("b")
+        declaring = Declared.of(CAP, by_id(gone, other))
+        group = next(iter(declaring.groups.values()))
+        gone.state = Liveness.OFFLINE  # not announced to the shelves
+        assert Router(rng=random.Random(seed)).pick(CAP, GOOD, "x", declaring, NOW) is other
+        assert gone not in group.where
+
+
+def test_lowest_latency_reads_declared_milliseconds_as_seconds():
+    measured = agent("a")
+    declared = agent("b")
+    declared.capabilities[CAP].spec.latency_ms = 200.0
+    router = Router(strategy="lowest_latency")
+    # a measured 0.15 s beats b's declared 200 ms
+    assert router.pick(CAP, GOOD, "x", by_id(measured, declared), NOW,
+                       latency={"a": 0.15}) is measured
+    assert router.pick(CAP, GOOD, "x", by_id(measured, declared), NOW,
+                       latency={"a": 0.25}) is declared
+
+
+def test_past_exact_two_are_drawn_among_held_agents_too():
+    # Every agent is half-open and letting calls through (``extra``): the weighted draw of two
+    # still applies (1 − (10/11)² ≈ 17 % for the best; 9 % with one draw).
+    best = agent("best", weight=99.0, breaker=half_open())
+    others = [agent(f"o{i:02}", weight=1.0, breaker=half_open()) for i in range(10)]
+    router = Router(rng=random.Random(5), exact=0)
+    declaring = by_id(best, *others)
+    wins = sum(router.pick(CAP, GOOD, "x", declaring, NOW).agent_id == "best"
+               for _ in range(2000))
+    assert 280 < wins < 420
