@@ -1,0 +1,48 @@
+"""reach.core.agents: what a fresh record shows, and its repr (issue 17's mutation run)."""
+
+from __future__ import annotations
+
+from reach.core.agents import AgentRecord, Capability, Declared
+from reach.core.schemas import compile_schema
+from reach.wire.protocol import CapabilitySpec
+
+CAP = "work.do"
+
+
+def record() -> AgentRecord:
+    spec = CapabilitySpec(name=CAP, params={"type": "object"}, weight=1.0)
+    return AgentRecord(agent_id="a1", name="worker", version="2", max_concurrency=3,
+                       capabilities={CAP: Capability(CAP, spec, compile_schema(spec.params))})
+
+
+def test_a_fresh_record_shows_no_load_no_calls_and_a_closed_breaker():
+    view = record().view(now=12.5)
+    assert view == {
+        "name": "worker", "agent_id": "a1", "state": "online", "kind": "websocket",
+        "version": "2", "inflight": 0, "max_concurrency": 3, "load": 0.0,
+        "queue_depth": 0, "calls": 0, "faults": 0, "capabilities": [CAP],
+        "breaker": "closed",
+        "breaker_detail": {"state": "closed", "fault_rate": 0.0, "window": 0,
+                           "window_size": 10, "next_probe_in_s": None},
+        "p95_ms": None, "since_heartbeat_s": 12.5, "last_beat": 0.0,
+        "connected": True, "draining": False,
+    }
+
+
+def test_an_open_breaker_shows_when_its_probe_comes():
+    r = record()
+    for _ in range(5):
+        r.breaker.record(False, 10.0)
+    detail = r.view(now=11.0, p95_ms=40.0)["breaker_detail"]
+    assert detail == {"state": "open", "fault_rate": 1.0, "window": 5, "window_size": 10,
+                      "next_probe_in_s": 4.0}
+    assert r.view(now=99.0)["breaker_detail"]["next_probe_in_s"] == 0.0
+
+
+def test_repr_leaves_out_the_routing_groups_and_the_wheel_slot():
+    r = record()
+    r.groups.append(Declared(CAP).join(r))
+    r.due = 5.0
+    text = repr(r)
+    assert "agent_id='a1'" in text
+    assert "groups=" not in text and "due=" not in text
