@@ -3,9 +3,12 @@ in full (outcome, healthy for the breaker, judged, error), and the hop cap."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from reach.core import policy
+from reach.core.backoff import Backoff
 from reach.core.policy import FailOver, Finish, Retry, Tries, Verdict, Wait
 from reach.core.resilience import Breaker
 from reach.core.tasks import Outcome, TaskState
@@ -104,3 +107,23 @@ def test_breaker_wait_takes_any_iterable_of_breakers():
     blocked = (b for b in [resting])  # a generator: read once
     assert policy.breaker_wait(blocked, 11.0, capability_healthy=True,
                                probe_wait=9.0) == pytest.approx(4.0)
+
+
+def test_retry_number_one_waits_the_first_backoff_delay():
+    flat = Backoff(base=0.5, factor=2.0, jitter=0.0)
+    rng = random.Random(0)
+    assert policy.retry_delay(flat, 1, rng, None) == 0.5
+    assert policy.retry_delay(flat, 2, rng, None) == 1.0
+    assert policy.retry_delay(flat, 3, rng, 0.25) == 0.25
+
+
+def test_pressure_grows_with_waiters_per_slot():
+    assert policy.pressure(1.0, capacity=4, waiting=2) == 0.75
+    assert policy.pressure(1.0, capacity=1, waiting=1) == 1.0
+    assert policy.pressure(0.9, capacity=0, waiting=1) == 0.9  # no slots counts as one
+    assert policy.pressure(1.0, capacity=0, waiting=0) == 0.5
+
+
+def test_a_caller_deadline_equal_to_the_timeout_is_not_the_callers_doing():
+    assert not policy.caller_bound(1.2, 1.2)
+    assert policy.caller_bound(1.19, 1.2)
