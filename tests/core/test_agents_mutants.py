@@ -46,3 +46,17 @@ def test_repr_leaves_out_the_routing_groups_and_the_wheel_slot():
     text = repr(r)
     assert "agent_id='a1'" in text
     assert "groups=" not in text and "due=" not in text
+
+
+def test_view_rounds_to_the_millisecond_and_shelves_count_their_records():
+    r = record()
+    r.last_beat = 10.0
+    for ok in (False, True, True):
+        r.breaker.record(ok, 10.0)
+    assert r.view(now=10.0 + 1 / 3)["since_heartbeat_s"] == 0.333
+    assert r.view(now=11.0)["breaker_detail"]["fault_rate"] == 0.333
+    for _ in range(5):
+        r.breaker.record(False, 20.0)
+    assert r.view(now=20.0 + 2 / 3)["breaker_detail"]["next_probe_in_s"] == 4.333
+    group = Declared(CAP).join(r)
+    assert len(group.held) == 1 and len(group.ready) == 0 and r in group.held  # open
