@@ -53,7 +53,9 @@ class Backoff:
         """The delay before retry number ``retry`` without jitter (0 is the first retry; a
         negative number counts as 0): ``min(cap, base × factor^retry)``."""
         try:
-            return min(self.cap, self.base * self.factor ** max(0, retry))
+            # (a float power: an integer factor would make 3 ** 10**7 an exact integer, seconds
+            # of CPU, before min() ever saw it)
+            return min(self.cap, self.base * float(self.factor) ** max(0, retry))
         except OverflowError:  # factor^retry past the largest float: far beyond any cap
             return self.cap
 
