@@ -10,11 +10,9 @@ import asyncio
 import logging
 import shutil
 import subprocess
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
@@ -29,27 +27,6 @@ from .test_nats import URL, _reachable, free_port
 from .test_nats import pytestmark as pytestmark  # needs the NATS server on 127.0.0.1:4222
 
 CAP = "orders.lookup"
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-async def workers() -> AsyncIterator[Callable[[], Awaitable[Nats]]]:
-    """Connections of worker processes, closed after the test."""
-    opened: list[Nats] = []
-
-    async def connect() -> Nats:
-        nc = await nats.connect(URL)
-        opened.append(nc)
-        return nc
-
-    yield connect
-    for nc in opened:
-        if not nc.is_closed:
-            await nc.close()
 
 
 def work(params: dict[str, Any] | None = None, **kw: Any) -> Work:

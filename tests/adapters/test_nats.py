@@ -14,11 +14,8 @@ import shutil
 import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
@@ -53,27 +50,6 @@ pytestmark = pytest.mark.skipif(not _reachable(ADDRESS), reason=_ABSENT)
 
 FAST: dict[str, Any] = dict(heartbeat_interval=0.05, suspect_after=2, offline_after=40,
                             backoff=Backoff(base=0.01, jitter=0.0))
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-async def workers() -> AsyncIterator[Callable[[], Awaitable[Nats]]]:
-    """Connections of worker processes (one per worker), closed after the test."""
-    opened: list[Nats] = []
-
-    async def connect() -> Nats:
-        nc = await nats.connect(URL)
-        opened.append(nc)
-        return nc
-
-    yield connect
-    for nc in opened:
-        if not nc.is_closed:
-            await nc.close()
 
 
 def agent(prefix: str, **kw: Any) -> NatsAgent:
