@@ -15,10 +15,9 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import fakecoord
 import pytest
 from pydantic import BaseModel
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from reach import Agent
 from reach.errors import ProtocolError, ReachError, Unauthorized, Unavailable
@@ -30,20 +29,11 @@ from reach.testing import wait_until
 Script = Callable[["Peer"], Awaitable[None]]
 
 
-class Peer:
-    """One agent connection as the fake coordinator sees it; ``got`` is everything received."""
-
-    def __init__(self, ws: ServerConnection, n: int) -> None:
-        self.ws, self.n = ws, n
-        self.got: list[dict[str, Any]] = []
-        self.done = asyncio.Event()
-
-    async def send(self, **frame: Any) -> None:
-        await self.ws.send(json.dumps({"v": 1, **frame}))
+class Peer(fakecoord.Peer):
+    """One agent connection as the fake coordinator sees it."""
 
     async def welcome(self, **extra: Any) -> dict[str, Any]:
-        register = json.loads(await self.ws.recv())
-        self.got.append(register)
+        register = await self.recv()
         await self.send(type="welcome", role="agent", agent_id="a-1", **extra)
         return register
 
@@ -68,29 +58,8 @@ class Peer:
                     if f.get("task_id") == task_id and f["type"] in ("result", "error"))
 
 
-class FakeCoordinator:
-    def __init__(self, *scripts: Script) -> None:
-        self.scripts = scripts  # the n-th connection runs scripts[n] (the last one after that)
-        self.peers: list[Peer] = []
-
-    async def __aenter__(self) -> FakeCoordinator:
-        self.server = await serve(self._run, "127.0.0.1", 0, compression=None)
-        self.url = f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _run(self, ws: ServerConnection) -> None:
-        peer = Peer(ws, len(self.peers))
-        self.peers.append(peer)
-        try:
-            await self.scripts[min(peer.n, len(self.scripts) - 1)](peer)
-        except ConnectionClosed:
-            pass
-        finally:
-            peer.done.set()
+class FakeCoordinator(fakecoord.FakeCoordinator):
+    peer = Peer
 
 
 async def serves(peer: Peer) -> None:

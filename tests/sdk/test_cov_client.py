@@ -16,9 +16,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import fakecoord
 import pytest
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from reach import Client, Handle
 from reach.core.backoff import Backoff
@@ -37,24 +36,8 @@ from reach.testing import wait_until
 Script = Callable[["Peer"], Awaitable[None]]
 
 
-class Peer:
-    """One connection to the fake coordinator, as its script sees it."""
-
-    def __init__(self, ws: ServerConnection, n: int) -> None:
-        self.ws, self.n = ws, n
-        self.got: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-        self.done = asyncio.Event()
-
-    async def recv(self) -> dict[str, Any]:
-        raw = await self.ws.recv()
-        assert isinstance(raw, str)
-        self.raw.append(raw)
-        self.got.append(json.loads(raw))
-        return self.got[-1]
-
-    async def send(self, **frame: Any) -> None:
-        await self.ws.send(json.dumps({"v": 1, **frame}))
+class Peer(fakecoord.Peer):
+    """One caller connection to the fake coordinator, as its script sees it."""
 
     async def welcome(self, **extra: Any) -> dict[str, Any]:
         hello = await self.recv()
@@ -74,34 +57,8 @@ class Peer:
             await self.recv()
 
 
-class FakeCoordinator:
-    def __init__(self, *scripts: Script) -> None:
-        self.scripts = scripts  # the n-th connection runs scripts[n] (the last one after that)
-        self.peers: list[Peer] = []
-
-    async def __aenter__(self) -> FakeCoordinator:
-        self.server = await serve(self._run, "127.0.0.1", 0, compression=None)
-        port = self.server.sockets[0].getsockname()[1]
-        self.url = f"ws://127.0.0.1:{port}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def stop(self) -> None:
-        """Stop listening and drop every connection: the coordinator is gone."""
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _run(self, ws: ServerConnection) -> None:
-        peer = Peer(ws, len(self.peers))
-        self.peers.append(peer)
-        try:
-            await self.scripts[min(peer.n, len(self.scripts) - 1)](peer)
-        except ConnectionClosed:
-            pass
-        finally:
-            peer.done.set()
+class FakeCoordinator(fakecoord.FakeCoordinator):
+    peer = Peer
 
 
 def dead_url() -> str:
