@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from reach.core import names
 from reach.core.agents import AgentRecord
+from reach.core.traces import child_traceparent
 from reach.ports import Clock, Reply, Work
 from reach.wire.protocol import CapabilitySpec
 
@@ -288,3 +289,9 @@ def answer(agent: str, message: str, **details: Any) -> dict[str, Any]:
 def fault(agent: str, message: str, **details: Any) -> dict[str, Any]:
     """The wire error of a fault of the agent."""
     return {"code": "task_failed", "message": message, "details": {**details, "agent": agent}}
+
+
+def traceparent_of(work: Work) -> str | None:
+    """The W3C ``traceparent`` an adapter hands its agent for ``work`` (the task as parent
+    span, the caller's flags kept); None for a caller-chosen trace id that is not W3C."""
+    return child_traceparent(work.trace_id, work.task_id, work.traceparent)

@@ -43,11 +43,10 @@ import aiohttp
 from yarl import URL
 
 from reach._version import __version__
-from reach.adapters import openapi
+from reach.adapters import base, openapi
 from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered, declare
 from reach.core import names
 from reach.core.schemas import compile_schema
-from reach.core.traces import child_traceparent
 from reach.ports import Reply, Work
 
 log = logging.getLogger("reach.adapters.http")
@@ -216,7 +215,7 @@ class HttpAgent(Adapter):
             path = _fill(route, params)
         headers = {**route.headers, "Idempotency-Key": _header(work.idempotency_key),
                    "X-Reach-Task-Id": work.task_id, "X-Reach-Caller": _header(work.caller)}
-        traceparent = work.traceparent or child_traceparent(work.trace_id, work.task_id, None)
+        traceparent = base.traceparent_of(work)
         if traceparent:
             headers["traceparent"] = traceparent
         deadline = work.deadline_ms

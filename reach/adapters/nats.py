@@ -25,8 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
-from reach.core.traces import child_traceparent
+from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered, traceparent_of
 from reach.ports import Reply, Work
 
 if TYPE_CHECKING:
@@ -283,7 +282,7 @@ def headers(work: Work) -> dict[str, str]:
     """The task's identity as a worker reads it (docs/adapters.md lists them)."""
     out = {"Idempotency-Key": work.idempotency_key, "Reach-Task-Id": work.task_id,
            "Reach-Attempt": str(work.attempt), "Reach-Caller": work.caller}
-    traceparent = child_traceparent(work.trace_id, work.task_id, work.traceparent)
+    traceparent = traceparent_of(work)
     if traceparent is not None:
         out["traceparent"] = traceparent
     else:  # a caller-chosen trace id that is not W3C-shaped

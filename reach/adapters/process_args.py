@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from reach.core.traces import child_traceparent
+from reach.adapters.base import traceparent_of
 from reach.ports import Work
 
 # Variables a command inherits from the coordinator by default: enough to find programs, run
@@ -160,7 +160,7 @@ def context_env(work: Work, capability: str) -> dict[str, str]:
     env = {"REACH_TASK_ID": work.task_id, "REACH_ATTEMPT": str(work.attempt),
            "REACH_CAPABILITY": capability, "REACH_CALLER": work.caller,
            "REACH_TRACE_ID": work.trace_id, "REACH_IDEMPOTENCY_KEY": work.idempotency_key}
-    traceparent = child_traceparent(work.trace_id, work.task_id, work.traceparent)
+    traceparent = traceparent_of(work)
     if traceparent:
         env["TRACEPARENT"] = traceparent  # the OpenTelemetry name for it in an environment
     if work.parent_task_id:
@@ -176,7 +176,7 @@ def context_fields(work: Work, capability: str) -> dict[str, Any]:
                             "task_id": work.task_id, "attempt": work.attempt,
                             "trace_id": work.trace_id, "caller": work.caller,
                             "idempotency_key": work.idempotency_key}
-    traceparent = child_traceparent(work.trace_id, work.task_id, work.traceparent)
+    traceparent = traceparent_of(work)
     if traceparent:
         line["traceparent"] = traceparent
     if work.parent_task_id:
