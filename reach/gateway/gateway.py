@@ -100,14 +100,22 @@ class Gateway:
     async def submit(self, request: SubmitRequest) -> tuple[Task, bool]:
         """Accept a task and return once it is committed: (task, duplicate)."""
         admission = self.accept(request)
-        task = admission.task
-        if task is None:  # a duplicate key whose first task is no longer in memory
-            task = await self.task(admission.lookup or "")
-            if task is None:
-                raise ReachError("the first task of this idempotency key was not found")
+        task = admission.task or await self.first_of(
+            admission.lookup or "", request.capability, request.idempotency_key)
         if admission.commit is not None:
             await asyncio.shield(admission.commit)
         return task, admission.duplicate
+
+    async def first_of(self, task_id: str, capability: str, key: str | None) -> Task:
+        """The first task of a duplicate key that only the store still holds (``accept``
+        left ``task`` None and named it in ``lookup``): read back, and checked to be the same
+        work as the duplicate, as a duplicate found in memory is. Every edge calls this."""
+        task = await self.task(task_id)
+        if task is None:
+            raise ReachError("the first task of this idempotency key was not found")
+        if capability:
+            self.check_same_work(task, names.normalize(capability), key or "")
+        return task
 
     def accept(self, request: SubmitRequest,
                sink: Callable[[str, int, Any], None] | None = None) -> Admission:

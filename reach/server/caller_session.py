@@ -17,7 +17,6 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 
-from reach.core import names
 from reach.core.tasks import SubmitRequest, TaskState
 from reach.core.trust import may_read
 from reach.errors import InvalidParams, ProtocolError, ReachError, Unavailable
@@ -163,18 +162,12 @@ class CallerSession(Session):
             commit.add_done_callback(committed)
 
     async def _late_duplicate(self, f: p.Submit, task_id: str) -> None:
-        task = await self.services.gateway.task(task_id)
-        if task is None:
-            self.out.post(error_frame(ReachError(
-                "the first task of this idempotency key was not found"), id=f.id))
+        try:
+            task = await self.services.gateway.first_of(task_id, f.capability or "",
+                                                        f.idempotency_key)
+        except ReachError as exc:
+            self.out.post(error_frame(detailed(exc, f.capability or ""), id=f.id))
             return
-        if f.capability:
-            try:
-                self.services.gateway.check_same_work(task, names.normalize(f.capability),
-                                                   f.idempotency_key or "")
-            except ReachError as exc:
-                self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
-                return
         self._acknowledge(f, task, True)
 
     def _acknowledge(self, f: p.Submit, task: Any, duplicate: bool,

@@ -21,7 +21,6 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from reach.core import names
 from reach.core.tasks import SubmitRequest, Task, TaskState
 from reach.core.trust import may_read
 from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable
@@ -156,14 +155,8 @@ class FrontDoor:
         the same work; a failed commit means the task was not accepted."""
         gateway = self.gateway
         admission = gateway.accept(request, sink)
-        task = admission.task
-        if task is None:
-            task = await gateway.task(admission.lookup or "")
-            if task is None:
-                raise ReachError("the first task of this idempotency key was not found")
-            if request.capability:
-                gateway.check_same_work(task, names.normalize(request.capability),
-                                        request.idempotency_key or "")
+        task = admission.task or await gateway.first_of(
+            admission.lookup or "", request.capability, request.idempotency_key)
         if admission.commit is not None:
             try:
                 await asyncio.shield(admission.commit)
