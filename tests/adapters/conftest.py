@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -33,3 +35,12 @@ async def workers() -> AsyncIterator[Callable[[], Awaitable[Any]]]:
     for nc in opened:
         if not nc.is_closed:
             await nc.close()
+
+
+def need_nats_server() -> None:
+    """For tests that start a nats-server of their own: skip where the binary is absent, but
+    fail under CI (REACH_REQUIRE_SERVICES), which must run them."""
+    if shutil.which("nats-server") is None:
+        if os.environ.get("REACH_REQUIRE_SERVICES"):
+            pytest.fail("nats-server is not on PATH; CI (REACH_REQUIRE_SERVICES) needs it")
+        pytest.skip("nats-server not on PATH")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,6 +21,7 @@ from reach.adapters import nats as nats_adapter
 from reach.ports import Work
 from reach.testing import wait_until
 
+from .conftest import need_nats_server
 from .test_cov_base import Recorded
 from .test_nats import URL, _reachable, free_port
 from .test_nats import pytestmark as pytestmark  # needs the NATS server on 127.0.0.1:4222
@@ -211,8 +211,7 @@ def test_more_declaration_mistakes_are_named() -> None:
 @pytest.fixture
 async def own_server() -> AsyncIterator[dict[str, Any]]:
     """A nats-server of this test's own, on a free port, that the test may stop and restart."""
-    if shutil.which("nats-server") is None:
-        pytest.skip("nats-server not on PATH")
+    need_nats_server()
     port = free_port()
     state: dict[str, Any] = {"port": port, "proc": None}
 

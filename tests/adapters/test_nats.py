@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,6 +28,8 @@ from reach.core.backoff import Backoff
 from reach.errors import ReachError
 from reach.ports import Work
 from reach.testing import wait_until
+
+from .conftest import need_nats_server
 
 ADDRESS = ("127.0.0.1", 4222)
 URL = "nats://127.0.0.1:4222"
@@ -272,8 +273,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server not on PATH")
 async def test_attached_while_nats_is_down_comes_online_when_it_starts(prefix: str) -> None:
+    need_nats_server()
     port = free_port()
     url = f"nats://127.0.0.1:{port}"
     caps = {"orders.lookup": {"subject": f"{prefix}.orders.lookup", "latency_ms": 200}}
