@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -92,9 +93,28 @@ async def _cluster() -> AsyncIterator[Cluster]:
 
 
 try:  # the fixture needs pytest-asyncio; without it, the plugin adds nothing
+    import pytest
     import pytest_asyncio
 
     reach_cluster = pytest_asyncio.fixture(_cluster, name="reach_cluster")
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_pycollect_makeitem(collector: Any, name: str, obj: object) -> Any:
+        """Mark ``async def`` tests that use ``reach_cluster`` as asyncio tests.
+
+        In pytest-asyncio's default (strict) mode an unmarked ``async def`` test is not run
+        ("async def functions are not natively supported"), so the README's example would
+        fail when pasted into a new project. Only tests asking for this plugin's fixture are
+        marked; every other test is left to the project's own settings. ``trylast`` makes
+        this wrapper the innermost, so pytest-asyncio's wrapper sees the mark."""
+        outcome = yield
+        made = outcome.get_result()
+        for item in made if isinstance(made, list) else [made]:
+            if (isinstance(item, pytest.Function)
+                    and "reach_cluster" in item.fixturenames
+                    and inspect.iscoroutinefunction(getattr(item, "obj", None))
+                    and item.get_closest_marker("asyncio") is None):
+                item.add_marker(pytest.mark.asyncio)
 except ImportError:  # pragma: no cover
     pass
 
