@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
 import gc
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-http", action="store_true",
                        help="no REST front door: websocket callers only")
     serve.add_argument("--store", default="sqlite:///reach.db",
-                       help="database URL: sqlite:///file.db (default reach.db), sqlite:// "
-                            "(in memory), postgresql+psycopg://...")
+                       help="database URL: sqlite:///file.db (default reach.db) or sqlite:// "
+                            "(in memory, gone at exit); one coordinator per file")
     serve.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="S",
                        help="seconds between agent heartbeats (default 10)")
     serve.add_argument("--suspect-after", type=float, default=2.0, metavar="N",
@@ -53,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--strategy", choices=STRATEGIES, default="weighted",
                        help="how to pick among healthy agents (default weighted)")
     serve.add_argument("--recovery-grace", type=float, default=10.0, metavar="S",
-                       help="after a restart, how long resumed tasks wait for their agents")
+                       help="after a restart, how long resumed tasks wait for their agents to "
+                            "reconnect before failing over (default 10)")
     serve.add_argument("--retry-budget", type=float, default=0.2, metavar="SHARE",
                        help="retries may add at most this share on top of first attempts "
                             "(default 0.2): a mass failure does not become a retry storm")
@@ -120,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"reach: {exc}", file=sys.stderr)
             return 2
         try:
+            _free(settings)
             asyncio.run(_serve(settings, adapters))
         except KeyboardInterrupt:
             pass
@@ -176,6 +182,42 @@ class StartFailed(Exception):
     """``reach serve`` could not start; the message says why (printed as one line)."""
 
 
+def _free(settings: Settings) -> None:
+    """Refuse a taken port before anything is created (the store's file among them), with
+    what to do instead; the bind in ``Reach.start`` still decides if another process races."""
+    ports = [(settings.port, "--port")]
+    if settings.http_port:
+        ports.append((settings.http_port, "--http-port"))
+    for port, flag in ports:
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((settings.host, port))
+            except OSError as exc:
+                raise StartFailed(_bind_failed(settings.host, port, flag, exc)) from None
+
+
+def _bind_failed(host: str, port: int, flag: str, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is taken (another `reach serve`?): stop that process, "
+                f"or pick another port with {flag} PORT ({flag} 0 picks a free one)")
+    return f"cannot listen on {host}:{port} ({exc.strerror or exc}): check --host and {flag}"
+
+
+def _say(text: str) -> None:
+    """Print a status line; a closed stdout (``reach serve | tee log`` when Ctrl-C ends the
+    tee first) must not stop the coordinator from draining, so further output is dropped."""
+    try:
+        print(text, flush=True)
+    except (BrokenPipeError, ValueError):  # ValueError: stdout already closed
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+
 def tune_gc() -> None:
     """For a coordinator process: a full collection over tens of thousands of live tasks
     pauses the loop for 50–200 ms (measured), long enough to look like a timeout. Collect
@@ -189,13 +231,13 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
 
     try:
         reach = await Reach.start(settings)
-    except OSError as exc:  # the port is taken, or the address is not this machine's
+    except OSError as exc:  # the port was taken since _free looked, or the address is not ours
         raise StartFailed(f"cannot start the coordinator: {exc}") from None
     try:
         for adapter in adapters:
             view = await reach.attach(adapter)
-            print(f"reach: attached {view['kind']} agent {view['name']} ({view['state']}): "
-                  f"{', '.join(view['capabilities'])}", flush=True)
+            _say(f"reach: attached {view['kind']} agent {view['name']} ({view['state']}): "
+                 f"{', '.join(view['capabilities'])}")
     except BaseException as exc:
         await reach.stop()
         if isinstance(exc, ValueError):  # attach's refusal (its message names the agent)
@@ -206,19 +248,19 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"reach: coordinator listening on {reach.url} (store {settings.store})", flush=True)
+    _say(f"reach: coordinator listening on {reach.url} (store {settings.store})")
     if reach.http_url is not None:
-        print(f"reach: REST front door at {reach.http_url} (OpenAPI at "
-              f"{reach.http_url}/openapi.json; docs/http-api.md)", flush=True)
+        _say(f"reach: REST front door at {reach.http_url} (OpenAPI at "
+             f"{reach.http_url}/openapi.json; docs/http-api.md)")
     http = reach.url.replace("ws://", "http://", 1)
-    print(f"reach: metrics at {http}/metrics; dashboard: "
-          f"reach-dash --url {reach.url} --token {reach.admin_token}", flush=True)
+    _say(f"reach: metrics at {http}/metrics; dashboard: "
+         f"reach-dash --url {reach.url} --token {reach.admin_token}")
     for warning in reach.trust_warnings():
-        print(f"reach: WARNING: {warning}", flush=True)
+        _say(f"reach: WARNING: {warning}")
     try:
         await stop.wait()
     finally:
-        print("reach: stopping (draining in-flight tasks)", flush=True)
+        _say("reach: stopping (draining in-flight tasks)")
         await reach.stop()
 
 

@@ -79,6 +79,11 @@ class Settings:
                      "dead_letter_retention", "idempotency_keys_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if not self.store.startswith("sqlite:"):
+            raise ValueError(
+                f"store {self.store!r} is not supported: use sqlite:///FILE.db (a file, survives "
+                f"restarts) or sqlite:// (in memory). A PostgreSQL store, for several "
+                f"coordinators on one database, is not in this version")
         if self.tokens is None and not self.insecure and not loopback(self.host):
             raise ValueError(
                 f"refusing to bind {self.host!r} without tokens: anyone who can reach it could "

@@ -100,14 +100,19 @@ def test_an_agent_that_cannot_attach_stops_serve_in_one_line(
     assert len(out.err.splitlines()) == 1 and "listening on" not in out.out
 
 
-def test_a_taken_port_is_one_line_and_exit_2(
-        taken: int, capsys: pytest.CaptureFixture[str]) -> None:
-    for flags in (["--port", str(taken), "--no-http"],  # the websocket port
-                  ["--port", "0", "--http-port", str(taken)]):  # the front door's
-        assert main(["serve", "--store", "sqlite://", *flags]) == 2
+def test_a_taken_port_is_one_line_exit_2_and_creates_no_database(
+        taken: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14: a second server on a taken port printed a traceback and had already created
+    its database file. Now: one line naming the port and the flag to change, nothing made."""
+    db = tmp_path / "second.db"
+    for flags, flag in ((["--port", str(taken), "--no-http"], "--port"),  # the websocket port
+                        (["--port", "0", "--http-port", str(taken)], "--http-port")):
+        assert main(["serve", "--store", f"sqlite:///{db}", *flags]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("reach: cannot start the coordinator:") and str(taken) in err
+        assert err.startswith(f"reach: port {taken} on 127.0.0.1 is taken (another `reach "
+                              f"serve`?)") and f"with {flag} PORT ({flag} 0 picks" in err
         assert len(err.splitlines()) == 1
+        assert not db.exists()
 
 
 @pytest.mark.parametrize(("sig", "http"), [(signal.SIGTERM, True), (signal.SIGINT, False)])
