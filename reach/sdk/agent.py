@@ -28,9 +28,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from reach.core.backoff import Backoff
 from reach.core.schemas import schema_of
-from reach.errors import ReachError, Unavailable
+from reach.errors import ReachError
 from reach.sdk.client import Client
-from reach.sdk.connection import dial
+from reach.sdk.connection import dial, unreachable
 from reach.sdk.opening import Opening
 from reach.sdk.serving import Handler, Serving, inspect_handler
 from reach.wire import protocol as p
@@ -172,8 +172,7 @@ class Agent(Serving):
                     return
             except (OSError, InvalidHandshake, InvalidURI, TimeoutError, ConnectionClosed) as exc:
                 if not self._ready.done():
-                    self._ready.set_exception(Unavailable(
-                        f"cannot reach a coordinator at {url}: {exc}; is it running?"))
+                    self._ready.set_exception(unreachable(url, exc))
                     return
                 if isinstance(exc, ConnectionClosed) and exc.rcvd is not None and \
                         exc.rcvd.code == REPLACED:

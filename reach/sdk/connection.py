@@ -34,8 +34,7 @@ async def dial(url: str, first: p.Register | p.Hello, *, max_frame_bytes: int,
         ws = await websockets.connect(url, max_size=max_frame_bytes, compression=None,
                                       ping_interval=None, open_timeout=ANSWER_TIMEOUT)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-        raise Unavailable(f"cannot reach a coordinator at {url}: {exc}; is it running?"
-                          ) from exc
+        raise unreachable(url, exc) from exc
     try:
         try:
             await ws.send(p.dump(first))
@@ -54,3 +53,18 @@ async def dial(url: str, first: p.Register | p.Hello, *, max_frame_bytes: int,
         await ws.close()
         raise
     return ws, frame
+
+
+def unreachable(url: str, exc: BaseException) -> Unavailable:
+    """Why no connection to ``url``, and what to try: a wrong URL is not a stopped coordinator."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if isinstance(exc, InvalidURI) or scheme not in ("ws", "wss"):
+        hint = (" (http:// is the REST front door's; the SDKs speak websocket)"
+                if scheme in ("http", "https") else "")
+        return Unavailable(f"{url!r} is not a websocket URL{hint}: use ws://HOST:PORT, as "
+                           f"`reach serve` and `reach.url` print it", url=url)
+    if isinstance(exc, InvalidHandshake):
+        return Unavailable(f"something answers at {url} but not as a Reach coordinator "
+                           f"({exc}): check the port (`reach serve` prints the websocket URL)",
+                           url=url)
+    return Unavailable(f"cannot reach a coordinator at {url}: {exc}; is it running?", url=url)
