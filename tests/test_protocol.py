@@ -197,8 +197,9 @@ def test_wrong_version_is_reported_before_unknown_type():
      "invalid 'register' frame: capabilities.0.scope: Input should be 'read' or 'write'"),
     ('{"type": "submit", "id": 1, "capability": "x", "priority": 10}',
      "invalid 'submit' frame: priority: Input should be less than or equal to 9"),
-    ('{"type": "submit", "id": 1, "capability": "x", "params": [1]}',
-     "invalid 'submit' frame: params: Input should be an object"),
+    ('{"type": "invoke", "task_id": "t", "capability": "x", "params": [1], '
+     '"idempotency_key": "k", "trace_id": "t"}',  # a submit's is invalid_params (conformance §5)
+     "invalid 'invoke' frame: params: Input should be an object"),
     ('{"type": "error", "error": {"message": "m"}}',
      "invalid 'error' frame: error.code: Field required"),
     ('{"type": "welcome", "role": "admin"}',

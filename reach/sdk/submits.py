@@ -38,6 +38,9 @@ def check(r: SubmitRequest) -> None:
     """Raise what the coordinator would refuse ``r`` for, without asking it."""
     if not r.capability and not r.intent:
         raise InvalidParams("name a capability (or state an intent)")
+    if not isinstance(r.params, dict):
+        raise InvalidParams(f"params must be a dict of name: value (a JSON object), not "
+                            f"{type(r.params).__name__}: call(capability, {{'name': value}})")
     if len(r.capability) > 200 or (r.idempotency_key is not None
                                    and len(r.idempotency_key) > 400):
         raise InvalidParams("capability names are at most 200 characters, keys at most 400")

@@ -9,7 +9,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from reach.errors import ProtocolError, ReachError
+from reach.errors import InvalidParams, ProtocolError, ReachError
 from reach.server.services import Services
 from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
@@ -82,7 +82,7 @@ class Session:
                     await asyncio.sleep(0)
                 try:
                     frame = p.parse(raw)
-                except ProtocolError as exc:
+                except (ProtocolError, InvalidParams) as exc:
                     # Echo the request id when there is one: the caller is waiting on it.
                     self.out.post(error_frame(exc, id=p.request_id(raw)))
                     continue

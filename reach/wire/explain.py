@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter, ValidationError
 
-from reach.errors import ProtocolError
+from reach.errors import InvalidParams, ProtocolError
 from reach.wire.bounds import FRAME_TYPES, MAX_DEPTH, MAX_ID, RULES, SUPPORTED_VERSIONS, VERSION
 
 
@@ -99,7 +99,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def explain(raw: str | bytes, exc: ValidationError) -> ProtocolError:
+def explain(raw: str | bytes, exc: ValidationError) -> ProtocolError | InvalidParams:
     # Only the error path pays for a second decode (of the head alone): it turns pydantic's
     # report into one line an agent author in any language can act on.
     head = _peek(raw)
@@ -123,6 +123,10 @@ def explain(raw: str | bytes, exc: ValidationError) -> ProtocolError:
                              f"levels deep; flatten it", type=kind)
     first = exc.errors(include_url=False)[0]
     where = ".".join(str(p) for p in first.get("loc", ())[1:])[:200] or "frame"
+    if kind == "submit" and where == "params" and first.get("type") == "dict_type":
+        # The frame is fine, the params are not: the caller's mistake, not the SDK author's
+        return InvalidParams(f"params must be a JSON object of name: value, not "
+                             f"{_json_type(first.get('input'))}", type=kind, field=where)
     return ProtocolError(f"invalid {kind!r} frame: {where}: {_reason(first)}", type=kind,
                          field=where)
 
@@ -137,3 +141,16 @@ def _reason(error: Any) -> str:
     if found is None:
         return words
     return f"{words} (found U+{ord(found.group()):04X} at index {found.start()})"
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type ("a string", "an array"...)."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null" if value is None else type(value).__name__

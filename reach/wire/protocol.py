@@ -274,7 +274,8 @@ AnyFrame = Annotated[
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyFrame)
 
 def parse(raw: str | bytes) -> Any:
-    """Decode one frame; raise ``ProtocolError`` saying precisely what is wrong with it.
+    """Decode one frame; raise ``ProtocolError`` saying precisely what is wrong with it (or
+    ``InvalidParams`` for a well-formed submit whose params are not an object).
 
     Nothing else escapes: bounded in depth (``MAX_DEPTH``), in CPU (one linear decode, and
     on the error path one more that skips everything but ``v``, ``type`` and ``id``)."""

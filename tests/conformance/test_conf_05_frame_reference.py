@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from docpage import check, documented_frames, documented_view
+from docpage import check, documented_frames, documented_view, section
 from rawpeer import Peer, agent, answer, caller, submit
 
 from reach import Reach
@@ -69,3 +69,20 @@ async def test_every_frame_sent_is_documented_in_section_5(reach: Reach) -> None
         assert attempt["instance"] == "i-doc"
     for entry in view["history"]:
         assert set(entry) == history_fields
+
+
+async def test_params_that_are_not_an_object_are_invalid_params(reach: Reach) -> None:
+    """§5 submit, `params`: anything but an object is `invalid_params` (issue 14: it was a
+    `protocol_error`, which blames the SDK rather than the call), echoing the request id; the
+    session goes on."""
+    assert "anything but an object (a string, an array) is `invalid_params`" in \
+        section("### `submit`", "### `accepted`")
+    boss = await caller(reach.url, "planner")
+    for req_id, params in ((1, "region=east"), (2, ["east"]), (3, 7), (4, None)):
+        await boss.send({**submit(req_id, "sales.query"), "params": params})
+        error = await boss.expect("error")
+        assert error["id"] == req_id and error["error"]["code"] == "invalid_params"
+        assert error["error"]["details"] == {"type": "submit", "field": "params"}
+        assert error["error"]["message"].startswith("params must be a JSON object")
+    await boss.send({"v": 1, "type": "status", "id": 5, "task_id": "nope"})
+    assert (await boss.expect("error"))["id"] == 5  # still served
