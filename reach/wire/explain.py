@@ -144,13 +144,10 @@ def _reason(error: Any) -> str:
 
 
 def _json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type ("a string", "an array"...)."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, int | float):
-        return "a number"
-    return "null" if value is None else type(value).__name__
+    """The JSON name of a decoded non-object value's type ("a string", "an array"...)."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), (str, "a string"), (list, "an array")):
+        if isinstance(value, kind):
+            return name
+    return "a number"

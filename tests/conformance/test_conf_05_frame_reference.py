@@ -78,11 +78,12 @@ async def test_params_that_are_not_an_object_are_invalid_params(reach: Reach) ->
     assert "anything but an object (a string, an array) is `invalid_params`" in \
         section("### `submit`", "### `accepted`")
     boss = await caller(reach.url, "planner")
-    for req_id, params in ((1, "region=east"), (2, ["east"]), (3, 7), (4, None)):
+    for req_id, params, kind in ((1, "region=east", "a string"), (2, ["east"], "an array"),
+                                 (3, 7, "a number"), (4, None, "null"), (6, True, "a boolean")):
         await boss.send({**submit(req_id, "sales.query"), "params": params})
         error = await boss.expect("error")
         assert error["id"] == req_id and error["error"]["code"] == "invalid_params"
         assert error["error"]["details"] == {"type": "submit", "field": "params"}
-        assert error["error"]["message"].startswith("params must be a JSON object")
+        assert error["error"]["message"] == f"params must be a JSON object of name: value, not {kind}"
     await boss.send({"v": 1, "type": "status", "id": 5, "task_id": "nope"})
     assert (await boss.expect("error"))["id"] == 5  # still served
