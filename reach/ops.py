@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from reach._version import __version__
 from reach.config import Settings
-from reach.core import traces
+from reach.core import names, traces
 from reach.core.agents import AgentRecord
 from reach.core.registry import Registry
 from reach.core.tasks import Task, TaskState
@@ -26,6 +26,7 @@ from reach.ports import Clock
 from reach.server.display import AgentList, TraceView
 
 Command = Callable[["Ops", dict[str, Any]], Awaitable[Any]]
+T = TypeVar("T")
 FILTERS = frozenset({"capability", "agent", "error", "since", "until"})
 
 
@@ -84,6 +85,46 @@ class Ops:
         record.breaker.reset()
         self.gateway.breaker_moved(record, before)
         return self._view(record, self.clock.wall())
+
+    # ------------------------------------------------------------ routing by hand
+
+    def overrides(self) -> dict[str, Any]:
+        """The operator's weight overrides and pins (reach.core.overrides)."""
+        return self.gateway.router.overrides.view()
+
+    def set_weight(self, agent: str, weight: float | None,
+                   capability: str | None = None) -> dict[str, Any]:
+        """Route by ``weight`` instead of what ``agent`` declared (for ``capability``, or all
+        it serves); ``None`` goes back to the declared weight."""
+        record = self._agent(agent)
+        cap = None if capability is None else self._declared(record, capability)
+        try:
+            self.gateway.router.overrides.set_weight(record.name, weight, cap)
+        except ValueError as exc:
+            raise InvalidParams(str(exc)) from None
+        return self.overrides()
+
+    def pin(self, agent: str, capability: str) -> dict[str, Any]:
+        """Route ``capability`` only to ``agent`` (and any other agent pinned for it)."""
+        record = self._agent(agent)
+        self.gateway.router.overrides.pin(self._declared(record, capability), record.name)
+        return self.overrides()
+
+    def unpin(self, capability: str, agent: str | None = None) -> dict[str, Any]:
+        """Undo ``pin`` for ``agent`` (None: every pin of ``capability``)."""
+        name = None if agent is None else self._agent(agent).name
+        cap = names.normalize(capability)
+        if cap not in self.gateway.router.overrides.pins:
+            raise InvalidParams(f"{capability!r} is not pinned; see reach.overrides()")
+        self.gateway.router.overrides.unpin(cap, name)
+        return self.overrides()
+
+    def _declared(self, record: AgentRecord, capability: str) -> str:
+        cap = names.normalize(capability)
+        if cap not in record.capabilities:
+            raise InvalidParams(f"agent {record.name!r} does not serve {capability!r}; it "
+                                f"serves {', '.join(sorted(record.capabilities))}")
+        return cap
 
     def metrics(self) -> dict[str, Any]:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
@@ -207,6 +248,16 @@ class Ops:
             raise InvalidParams(f"unknown admin action {action!r}; see docs/admin-feed.md")
         return await handler(self, args)
 
+    def act(self, action: str, args: dict[str, Any], run: Callable[[], T]) -> T:
+        """Run an operator action called from Python and record it as the feed's would be."""
+        try:
+            result = run()
+        except BaseException:
+            self.record(action, args, False)
+            raise
+        self.record(action, args, True)
+        return result
+
     def record(self, action: str, args: dict[str, Any], ok: bool) -> None:
         """Record an operator's action as an event (and a JSON log line when enabled)."""
         self.gateway.events.publish(ADMIN, {"action": action, "args": args, "ok": ok})
@@ -235,6 +286,23 @@ async def _reset_breaker(ops: Ops, args: dict[str, Any]) -> Any:
     return ops.reset_breaker(str(args["agent"]))
 
 
+async def _set_weight(ops: Ops, args: dict[str, Any]) -> Any:
+    weight = args.get("weight")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
+        raise InvalidParams(f"weight must be a number or null, not {weight!r}")
+    cap = args.get("capability")
+    return ops.set_weight(str(args["agent"]), weight, None if cap is None else str(cap))
+
+
+async def _pin(ops: Ops, args: dict[str, Any]) -> Any:
+    return ops.pin(str(args["agent"]), str(args["capability"]))
+
+
+async def _unpin(ops: Ops, args: dict[str, Any]) -> Any:
+    agent = args.get("agent")
+    return ops.unpin(str(args["capability"]), None if agent is None else str(agent))
+
+
 async def _trace(ops: Ops, args: dict[str, Any]) -> Any:
     return ops.trace(str(args["trace_id"])).timeline
 
@@ -245,6 +313,9 @@ COMMANDS: dict[str, Command] = {
     "drain": _drain,
     "undrain": _undrain,
     "reset_breaker": _reset_breaker,
+    "set_weight": _set_weight,
+    "pin": _pin,
+    "unpin": _unpin,
     "trace": _trace,
 }
 """Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""

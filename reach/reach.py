@@ -300,6 +300,27 @@ class Reach:
     def reset_breaker(self, agent: str) -> dict[str, Any]:
         return self.ops.reset_breaker(agent)
 
+    def overrides(self) -> dict[str, Any]:
+        """An operator's weight overrides and pins (reach.core.overrides)."""
+        return self.ops.overrides()
+
+    def set_weight(self, agent: str, weight: float | None, capability: str | None = None
+                   ) -> dict[str, Any]:
+        """Route by ``weight`` instead of the declared one (None: back to it); an admin event."""
+        return self.ops.act("set_weight", {"agent": agent, "weight": weight,
+                                           "capability": capability},
+                            lambda: self.ops.set_weight(agent, weight, capability))
+
+    def pin(self, agent: str, capability: str) -> dict[str, Any]:
+        """Route ``capability`` only to ``agent`` (and others pinned for it); an admin event."""
+        return self.ops.act("pin", {"agent": agent, "capability": capability},
+                            lambda: self.ops.pin(agent, capability))
+
+    def unpin(self, capability: str, agent: str | None = None) -> dict[str, Any]:
+        """Undo ``pin`` (for ``agent``, or every pin of ``capability``); an admin event."""
+        return self.ops.act("unpin", {"capability": capability, "agent": agent},
+                            lambda: self.ops.unpin(capability, agent))
+
     def metrics(self) -> dict[str, Any]:
         return self.ops.metrics()
 

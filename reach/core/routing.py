@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from reach.core import names
 from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
+from reach.core.overrides import Overrides
 from reach.core.resilience import BreakerState
 from reach.core.schemas import Validator, check
 from reach.errors import InvalidParams, NoRoute, Unauthorized, Unavailable
@@ -64,6 +65,7 @@ class Saturated(Exception):
 class Router:
     strategy: str = "weighted"
     permissions: Permissions = field(default_factory=Permissions)
+    overrides: Overrides = field(default_factory=Overrides)  # an operator's weights and pins
     rng: random.Random = field(default_factory=random.Random)
     # Up to this many ready agents (plus those excluded), each is scored; past it, ``sample``
     # drawn at random are (two choices already spread load almost as well as all of them).
@@ -128,6 +130,9 @@ class Router:
         indexed for this one call (which costs a pass over it)."""
         index = _indexed(capability, declaring)
         groups = self._fit(capability, params, caller, index)
+        if self.overrides.pins:  # pinned: every other agent is left out, as if excluded
+            exclude = exclude | self.overrides.excluded(
+                capability, ((r.agent_id, r.name) for r in index.agents.values()))
         found = _Found(now, exclude)
         for group in groups:
             if group.held.items:
@@ -151,6 +156,12 @@ class Router:
                 raise Saturated(level=1.0)
             if found.tripped is not None:
                 return found.tripped
+            pinned = self.overrides.pinned(capability)
+            if pinned is not None:
+                raise Unavailable(
+                    f"{capability!r} is pinned to {', '.join(sorted(pinned))} by an operator, "
+                    f"and none of them can take it now; unpin it to route to the others",
+                    capability=capability, pinned=sorted(pinned))
             raise Unavailable(
                 f"no healthy agent can take {capability!r} now "
                 f"({len(declaring)} declare it); retry later or check `reach.agents()`",
@@ -234,9 +245,10 @@ class Router:
     def _key(self, capability: str, latency: Mapping[str, float]
              ) -> Callable[[AgentRecord], tuple[float, float]]:
         """The strategy's order: the lowest key wins."""
+        weight = self.overrides.weight
         if self.strategy == "least_load":
-            return lambda r: (r.inflight / (
-                r.max_concurrency * r.capabilities[capability].spec.weight), 0.0)
+            return lambda r: (r.inflight / (r.max_concurrency * weight(
+                capability, r.name, r.capabilities[capability].spec.weight)), 0.0)
         if self.strategy == "lowest_latency":
             return lambda r: (latency.get(
                 r.agent_id, r.capabilities[capability].spec.latency_ms / 1000.0), 0.0)
@@ -244,8 +256,8 @@ class Router:
         # agents share the work instead of the first one taking it all.
         rng = self.rng
         return lambda r: (
-            -r.capabilities[capability].spec.weight * (1.0 - r.inflight / r.max_concurrency),
-            rng.random())
+            -weight(capability, r.name, r.capabilities[capability].spec.weight)
+            * (1.0 - r.inflight / r.max_concurrency), rng.random())
 
 
 def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:
