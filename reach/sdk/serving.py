@@ -33,6 +33,7 @@ from reach.wire import protocol as p
 
 log = logging.getLogger("reach.agent")
 Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
+FAULTS_KEPT = 1024  # tasks remembered as having logged their traceback (then the oldest go)
 # Frames built from what this agent holds (its own outcomes, invokes already parsed): checked
 # by the type checker, not validated again at run time (the coordinator parses what it gets).
 _Ack = p.unchecked(p.Ack)
@@ -93,6 +94,7 @@ class Serving:
         self._work: set[asyncio.Task[Any]] = set()
         self._slots: asyncio.Semaphore | None = None
         self._waiting = 0
+        self._faulted: OrderedDict[str, None] = OrderedDict()  # tasks whose traceback is logged
 
     def _post_text(self, text: str) -> None:
         raise NotImplementedError
@@ -254,11 +256,24 @@ class Serving:
             return _error("task_failed", f"result is not JSON-serializable: {exc}",
                           answer=False, agent=self.name)
         except Exception as exc:  # an agent fault: reported, counted, maybe retried elsewhere
-            log.exception("agent %s: handler for %s failed", self.name, f.capability)
+            self._log_fault(f, exc)
             return _error("task_failed", f"{type(exc).__name__}: {exc}", answer=False,
                           agent=self.name, type=type(exc).__name__)
         finally:
             self._slots.release()
+
+    def _log_fault(self, f: p.Invoke, exc: Exception) -> None:
+        """One line per failed attempt, the traceback only the first time a task fails here:
+        a call retried three times on this agent logs one traceback, not three."""
+        if f.task_id in self._faulted:
+            log.error("agent %s: handler for %s failed again (task %s, attempt %d): %s: %s",
+                      self.name, f.capability, f.task_id, f.attempt, type(exc).__name__, exc)
+            return
+        self._faulted[f.task_id] = None
+        if len(self._faulted) > FAULTS_KEPT:
+            self._faulted.popitem(last=False)
+        log.error("agent %s: handler for %s failed (task %s, attempt %d)", self.name,
+                  f.capability, f.task_id, f.attempt, exc_info=exc)
 
     def _by_normalized(self, capability: str) -> Handler | None:
         for name, handler in self.handlers.items():
