@@ -5,17 +5,20 @@ sending a mix of calls (some of which fail on purpose), and a live table — the
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import tempfile
 import time
 from collections import Counter, deque
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -98,6 +101,8 @@ class Board:
         self.recent: deque[tuple[str, str, float, str]] = deque(maxlen=10)
         self.totals: Counter[str] = Counter()
         self.report_trace: str | None = None
+        self.logs: deque[str] = deque(maxlen=3)  # the library's latest log lines, newest first
+        self.logged = 0
 
     def add(self, capability: str, outcome: str, ms: float, detail: str) -> None:
         self.recent.appendleft((capability, outcome, ms, detail))
@@ -120,16 +125,44 @@ def render(reach: Reach, board: Board, left: float, db: Path) -> Group:
         tasks.add_row(cap, f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
                       f"{ms:.0f}", detail[:60])
     totals = "  ".join(f"{k}: {v}" for k, v in sorted(board.totals.items()))
+    logs = "".join(f"\n[dim]log: {escape(line)}[/]" for line in board.logs)
     header = Panel(f"Agent-Reach demo — coordinator {reach.url}, store {db}\n"
-                   f"totals  {totals or '—'}   ({max(0.0, left):.0f}s of traffic left)")
+                   f"totals  {totals or '—'}   ({max(0.0, left):.0f}s of traffic left){logs}")
     return Group(header, agents, tasks)
+
+
+class _BoardLog(logging.Handler):
+    """The library's warnings and errors while the demo runs, one line each on the board: the
+    demo's own injected faults would otherwise print full tracebacks above the live table."""
+
+    def __init__(self, board: Board) -> None:
+        super().__init__(logging.WARNING)
+        self.board = board
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.board.logs.appendleft(record.getMessage())
+        self.board.logged += 1
+
+
+@contextmanager
+def _logs_on(board: Board) -> Iterator[None]:
+    logger = logging.getLogger("reach")
+    handler, propagate = _BoardLog(board), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 async def run_demo(seconds: float = 10.0, live: bool = True, console: Console | None = None
                    ) -> int:
     console = console or Console()
     rng = random.Random(7)
-    with tempfile.TemporaryDirectory(prefix="reach-demo-") as tmp:
+    board = Board()
+    with tempfile.TemporaryDirectory(prefix="reach-demo-") as tmp, _logs_on(board):
         db = Path(tmp) / "reach.db"
         async with AsyncExitStack() as legacy, \
                 Reach.start(store=f"sqlite:///{db}", heartbeat_interval=0.5) as reach:
@@ -138,7 +171,6 @@ async def run_demo(seconds: float = 10.0, live: bool = True, console: Console | 
                 await agent.connect(reach.url)
             for adapter in await demo_adapters.start_legacy(legacy, rng):
                 await reach.attach(adapter)
-            board = Board()
             async with Client.connect(reach.url, caller="demo-planner") as client:
                 end = time.monotonic() + seconds
                 if live:
@@ -198,4 +230,7 @@ def _summary(console: Console, reach: Reach, board: Board) -> None:
             console.print(f"  +{(e['at'] - t0) * 1000:7.1f} ms  {e['capability']:<16} "
                           f"{e['state']:<11} {e['note']}")
     console.print(f"[bold]dead letters[/]: {len(reach.dead_letters())}")
+    if board.logged:
+        console.print(f"[bold]log lines[/]: {board.logged} (the demo's injected faults among "
+                      f"them; `reach serve` logs to stderr as usual)")
     console.print("Next: `reach serve` for a standalone coordinator; see README.md.")
