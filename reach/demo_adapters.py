@@ -60,7 +60,9 @@ async def start_legacy(stack: AsyncExitStack, rng: random.Random) -> list[Adapte
     from reach.adapters.http import HttpAgent
     from reach.adapters.process import ProcessAgent
 
-    runner = web.AppRunner(pricing_app(rng), access_log=None)
+    # shutdown_timeout: aiohttp waits up to 60 s by default for open requests at cleanup; a
+    # demo that ends must not wait for a quote nobody will read
+    runner = web.AppRunner(pricing_app(rng), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     site = web.TCPSite(runner, "127.0.0.1", 0)
