@@ -33,8 +33,8 @@ from reach.errors import (
     Unavailable,
     from_wire,
 )
-from reach.sdk.connection import dial
-from reach.sdk.handle import Handle
+from reach.sdk.connection import dial, redial
+from reach.sdk.handle import Handle, consume
 from reach.sdk.opening import Opening
 from reach.sdk.streams import End, chunks
 from reach.sdk.submits import submit_frame
@@ -141,26 +141,18 @@ class Client:
                 return
 
     async def _reconnect(self) -> bool:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.reconnect_for
-        retry = 0
-        while not self._closing and loop.time() < give_up:
-            await asyncio.sleep(RECONNECT.delay(retry, self._rng))
-            retry += 1
-            try:
-                await self._dial()
-            except ReachError:
-                continue
-            # Submits not acknowledged go again under the same idempotency key (the coordinator
-            # answers with the first task if it had committed it); for accepted tasks, ask
-            # again for the outcome: they were durable.
-            for text in self._submits.values():
-                self._send(text)
-            for req_id, (task_id, _fut) in self._outcomes.items():
-                if task_id and req_id not in self._submits:
-                    self._send(p.Result(task_id=task_id, id=req_id))
-            return True
-        return False
+        if not await redial(self._dial, within=self.reconnect_for, backoff=RECONNECT,
+                            stopped=lambda: self._closing, rng=self._rng):
+            return False
+        # Submits not acknowledged go again under the same idempotency key (the coordinator
+        # answers with the first task if it had committed it); for accepted tasks, ask
+        # again for the outcome: they were durable.
+        for text in self._submits.values():
+            self._send(text)
+        for req_id, (task_id, _fut) in self._outcomes.items():
+            if task_id and req_id not in self._submits:
+                self._send(p.Result(task_id=task_id, id=req_id))
+        return True
 
     def _fail_all(self, exc: ReachError) -> None:
         for fut in self._requests.values():
@@ -278,7 +270,7 @@ class Client:
         req_id = next(self._ids)
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[Any] = loop.create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         if stream:
             self._streams[req_id] = asyncio.Queue()
         # Registered before sending: the outcome may arrive right behind the acceptance.
@@ -333,7 +325,7 @@ class Client:
         await self._pace()
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         self._outcomes[req_id] = ("", outcome)
         try:
             self._send(self._submit_frame(req_id, request, defer_ack=True))
@@ -382,7 +374,7 @@ class Client:
     async def _subscribe(self, task_id: str) -> asyncio.Future[Any]:
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         self._outcomes[req_id] = (task_id, outcome)
         self._send(p.Result(task_id=task_id, id=req_id))
         return outcome
@@ -391,9 +383,3 @@ class Client:
         """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
         handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
         return await handle.result(timeout)
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    # An outcome nobody awaited must not log "exception was never retrieved".
-    if not fut.cancelled():
-        fut.exception()
