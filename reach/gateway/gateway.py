@@ -19,6 +19,7 @@ from typing import Any
 
 from reach.config import Settings
 from reach.core import names, traces
+from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.keys import scoped_key
 from reach.core.metrics import Metrics
@@ -147,12 +148,15 @@ class Gateway:
                 f"{cap!r} is declared by {sorted(self.known[cap])}, not connected now "
                 f"(after a restart agents reconnect by themselves); retry shortly",
                 capability=cap)
-        self.router.admit(cap, req.params, caller, declaring, self.registry.names)
+        tags = tagging.check(req.tags) if req.tags else None
+        self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags)
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
-        if not any(r.reachable for r in declaring.values()):
+        if not any(r.reachable for r in declaring.values()) or (
+                tags and not admission.any_tagged(declaring, tags)):
             raise Unavailable(
-                f"{len(declaring)} agent(s) declare {cap!r} but none is online; "
-                f"see `reach.agents()`", capability=cap)
+                f"{len(declaring)} agent(s) declare {cap!r} but none is online"
+                + (f" with tags {tagging.describe(tags)}" if tags else "")
+                + "; see `reach.agents()`", capability=cap)
         live = self.book.usage(caller)
         if live >= self.settings.max_caller_tasks:
             raise Rejected(
@@ -175,7 +179,7 @@ class Gateway:
             else req.max_retries,
             created_at=now, parent_task_id=req.parent_task_id,
             traceparent=traces.child_traceparent(trace_id, task_id, req.traceparent),
-            hedge=req.hedge,
+            hedge=req.hedge, tags=tags,
         )
         task = new_task(env, now)
         self.book.track(task)

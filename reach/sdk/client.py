@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
@@ -297,20 +297,23 @@ class Client:
 
     async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
                      idempotency_key: str | None = None, priority: int = 5,
+                     tags: Mapping[str, str | bool] | None = None,
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
                      traceparent: str | None = None, hedge: bool | None = None) -> Handle:
         """Hand a task over; returns once the coordinator has durably accepted it.
-        ``hedge`` overrides the capability's own hedging of slow idempotent reads."""
+        ``hedge`` overrides the capability's own hedging of slow idempotent reads; ``tags``
+        (``{"region": "eu"}``) keeps the task to agents declaring them (docs/protocol.md §7)."""
         handle, _ = await self._submit(SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge))
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
                    timeout: float | None = None, idempotency_key: str | None = None,
-                   priority: int = 5, max_retries: int | None = None,
+                   priority: int = 5, tags: Mapping[str, str | bool] | None = None,
+                   max_retries: int | None = None,
                    trace_id: str | None = None, parent_task_id: str | None = None,
                    traceparent: str | None = None, hedge: bool | None = None) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
@@ -320,7 +323,7 @@ class Client:
         request = SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge)
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags)
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
@@ -342,12 +345,13 @@ class Client:
 
     async def call_intent(self, text: str, params: dict[str, Any] | None = None, *,
                           timeout: float | None = None, idempotency_key: str | None = None,
-                          priority: int = 5) -> Any:
+                          priority: int = 5, tags: Mapping[str, str | bool] | None = None
+                          ) -> Any:
         """Say what you need in words (Chinese or English); Reach picks the capability.
         No good match raises ``NoRoute`` listing the closest capabilities."""
         handle, _ = await self._submit(SubmitRequest(
             "", params or {}, idempotency_key=idempotency_key, priority=priority,
-            timeout=timeout, intent=text))
+            timeout=timeout, intent=text, tags=tags))
         return await handle.result(None if timeout is None else timeout + OUTCOME_GRACE)
 
     async def stream(self, capability: str, params: dict[str, Any] | None = None, *,
@@ -358,7 +362,7 @@ class Client:
             priority=options.get("priority", 5), timeout=timeout,
             max_retries=options.get("max_retries"), trace_id=options.get("trace_id"),
             parent_task_id=options.get("parent_task_id"),
-            traceparent=options.get("traceparent")), stream=True)
+            traceparent=options.get("traceparent"), tags=options.get("tags")), stream=True)
         try:
             async for chunk in chunks(self._streams[req_id]):
                 yield chunk
