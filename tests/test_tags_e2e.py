@@ -47,6 +47,8 @@ async def test_tagged_calls_land_on_the_agent_declaring_the_tags() -> None:
                                       timeout=5))["by"] == "us-agent"
         handle = await client.submit(CAP, {"q": "y"}, tags={"region": "eu"})
         assert (await handle.result(5))["by"] == "eu-agent"
+        assert (await client.call_intent("geo lookup", {"q": "i"}, tags={"region": "us"},
+                                         timeout=5))["by"] == "us-agent"
         assert (await client.call(CAP, {"q": "z"}, tags={"tier": True}, timeout=5))["by"] in (
             "eu-agent", "us-agent")
         # untagged calls still go to either
@@ -192,12 +194,19 @@ async def test_the_rest_front_door_routes_by_tags() -> None:
             r = await http.post("/v1/tasks", json={"capability": CAP, "params": {"q": "x"},
                                                    "tags": {"region": 5}})
             assert r.status_code == 422, r.text
-            r = await http.post("/v1/tasks", json={"capability": CAP, "params": {"q": "x"},
-                                                   "tags": {"a=b": "eu"}})
-            assert r.status_code == 422, r.text
+            for bad in ({"a=b": "eu"}, {"region": False}, {"region": 1}):
+                r = await http.post("/v1/tasks", json={"capability": CAP, "params": {"q": "x"},
+                                                       "tags": bad})
+                assert r.status_code == 422, r.text
+            r = await http.post("/v1/intent", json={"intent": "geo lookup", "params": {"q": "x"},
+                                                    "tags": {"region": "ap"}})
+            assert r.status_code == 404 and r.json()["details"]["tags"] == {"region": "ap"}
+            r = await http.post("/v1/intent", json={"intent": "geo lookup", "params": {"q": "x"},
+                                                    "tags": {"region": "eu"}})
+            assert r.status_code == 200 and r.json()["result"]["by"] == "eu-agent", r.text
     finally:
         await cluster.close()
-    assert served == ["us-agent"]
+    assert served == ["us-agent", "eu-agent"]
 
 
 async def test_an_agent_declares_tags_through_the_sdk_as_strings() -> None:

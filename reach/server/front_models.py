@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    WithJsonSchema,
+    model_validator,
+)
 
 from reach.wire import bounds
 
@@ -37,8 +45,15 @@ Params = dict[str, Any]
 # Routing tags (reach.core.tags): "key": "value" or "key": true, keys without "=".
 TagKey = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD + ((0x3D, 0x3D),)),
                               min_length=1, max_length=100)]
+def _true(value: bool) -> bool:
+    if not value:
+        raise ValueError("a tag asked for is a string value or true (any value), not false")
+    return value
+
+
 TagValue = Annotated[str, Strict(), Field(pattern=_pattern(bounds.NAME_BAD), min_length=1,
-                                          max_length=100)] | Annotated[bool, Strict()]
+                                          max_length=100)] | Annotated[
+    bool, Strict(), AfterValidator(_true), WithJsonSchema({"type": "boolean", "const": True})]
 Tags = Annotated[dict[TagKey, TagValue] | None, Field(
     default=None, max_length=16, description="only agents whose capability declares these "
     "tags: {\"region\": \"eu\"} needs the tag region=eu, {\"gpu\": true} the tag gpu")]
