@@ -35,6 +35,7 @@ from reach.errors import (
 )
 from reach.gateway import admission
 from reach.gateway.admission import Admission
+from reach.gateway.audit import Audit
 from reach.gateway.book import ChunkSink, TaskBook
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
@@ -69,6 +70,7 @@ class Gateway:
                              self.slots, self.dispatch, self.metrics, self.budget, self)
         self._drivers = Crew()
         self.accepting = True
+        self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         registry.listen(lambda _record: self.agents_changed())
 
     # The book's maps, as the edge and the operator surface read them.
@@ -122,7 +124,20 @@ class Gateway:
                sink: Callable[[str, int, Any], None] | None = None) -> Admission:
         """Check, record and start a task without waiting: the caller acknowledges it once
         ``commit`` completes. Raises the typed ``ReachError`` when the task is refused.
-        ``sink`` receives the task's stream chunks (task id, seq, data)."""
+        ``sink`` receives the task's stream chunks (task id, seq, data). Every decision goes
+        to the audit log, when one is kept."""
+        if self.audit is None:
+            return self._accept(request, sink)
+        try:
+            admission = self._accept(request, sink)
+        except ReachError as exc:
+            self.audit.refused(request, exc)
+            raise
+        self.audit.admitted(request, admission)
+        return admission
+
+    def _accept(self, request: SubmitRequest,
+                sink: Callable[[str, int, Any], None] | None) -> Admission:
         req, caller = request, request.caller
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
@@ -201,6 +216,8 @@ class Gateway:
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
                 self.book.forget(task)
+                if self.audit is not None:
+                    self.audit.ended(task, "not_stored")
         commit.add_done_callback(settled)
         return Admission(task, False, commit, task_id)
 
@@ -302,6 +319,8 @@ class Gateway:
         self.book.release(task)  # the answer first (a caller waits on it), the rest after
         self.store.update(task)
         self.book.settle(task)
+        if self.audit is not None:
+            self.audit.ended(task)
 
     # ------------------------------------------------------------ recovery and replay
 
