@@ -255,3 +255,13 @@ async def test_a_task_whose_commit_fails_is_recorded_as_not_stored() -> None:
     assert [(r["event"], r.get("decision"), r.get("state")) for r in records] == [
         ("call", "accepted", None), ("end", None, "not_stored")]
     assert records[0]["time"] == "2027-01-15T08:00:00.000+00:00"  # the clock's wall time
+
+
+def test_reach_serve_takes_audit_log_and_audit_params() -> None:
+    from reach.cli import _parser, _settings
+
+    def settings(*argv: str) -> Any:
+        return _settings(_parser().parse_args(["serve", *argv]))
+    s = settings("--audit-log", "/var/log/reach/audit.jsonl", "--audit-params")
+    assert (s.audit_log, s.audit_params) == ("/var/log/reach/audit.jsonl", True)
+    assert (settings().audit_log, settings().audit_params) == (None, False)
