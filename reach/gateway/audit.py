@@ -11,13 +11,13 @@ as JSON lines: nothing here touches a file). Three kinds of record:
 
 Params, intents and results are left out unless ``include_params`` is set (then params and
 intent text are recorded, never results); refusal messages are left out too, since a schema
-error may quote a param's value. With no ``Audit`` on the gateway nothing is built at all.
+error may quote a param's value. ``time`` is the clock's wall time in seconds (the writer
+prints it in ISO 8601). With no ``Audit`` on the gateway nothing is built at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from reach.core import names
@@ -41,9 +41,6 @@ class Audit:
         self.registry = registry
         self.include_params = include_params
 
-    def _time(self) -> str:
-        return datetime.fromtimestamp(self.clock.wall(), UTC).isoformat(timespec="milliseconds")
-
     def _scope(self, capability: str) -> str | None:
         """The scope the capability is declared with (``read,write`` when agents differ)."""
         declared = self.registry.index.get(capability)
@@ -54,7 +51,7 @@ class Audit:
     def _call(self, request: SubmitRequest, capability: str, decision: str,
               task_id: str | None, trace_id: str | None) -> None:
         record: dict[str, Any] = {
-            "time": self._time(), "event": "call", "caller": request.caller,
+            "time": self.clock.wall(), "event": "call", "caller": request.caller,
             "capability": capability, "scope": self._scope(capability) if capability else None,
             "task_id": task_id, "trace_id": trace_id, "decision": decision}
         if request.intent is not None and not request.capability:
@@ -86,7 +83,7 @@ class Audit:
         env = task.envelope
         last = task.attempts[-1] if task.attempts else None
         record: dict[str, Any] = {
-            "time": self._time(), "event": "end", "caller": env.caller,
+            "time": self.clock.wall(), "event": "end", "caller": env.caller,
             "capability": env.capability, "task_id": env.task_id, "trace_id": env.trace_id,
             "state": state or task.state.value, "agent": None if last is None else last.agent,
             "attempts": len(task.attempts)}
@@ -96,7 +93,7 @@ class Audit:
 
     def admin(self, action: str, args: dict[str, Any], ok: bool) -> None:
         """An operator's action (admin feed or dashboard), as ``Ops.record`` sees it."""
-        self.sink({"time": self._time(), "event": "admin", "principal": ADMIN_PRINCIPAL,
+        self.sink({"time": self.clock.wall(), "event": "admin", "principal": ADMIN_PRINCIPAL,
                    "action": action, "args": args, "ok": ok})
 
 

@@ -254,7 +254,7 @@ async def test_a_task_whose_commit_fails_is_recorded_as_not_stored() -> None:
     await rig.clock.settle()
     assert [(r["event"], r.get("decision"), r.get("state")) for r in records] == [
         ("call", "accepted", None), ("end", None, "not_stored")]
-    assert records[0]["time"] == "2027-01-15T08:00:00.000+00:00"  # the clock's wall time
+    assert records[0]["time"] == rig.clock.wall()  # the writer prints it in ISO 8601
 
 
 def test_reach_serve_takes_audit_log_and_audit_params() -> None:
@@ -265,3 +265,22 @@ def test_reach_serve_takes_audit_log_and_audit_params() -> None:
     s = settings("--audit-log", "/var/log/reach/audit.jsonl", "--audit-params")
     assert (s.audit_log, s.audit_params) == ("/var/log/reach/audit.jsonl", True)
     assert (settings().audit_log, settings().audit_params) == (None, False)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+async def test_a_full_disk_loses_lines_counted_and_logged_and_keeps_the_writer(
+        caplog: pytest.LogCaptureFixture) -> None:
+    writer = AuditWriter("/dev/full")  # every write fails with ENOSPC
+    await writer.start()
+    with caplog.at_level(logging.ERROR, logger="reach"):
+        writer.put({"event": "call", "n": 1})
+        async with asyncio.timeout(5):
+            while writer.lost < 1:
+                await asyncio.sleep(0.005)
+        writer.put({"event": "call", "n": 2})  # the thread is still there
+        async with asyncio.timeout(5):
+            while writer.lost < 2:
+                await asyncio.sleep(0.005)
+        await writer.stop()
+    assert writer.written == 0 and writer.lost == 2
+    assert any("line(s) not written" in r.getMessage() for r in caplog.records)
