@@ -284,3 +284,31 @@ async def test_a_full_disk_loses_lines_counted_and_logged_and_keeps_the_writer(
         await writer.stop()
     assert writer.written == 0 and writer.lost == 2
     assert any("line(s) not written" in r.getMessage() for r in caplog.records)
+
+
+def test_audit_records_intent_text_only_when_asked_and_ends_with_the_error_code() -> None:
+    from reach.core.liveness import LivenessPolicy
+    from reach.core.registry import Registry
+    from reach.core.tasks import Envelope, SubmitRequest, TaskState, new_task
+    from reach.gateway.audit import Audit
+    from reach.testing import ManualClock
+
+    records: list[dict[str, Any]] = []
+    registry = Registry(LivenessPolicy(interval=10.0))
+    quiet = Audit(ManualClock(), records.append, registry)
+    loud = Audit(ManualClock(), records.append, registry, include_params=True)
+    by_intent = SubmitRequest("", {"q": 1}, "c", intent="查一下库存")
+    quiet.refused(by_intent, NoRoute("none"))
+    loud.refused(by_intent, NoRoute("none"))
+    assert records[0]["by_intent"] is True and "intent" not in records[0]
+    assert "params" not in records[0]
+    assert records[1]["intent"] == "查一下库存" and records[1]["params"] == {"q": 1}
+    # a name the gateway cannot normalize is recorded as given
+    quiet.refused(SubmitRequest("...", {}, "c"), InvalidParams("no words"))
+    assert records[2]["capability"] == "..." and records[2]["decision"] == "invalid_params"
+    task = new_task(Envelope("t1", "r1", "x.work", {}, "c", "k"), 0.0)
+    task.state, task.error = TaskState.DEAD, {"code": "timeout", "message": "late"}
+    quiet.ended(task)
+    assert records[3] == {"time": records[3]["time"], "event": "end", "caller": "c",
+                          "capability": "x.work", "task_id": "t1", "trace_id": "r1",
+                          "state": "dead", "agent": None, "attempts": 0, "error": "timeout"}
