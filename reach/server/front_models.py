@@ -45,6 +45,8 @@ Params = dict[str, Any]
 # Routing tags (reach.core.tags): "key": "value" or "key": true, keys without "=".
 TagKey = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD + ((0x3D, 0x3D),)),
                               min_length=1, max_length=100)]
+
+
 def _true(value: bool) -> bool:
     if not value:
         raise ValueError("a tag asked for is a string value or true (any value), not false")
