@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--json-logs", action="store_true",
                        help="one JSON line per task transition and admin action (logger "
                             "reach.events)")
+    serve.add_argument("--audit-log", default=None, metavar="FILE",
+                       help="append one JSON line per call decision, task end and admin "
+                            "action to FILE ('-': the reach.audit logger only); no params "
+                            "unless --audit-params (docs/security.md)")
+    serve.add_argument("--audit-params", action="store_true",
+                       help="also record each call's params and intent text in the audit log")
     serve.add_argument("--agents", type=Path, default=None, metavar="FILE",
                        help="a TOML file of agents that don't speak Reach (HTTP services, "
                             "command-line tools, NATS workers) for the coordinator to attach "
@@ -152,7 +158,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             metrics_public=args.metrics_public, json_logs=args.json_logs,
             tokens=_rules(args.tokens_file, str), permissions=_rules(args.permissions_file, list),
             serves=_rules(args.serves_file, list), insecure=args.insecure,
-            max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks)
+            max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
+            audit_log=args.audit_log, audit_params=args.audit_params)
 
 
 def _agents(path: Path | None) -> list[Any]:

@@ -64,6 +64,10 @@ class Settings:
     # observation
     json_logs: bool = False  # one JSON line per task transition and admin action (logger reach)
     recent_traces: int = 200  # traces in the admin feed's snapshot
+    # the audit log (docs/security.md): one JSON line per call decision, task end and admin
+    # action, appended to this file ("-": only to the logger reach.audit); None: none kept
+    audit_log: str | None = None
+    audit_params: bool = False  # also record params and intent text (see the risk in the doc)
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "ack_timeout", "max_frame_bytes"):

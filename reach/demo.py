@@ -230,7 +230,8 @@ def _summary(console: Console, reach: Reach, board: Board) -> None:
             console.print(f"  +{(e['at'] - t0) * 1000:7.1f} ms  {e['capability']:<16} "
                           f"{e['state']:<11} {e['note']}")
     console.print(f"[bold]dead letters[/]: {len(reach.dead_letters())}")
-    if board.logged:
-        console.print(f"[bold]log lines[/]: {board.logged} (the demo's injected faults among "
-                      f"them; `reach serve` logs to stderr as usual)")
+    if board.logged:  # kept off the terminal while the demo ran: the latest, one line each
+        console.print(f"[bold]log lines[/]: {board.logged}, the latest:")
+        for line in board.logs:
+            console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
     console.print("Next: `reach serve` for a standalone coordinator; see README.md.")

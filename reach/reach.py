@@ -30,6 +30,7 @@ from reach.core.liveness import LivenessPolicy
 from reach.core.registry import Registry
 from reach.core.routing import Router
 from reach.core.trust import Trust
+from reach.gateway.audit import Audit
 from reach.gateway.clock import LoopClock
 from reach.gateway.events import Event
 from reach.gateway.gateway import Gateway
@@ -37,6 +38,7 @@ from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
 from reach.server.agent_session import precompile
+from reach.server.audit import AuditWriter
 from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
 from reach.server.front import FrontDoor
@@ -81,6 +83,10 @@ class Reach:
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
         if s.json_logs:
             self.events.listen(_log_json)
+        self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)
+        if self.audit is not None:
+            self.gateway.audit = Audit(self.clock, self.audit.put, self.registry,
+                                       include_params=s.audit_params)
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
         self.adapters: dict[str, Adapter] = {}  # attached agents, by name
@@ -118,10 +124,14 @@ class Reach:
             if self.front is not None:
                 await self.front.stop()
             await self.store.close()
+            if self.audit is not None:
+                await self.audit.stop()
             raise
 
     async def _open_parts(self) -> None:
         s = self.settings
+        if self.audit is not None:  # first: a path that cannot be opened fails the start
+            await self.audit.start()
         await self.store.open()
         await self.identities.load()
         for name, caps in (await self.store.declared()).items():
@@ -188,6 +198,8 @@ class Reach:
         if self.front is not None:
             await self.front.stop()
         await self.store.close()
+        if self.audit is not None:  # last: every task's end is recorded before it closes
+            await self.audit.stop()
 
     async def __aenter__(self) -> Reach:
         await self._open()

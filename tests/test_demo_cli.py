@@ -61,4 +61,6 @@ async def test_the_librarys_log_lines_go_on_the_board_one_line_each() -> None:
             return []
 
     _summary(Console(file=out, width=200), NoReach(), board)  # type: ignore[arg-type]
-    assert "log lines: 4 (the demo's injected faults among them" in out.getvalue()
+    assert out.getvalue().endswith("log lines: 4, the latest:\n  line 2\n  line 1\n  line 0\n"
+                                   "Next: `reach serve` for a standalone coordinator; see "
+                                   "README.md.\n")

@@ -46,7 +46,7 @@ def shelf(reg: Registry, record: AgentRecord, cap: str = CAP) -> int:
     """Where the index has ``record`` for ``cap`` (OUT when on no shelf)."""
     declared = reg.declaring(cap)
     cap_of = record.capabilities[cap]
-    group = declared.groups[(cap_of.spec.scope, cap_of.validator)]
+    group = declared.groups[(cap_of.spec.scope, cap_of.validator, frozenset(cap_of.spec.tags))]
     return group.where.get(record, OUT)
 
 
@@ -149,8 +149,8 @@ def test_last_member_leaving_removes_the_group():
     join(reg, 2, schema=LAX)
     join(reg, 2, now=1.0)  # a2 now shares a1's schema: its old group goes
     assert len(reg.declaring(CAP).groups) == 1
-    assert reg.declaring(CAP).groups[("read", reg.by_id["a00001"].capabilities[CAP].validator)
-                                     ].members == 2
+    assert reg.declaring(CAP).groups[("read", reg.by_id["a00001"].capabilities[CAP].validator,
+                                      frozenset())].members == 2
 
 
 # ------------------------------------------------------------------ picks under change
@@ -191,7 +191,7 @@ def _shelves_lag_only_on_breakers(reg: Registry) -> None:
         assert counted == len(declared)
         for record in declared.values():
             c = record.capabilities[cap]
-            group = declared.groups[(c.spec.scope, c.validator)]
+            group = declared.groups[(c.spec.scope, c.validator, frozenset(c.spec.tags))]
             where, status = group.where.get(record, OUT), routable(record)
             if where != status:
                 assert HELD in (where, status) and OUT not in (where, status), (

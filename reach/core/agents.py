@@ -16,6 +16,7 @@ from typing import Any
 from reach.core.liveness import Liveness
 from reach.core.resilience import Breaker, BreakerState
 from reach.core.schemas import Validator
+from reach.core.tags import TagSet, parse
 from reach.ports import AgentLink
 from reach.wire.protocol import CapabilitySpec
 
@@ -163,6 +164,9 @@ class Group:
     full: Shelf = field(default_factory=Shelf)
     held: Shelf = field(default_factory=Shelf)
     where: dict[AgentRecord, int] = field(default_factory=dict)
+    # The tags its agents declare (part of the group's key): a call asking for tags skips
+    # the groups that lack them (reach.core.tags).
+    tags: TagSet = field(default_factory=dict)
 
     def shelf(self, status: int) -> Shelf:
         return self.ready if status == READY else self.full if status == FULL else self.held
@@ -185,14 +189,14 @@ class Group:
 
 class Declared(Mapping[str, AgentRecord]):
     """The agents declaring one capability: a read-only mapping agent id → record, and the
-    routing ``groups`` by (scope, params validator)."""
+    routing ``groups`` by (scope, params validator, declared tags)."""
 
     __slots__ = ("capability", "agents", "groups")
 
     def __init__(self, capability: str) -> None:
         self.capability = capability
         self.agents: dict[str, AgentRecord] = {}
-        self.groups: dict[tuple[str, Validator], Group] = {}
+        self.groups: dict[tuple[str, Validator, frozenset[str]], Group] = {}
 
     @classmethod
     def of(cls, capability: str, agents: Mapping[str, AgentRecord]) -> Declared:
@@ -214,10 +218,11 @@ class Declared(Mapping[str, AgentRecord]):
     def join(self, record: AgentRecord) -> Group:
         """Add ``record`` (it declares this capability); returns its group, already placed."""
         cap = record.capabilities[self.capability]
-        key = (cap.spec.scope, cap.validator)
+        key = (cap.spec.scope, cap.validator, frozenset(cap.spec.tags))
         group = self.groups.get(key)
         if group is None:
-            group = self.groups[key] = Group(self.capability, cap.spec.scope, cap.validator)
+            group = self.groups[key] = Group(self.capability, cap.spec.scope, cap.validator,
+                                             tags=parse(cap.spec.tags))
         group.members += 1
         self.agents[record.agent_id] = record
         group.place(record)
@@ -228,7 +233,7 @@ class Declared(Mapping[str, AgentRecord]):
         if self.agents.pop(record.agent_id, None) is None:
             return
         cap = record.capabilities[self.capability]
-        key = (cap.spec.scope, cap.validator)
+        key = (cap.spec.scope, cap.validator, frozenset(cap.spec.tags))
         group = self.groups[key]
         group.place(record, OUT)
         group.members -= 1

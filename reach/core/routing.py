@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from reach.core import names
+from reach.core import tags as tagging
 from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from reach.core.overrides import Overrides
 from reach.core.resilience import BreakerState
@@ -83,11 +84,13 @@ class Router:
 
     def admit(self, capability: str, params: dict[str, object], caller: str,
               declaring: Mapping[str, AgentRecord],
-              known: names.NameIndex | Iterable[str]) -> None:
+              known: names.NameIndex | Iterable[str],
+              tags: tagging.Wanted | None = None) -> None:
         """Checks that do not depend on health: raise NoRoute, InvalidParams or Unauthorized.
 
         ``known`` (the names ``NoRoute`` suggests from) is normally the registry's
-        ``NameIndex``; any other iterable is compared name by name."""
+        ``NameIndex``; any other iterable is compared name by name. With ``tags``, only groups
+        declaring them count; none does: ``NoRoute`` with the tags that are declared."""
         if not declaring:
             suggestions = (known.closest(capability) if isinstance(known, names.NameIndex)
                            else names.closest(capability, known))
@@ -97,10 +100,14 @@ class Router:
         scope_ok = valid = False
         reason = ""
         seen: dict[Validator, str | None] = {}
+        untagged: list[Group] = []
         for group in _indexed(capability, declaring).groups.values():
             if not self.permissions.allows(caller, capability, group.scope):
                 continue
             scope_ok = True
+            if tags and not tagging.matches(group.tags, tags):
+                untagged.append(group)
+                continue
             if group.validator not in seen:
                 seen[group.validator] = check(group.validator, params)
             verdict = seen[group.validator]
@@ -111,6 +118,12 @@ class Router:
         if not scope_ok:
             raise Unauthorized(f"caller {caller!r} may not use {capability!r}",
                                capability=capability, caller=caller)
+        if tags and not seen:  # every permitted group lacks the tags
+            offered = tagging.available((g.tags for g in untagged), tags)
+            raise NoRoute(
+                f"no agent declares {capability!r} with tags {tagging.describe(tags)}; "
+                f"declared: {', '.join(offered) or 'no such tag'}", capability=capability,
+                tags=dict(tags), available=offered, suggestions=[])
         if not valid:
             raise InvalidParams(f"params for {capability!r} are invalid: {reason}",
                                 capability=capability, reason=reason)
@@ -118,7 +131,8 @@ class Router:
     def pick(self, capability: str, params: dict[str, object], caller: str,
              declaring: Mapping[str, AgentRecord], now: float,
              exclude: frozenset[str] = frozenset(),
-             latency: Mapping[str, float] | None = None) -> AgentRecord:
+             latency: Mapping[str, float] | None = None,
+             tags: tagging.Wanted | None = None) -> AgentRecord:
         """Choose one agent, or raise ``Unavailable`` / ``Saturated``.
 
         When every otherwise fit agent is held back only by an open breaker, the one open the
@@ -127,9 +141,10 @@ class Router:
         whole capability, while one probe at a time per agent keeps a real outage failing fast.
 
         ``declaring`` is normally the registry's ``Declared`` index; any other mapping is
-        indexed for this one call (which costs a pass over it)."""
+        indexed for this one call (which costs a pass over it). With ``tags``, only groups
+        declaring them are candidates (fail-over and hedges pass the same tags)."""
         index = _indexed(capability, declaring)
-        groups = self._fit(capability, params, caller, index)
+        groups = self._fit(capability, params, caller, index, tags)
         if self.overrides.pins:  # pinned: every other agent is left out, as if excluded
             exclude = exclude | self.overrides.excluded(
                 capability, ((r.agent_id, r.name) for r in index.agents.values()))
@@ -171,12 +186,15 @@ class Router:
         return self._choose(capability, ready, latency or {})
 
     def _fit(self, capability: str, params: dict[str, object], caller: str,
-             index: Declared) -> list[Group]:
-        """The groups this caller may use whose schema accepts the params."""
+             index: Declared, tags: tagging.Wanted | None) -> list[Group]:
+        """The groups this caller may use, declaring ``tags``, whose schema accepts the
+        params."""
         fit: list[Group] = []
         seen: dict[Validator, bool] = {}
         for group in index.groups.values():
             if not self.permissions.allows(caller, capability, group.scope):
+                continue
+            if tags and not tagging.matches(group.tags, tags):
                 continue
             ok = seen.get(group.validator)
             if ok is None:

@@ -16,6 +16,7 @@ the time it happened (the time is passed in; nothing here reads a clock).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,7 @@ class SubmitRequest:
     traceparent: str | None = None
     intent: str | None = None
     hedge: bool | None = None
+    tags: Mapping[str, str | bool] | None = None  # only agents declaring them (core.tags)
 
 
 @dataclass(slots=True)
@@ -110,6 +112,7 @@ class Envelope:
     traceparent: str | None = None
     hedge: bool | None = None  # None: as the capability declares (not stored: a resumed task
     #                            hedges as its capability declares)
+    tags: dict[str, str | bool] | None = None  # routing tags (not stored yet, see docs)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,8 @@ import asyncio
 from dataclasses import dataclass
 
 from reach.core import intent as intents
+from reach.core import tags as tagging
+from reach.core.agents import Declared
 from reach.core.registry import Registry
 from reach.core.tasks import Task
 from reach.errors import InvalidParams, NoRoute, Unauthorized
@@ -54,6 +56,13 @@ def check_join(book: TaskBook, trace_id: str, caller: str, parent_task_id: str |
     raise Unauthorized(
         f"trace {trace_id!r} belongs to another caller; start a new trace, or name as "
         f"parent_task_id the task your agent is running", trace_id=trace_id)
+
+
+def any_tagged(declaring: Declared, tags: tagging.Wanted) -> bool:
+    """Is some agent declaring the tags online? An agent on a group's shelf is online and
+    connected, so the groups are looked at, not every agent."""
+    return any(len(g.ready) + len(g.full) + len(g.held)
+               for g in declaring.groups.values() if tagging.matches(g.tags, tags))
 
 
 def by_intent(registry: Registry, text: str) -> str:

@@ -232,7 +232,7 @@ class Dispatcher:
         try:
             return self.router.pick(env.capability, env.params, env.caller,
                                     self.registry.declaring(env.capability), self.clock.wall(),
-                                    frozenset({record.agent_id}), self.observed)
+                                    frozenset({record.agent_id}), self.observed, env.tags)
         except (Unavailable, Saturated):
             return None
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from reach.config import Settings
 from reach.core import policy
+from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
@@ -135,7 +136,7 @@ class Driver:
                 spec = record.capabilities.get(env.capability)
                 step = policy.after_attempt(
                     verdict, tries, idempotent=spec is not None and spec.spec.idempotent,
-                    others_left=self._others_left(env.capability, exclude))
+                    others_left=self._others_left(env.capability, exclude, env.tags))
                 if isinstance(step, policy.FailOver):
                     continue
                 if isinstance(step, policy.Retry):
@@ -191,9 +192,12 @@ class Driver:
             return None, None, True
         return None, None, False  # idempotent: safe to run again anywhere
 
-    def _others_left(self, capability: str, exclude: set[str]) -> bool:
+    def _others_left(self, capability: str, exclude: set[str],
+                     tags: tagging.Wanted | None = None) -> bool:
         now = self.clock.wall()
         return any(r.agent_id not in exclude and r.reachable and r.breaker.allows(now)
+                   and (not tags or tagging.matches(
+                       tagging.parse(r.capabilities[capability].spec.tags), tags))
                    for r in self.registry.declaring(capability).values())
 
     def _breaker_wait(self, capability: str) -> float | None:
@@ -253,7 +257,7 @@ class Driver:
                     raise Saturated(1.0)
                 try:
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.dispatch.observed)
+                                            now, exclude, self.dispatch.observed, env.tags)
                 except (Unavailable, Saturated):
                     if not exclude:
                         raise
@@ -261,7 +265,7 @@ class Driver:
                     # better than waiting (and being rejected).
                     exclude = frozenset()
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.dispatch.observed)
+                                            now, exclude, self.dispatch.observed, env.tags)
             except Saturated as sat:
                 left = wait_until - clock.now()
                 if deadline is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from reach.config import Settings
 from reach.core import names, traces
+from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.keys import scoped_key
 from reach.core.metrics import Metrics
@@ -34,6 +35,7 @@ from reach.errors import (
 )
 from reach.gateway import admission
 from reach.gateway.admission import Admission
+from reach.gateway.audit import Audit
 from reach.gateway.book import ChunkSink, TaskBook
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
@@ -68,6 +70,7 @@ class Gateway:
                              self.slots, self.dispatch, self.metrics, self.budget, self)
         self._drivers = Crew()
         self.accepting = True
+        self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         registry.listen(lambda _record: self.agents_changed())
 
     # The book's maps, as the edge and the operator surface read them.
@@ -121,7 +124,20 @@ class Gateway:
                sink: Callable[[str, int, Any], None] | None = None) -> Admission:
         """Check, record and start a task without waiting: the caller acknowledges it once
         ``commit`` completes. Raises the typed ``ReachError`` when the task is refused.
-        ``sink`` receives the task's stream chunks (task id, seq, data)."""
+        ``sink`` receives the task's stream chunks (task id, seq, data). Every decision goes
+        to the audit log, when one is kept."""
+        if self.audit is None:
+            return self._accept(request, sink)
+        try:
+            admission = self._accept(request, sink)
+        except ReachError as exc:
+            self.audit.refused(request, exc)
+            raise
+        self.audit.admitted(request, admission)
+        return admission
+
+    def _accept(self, request: SubmitRequest,
+                sink: Callable[[str, int, Any], None] | None) -> Admission:
         req, caller = request, request.caller
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
@@ -147,12 +163,15 @@ class Gateway:
                 f"{cap!r} is declared by {sorted(self.known[cap])}, not connected now "
                 f"(after a restart agents reconnect by themselves); retry shortly",
                 capability=cap)
-        self.router.admit(cap, req.params, caller, declaring, self.registry.names)
+        tags = tagging.check(req.tags) if req.tags else None
+        self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags)
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
-        if not any(r.reachable for r in declaring.values()):
+        if not any(r.reachable for r in declaring.values()) or (
+                tags and not admission.any_tagged(declaring, tags)):
             raise Unavailable(
-                f"{len(declaring)} agent(s) declare {cap!r} but none is online; "
-                f"see `reach.agents()`", capability=cap)
+                f"{len(declaring)} agent(s) declare {cap!r} but none is online"
+                + (f" with tags {tagging.describe(tags)}" if tags else "")
+                + "; see `reach.agents()`", capability=cap)
         live = self.book.usage(caller)
         if live >= self.settings.max_caller_tasks:
             raise Rejected(
@@ -175,7 +194,7 @@ class Gateway:
             else req.max_retries,
             created_at=now, parent_task_id=req.parent_task_id,
             traceparent=traces.child_traceparent(trace_id, task_id, req.traceparent),
-            hedge=req.hedge,
+            hedge=req.hedge, tags=tags,
         )
         task = new_task(env, now)
         self.book.track(task)
@@ -197,6 +216,8 @@ class Gateway:
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
                 self.book.forget(task)
+                if self.audit is not None:
+                    self.audit.ended(task, "not_stored")
         commit.add_done_callback(settled)
         return Admission(task, False, commit, task_id)
 
@@ -298,6 +319,8 @@ class Gateway:
         self.book.release(task)  # the answer first (a caller waits on it), the rest after
         self.store.update(task)
         self.book.settle(task)
+        if self.audit is not None:
+            self.audit.ended(task)
 
     # ------------------------------------------------------------ recovery and replay
 

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
@@ -33,8 +33,8 @@ from reach.errors import (
     Unavailable,
     from_wire,
 )
-from reach.sdk.connection import dial
-from reach.sdk.handle import Handle
+from reach.sdk.connection import dial, redial
+from reach.sdk.handle import Handle, consume
 from reach.sdk.opening import Opening
 from reach.sdk.streams import End, chunks
 from reach.sdk.submits import submit_frame
@@ -141,26 +141,18 @@ class Client:
                 return
 
     async def _reconnect(self) -> bool:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.reconnect_for
-        retry = 0
-        while not self._closing and loop.time() < give_up:
-            await asyncio.sleep(RECONNECT.delay(retry, self._rng))
-            retry += 1
-            try:
-                await self._dial()
-            except ReachError:
-                continue
-            # Submits not acknowledged go again under the same idempotency key (the coordinator
-            # answers with the first task if it had committed it); for accepted tasks, ask
-            # again for the outcome: they were durable.
-            for text in self._submits.values():
-                self._send(text)
-            for req_id, (task_id, _fut) in self._outcomes.items():
-                if task_id and req_id not in self._submits:
-                    self._send(p.Result(task_id=task_id, id=req_id))
-            return True
-        return False
+        if not await redial(self._dial, within=self.reconnect_for, backoff=RECONNECT,
+                            stopped=lambda: self._closing, rng=self._rng):
+            return False
+        # Submits not acknowledged go again under the same idempotency key (the coordinator
+        # answers with the first task if it had committed it); for accepted tasks, ask
+        # again for the outcome: they were durable.
+        for text in self._submits.values():
+            self._send(text)
+        for req_id, (task_id, _fut) in self._outcomes.items():
+            if task_id and req_id not in self._submits:
+                self._send(p.Result(task_id=task_id, id=req_id))
+        return True
 
     def _fail_all(self, exc: ReachError) -> None:
         for fut in self._requests.values():
@@ -278,7 +270,7 @@ class Client:
         req_id = next(self._ids)
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[Any] = loop.create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         if stream:
             self._streams[req_id] = asyncio.Queue()
         # Registered before sending: the outcome may arrive right behind the acceptance.
@@ -305,20 +297,23 @@ class Client:
 
     async def submit(self, capability: str, params: dict[str, Any] | None = None, *,
                      idempotency_key: str | None = None, priority: int = 5,
+                     tags: Mapping[str, str | bool] | None = None,
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
                      traceparent: str | None = None, hedge: bool | None = None) -> Handle:
         """Hand a task over; returns once the coordinator has durably accepted it.
-        ``hedge`` overrides the capability's own hedging of slow idempotent reads."""
+        ``hedge`` overrides the capability's own hedging of slow idempotent reads; ``tags``
+        (``{"region": "eu"}``) keeps the task to agents declaring them (docs/protocol.md §7)."""
         handle, _ = await self._submit(SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge))
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
                    timeout: float | None = None, idempotency_key: str | None = None,
-                   priority: int = 5, max_retries: int | None = None,
+                   priority: int = 5, tags: Mapping[str, str | bool] | None = None,
+                   max_retries: int | None = None,
                    trace_id: str | None = None, parent_task_id: str | None = None,
                    traceparent: str | None = None, hedge: bool | None = None) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
@@ -328,12 +323,12 @@ class Client:
         request = SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge)
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags)
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         self._outcomes[req_id] = ("", outcome)
         try:
             self._send(self._submit_frame(req_id, request, defer_ack=True))
@@ -350,12 +345,13 @@ class Client:
 
     async def call_intent(self, text: str, params: dict[str, Any] | None = None, *,
                           timeout: float | None = None, idempotency_key: str | None = None,
-                          priority: int = 5) -> Any:
+                          priority: int = 5, tags: Mapping[str, str | bool] | None = None
+                          ) -> Any:
         """Say what you need in words (Chinese or English); Reach picks the capability.
         No good match raises ``NoRoute`` listing the closest capabilities."""
         handle, _ = await self._submit(SubmitRequest(
             "", params or {}, idempotency_key=idempotency_key, priority=priority,
-            timeout=timeout, intent=text))
+            timeout=timeout, intent=text, tags=tags))
         return await handle.result(None if timeout is None else timeout + OUTCOME_GRACE)
 
     async def stream(self, capability: str, params: dict[str, Any] | None = None, *,
@@ -366,7 +362,7 @@ class Client:
             priority=options.get("priority", 5), timeout=timeout,
             max_retries=options.get("max_retries"), trace_id=options.get("trace_id"),
             parent_task_id=options.get("parent_task_id"),
-            traceparent=options.get("traceparent")), stream=True)
+            traceparent=options.get("traceparent"), tags=options.get("tags")), stream=True)
         try:
             async for chunk in chunks(self._streams[req_id]):
                 yield chunk
@@ -382,7 +378,7 @@ class Client:
     async def _subscribe(self, task_id: str) -> asyncio.Future[Any]:
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         self._outcomes[req_id] = (task_id, outcome)
         self._send(p.Result(task_id=task_id, id=req_id))
         return outcome
@@ -391,9 +387,3 @@ class Client:
         """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
         handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
         return await handle.result(timeout)
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    # An outcome nobody awaited must not log "exception was never retrieved".
-    if not fut.cancelled():
-        fut.exception()

@@ -12,12 +12,14 @@ keeps its own loop for reading frames and for coming back after a lost connectio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import random
+from collections.abc import Awaitable, Callable
 
 import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from reach.core.backoff import Backoff
 from reach.errors import ProtocolError, ReachError, Unavailable, from_wire
 from reach.wire import protocol as p
 
@@ -68,3 +70,21 @@ def unreachable(url: str, exc: BaseException) -> Unavailable:
                            f"({exc}): check the port (`reach serve` prints the websocket URL)",
                            url=url)
     return Unavailable(f"cannot reach a coordinator at {url}: {exc}; is it running?", url=url)
+
+
+async def redial(dial_once: Callable[[], Awaitable[None]], *, within: float, backoff: Backoff,
+                 stopped: Callable[[], bool], rng: random.Random) -> bool:
+    """Call ``dial_once`` after each ``backoff`` delay until it connects (True), or ``within``
+    seconds pass or ``stopped()`` says to give up (False). A ``ReachError`` is a failed try."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + within
+    retry = 0
+    while not stopped() and loop.time() < give_up:
+        await asyncio.sleep(backoff.delay(retry, rng))
+        retry += 1
+        try:
+            await dial_once()
+        except ReachError:
+            continue
+        return True
+    return False

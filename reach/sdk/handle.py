@@ -50,3 +50,10 @@ class Handle:
 
     def __repr__(self) -> str:
         return f"Handle(task_id={self.task_id!r}, trace_id={self.trace_id!r})"
+
+
+def consume(fut: asyncio.Future[Any]) -> None:
+    """A done-callback for an outcome future: one nobody awaited must not log "exception was
+    never retrieved"."""
+    if not fut.cancelled():
+        fut.exception()

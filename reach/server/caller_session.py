@@ -144,7 +144,7 @@ class CallerSession(Session):
             admission = self.services.gateway.accept(SubmitRequest(
                 f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
                 f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent,
-                f.hedge), sink)
+                f.hedge, f.tags), sink)
         except ReachError as exc:
             self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
             return

@@ -230,7 +230,7 @@ class FrontDoor:
         body: IntentBody = _checked(IntentBody, await self._body(request), "body")
         timeout = body.timeout if body.timeout is not None else h.timeout
         req = SubmitRequest("", body.params, caller, h.idempotency_key, 5, timeout,
-                            traceparent=h.traceparent, intent=body.intent)
+                            traceparent=h.traceparent, intent=body.intent, tags=body.tags)
         return await self._run(request, req, timeout)
 
     async def _run(self, request: web.Request, req: SubmitRequest, timeout: float | None
@@ -248,7 +248,8 @@ class FrontDoor:
         body: SubmitBody = _checked(SubmitBody, await self._body(request), "body")
         req = SubmitRequest(body.capability or "", body.params, caller, h.idempotency_key,
                             body.priority, body.timeout, body.max_retries,
-                            traceparent=h.traceparent, intent=body.intent, hedge=body.hedge)
+                            traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
+                            tags=body.tags)
         task, duplicate = await self._admit(req, self.chunks.sink)
         self._forget_when_done(task)
         env = task.envelope

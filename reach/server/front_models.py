@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    WithJsonSchema,
+    model_validator,
+)
 
 from reach.wire import bounds
 
@@ -34,6 +42,23 @@ CapabilityName = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD, r"\s_\-/
 Intent = Annotated[str, Field(pattern=_pattern(bounds.TEXT_BAD, r"\s"), min_length=1,
                               max_length=2000)]
 Params = dict[str, Any]
+# Routing tags (reach.core.tags): "key": "value" or "key": true, keys without "=".
+TagKey = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD + ((0x3D, 0x3D),)),
+                              min_length=1, max_length=100)]
+
+
+def _true(value: bool) -> bool:
+    if not value:
+        raise ValueError("a tag asked for is a string value or true (any value), not false")
+    return value
+
+
+TagValue = Annotated[str, Strict(), Field(pattern=_pattern(bounds.NAME_BAD), min_length=1,
+                                          max_length=100)] | Annotated[
+    bool, Strict(), AfterValidator(_true), WithJsonSchema({"type": "boolean", "const": True})]
+Tags = Annotated[dict[TagKey, TagValue] | None, Field(
+    default=None, max_length=16, description="only agents whose capability declares these "
+    "tags: {\"region\": \"eu\"} needs the tag region=eu, {\"gpu\": true} the tag gpu")]
 PROBLEM_TYPE = "https://agent-reach.dev/problems/"  # + code: the `type` of every problem
 
 
@@ -67,6 +92,7 @@ class SubmitBody(_In):
                                               "included")
     max_retries: int | None = Field(default=None, ge=0, le=100)
     hedge: bool | None = Field(default=None, description="None: as the capability declares")
+    tags: Tags = None
 
     @model_validator(mode="after")
     def _names_the_work(self) -> SubmitBody:
@@ -81,6 +107,7 @@ class IntentBody(_In):
     intent: Intent = Field(description="what is needed, in any language")
     params: Params = Field(default_factory=dict)
     timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT)
+    tags: Tags = None
 
 
 class CallQuery(_In):

@@ -21,7 +21,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+)
 
 from reach.wire.bounds import (
     FRAME_TYPES,
@@ -242,6 +250,10 @@ class Submit(Frame):
     wait: bool = True
     defer_ack: bool = False  # only the outcome matters: skip `accepted` if the outcome is quick
     hedge: bool | None = None  # None: as the capability declares
+    # Only agents whose capability declares these tags are candidates (reach.core.tags):
+    # "key": "value" needs the tag "key=value", "key": true the tag "key" (any value).
+    tags: dict[Tag, Annotated[Tag, Strict()] | Annotated[bool, Strict()]] | None = Field(
+        default=None, max_length=16)
 
 
 class Status(Frame):
