@@ -98,8 +98,11 @@ def features(text: str) -> dict[str, float]:
     for word in _LATIN.findall(folded):
         if word in _STOP or word.isdigit() or len(word) < 2:
             continue
+        if not word.isalpha():
+            add(word, WORD)  # a code such as "q3" or "x200": as it is
+            continue
         add(stem(word), WORD)
-        if len(word) >= 5 and word.isalpha():
+        if len(word) >= 5:
             add("~" + word[:4], PREFIX)
     for run in _CJK.findall(folded):
         # Grammatical characters interrupt words ("报个价", "开个票"): the n-grams of the run
