@@ -93,8 +93,7 @@ def _fields(entry: Entry) -> Iterable[tuple[str, str]]:
         yield "intents", phrase
     for tag in entry.tags:
         yield "tags", tag.replace("-", " ").replace("_", " ")
-    if entry.description:
-        yield "description", entry.description
+    yield "description", entry.description
 
 
 def weights(entry: Entry) -> dict[str, float]:
@@ -147,17 +146,20 @@ def resolve(text: str, index: Index) -> Decision:
     if not wanted:
         return Decision(Outcome.EMPTY)
     evidence = score(wanted, index)
-    top = heapq.nsmallest(SUGGESTIONS, evidence.items(),
-                          key=lambda kv: (-kv[1], index.names[kv[0]]))
-    ranked = tuple((index.names[n], round(s, 4)) for n, s in top)
-    suggestions = tuple(name for name, s in ranked if s >= SUGGEST)
-    if not ranked or ranked[0][1] < FLOOR:
-        return Decision(Outcome.WEAK, suggestions=suggestions, scores=ranked)
-    best, runner = ranked[0], ranked[1] if len(ranked) > 1 else ("", 0.0)
+    top = [(index.names[n], s) for n, s in heapq.nsmallest(
+        SUGGESTIONS, evidence.items(), key=lambda kv: (-kv[1], index.names[kv[0]]))]
+    shown = tuple((name, round(s, 4)) for name, s in top)
+    suggestions = tuple(name for name, s in top if s >= SUGGEST)
+    if not top or top[0][1] < FLOOR:
+        return Decision(Outcome.WEAK, suggestions=suggestions, scores=shown)
+    best, runner = top[0], top[1] if len(top) > 1 else ("", 0.0)
     if runner[1] > best[1] * (1 - MARGIN):
         return Decision(Outcome.AMBIGUOUS, candidates=(best[0], runner[0]),
-                        suggestions=suggestions, scores=ranked)
-    return Decision(Outcome.MATCH, capability=best[0], suggestions=suggestions, scores=ranked)
+                        suggestions=suggestions, scores=shown)
+    return Decision(Outcome.MATCH, capability=best[0], suggestions=suggestions, scores=shown)
+
+
+_UNBUILT = object()  # the key of a cache that has built nothing: no key equals it
 
 
 class IndexCache:
@@ -166,14 +168,14 @@ class IndexCache:
     rebuild weighs again only the capabilities whose declarations changed."""
 
     __slots__ = ("_index", "_key", "_weights")
+    _index: Index
 
     def __init__(self) -> None:
-        self._key: Hashable = None
-        self._index: Index | None = None
+        self._key: Hashable = _UNBUILT
         self._weights: dict[Entry, dict[str, float]] = {}
 
     def get(self, key: Hashable, entries: Callable[[], Iterable[Entry]]) -> Index:
-        if self._index is None or key != self._key:
+        if key != self._key:
             current = list(entries())
             known = self._weights
             self._weights = {e: known.get(e) or weights(e) for e in current}

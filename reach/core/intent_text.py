@@ -61,15 +61,14 @@ def fold(text: str) -> str:
 
 
 def stem(word: str) -> str:
-    """A light English stemmer: plurals, -ing, -ed and -ly off, a final "e" off, a doubled
-    last consonant undone ("shipping" → "ship"). Short words are left alone."""
+    """A light English stemmer: plurals, -ing, -ed and -ly off, a final "e" off (so "taxes"
+    and "tax", "invoice" and "invoices" meet), a doubled last consonant undone ("shipping" →
+    "ship"). Short words are left alone."""
     if len(word) <= 3:
         return word
     w = word
     if w.endswith("ies") and len(w) > 4:
         w = w[:-3] + "y"
-    elif w.endswith(("sses", "xes", "ches", "shes", "zes")):
-        w = w[:-2]
     elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
         w = w[:-1]
     if w.endswith("ing") and len(w) >= 6:
@@ -78,7 +77,7 @@ def stem(word: str) -> str:
         w = w[:-2]
     elif w.endswith("ly") and len(w) >= 6 and not w.endswith(("ily", "ply")):
         w = w[:-2]
-    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "lsz":
+    if len(w) > 3 and w[-1] == w[-2] not in "lsz":
         w = w[:-1]
     if len(w) > 3 and w.endswith("e"):
         w = w[:-1]
@@ -86,13 +85,12 @@ def stem(word: str) -> str:
 
 
 def features(text: str) -> dict[str, float]:
-    """Each feature of ``text`` with the weight of its kind (the largest, if it comes from
-    two kinds). English features are words or ``~`` and a prefix; Chinese ones n-grams."""
+    """Each feature of ``text`` with the weight of its kind. English features are words,
+    codes ("q3") or ``~`` and a prefix; Chinese ones are n-grams of its characters. No two
+    kinds can yield the same feature (a prefix starts with ``~``, a code holds a digit, an
+    n-gram with a grammatical character is never one of the content's)."""
     out: dict[str, float] = {}
-
-    def add(feature: str, weight: float) -> None:
-        if out.get(feature, 0.0) < weight:
-            out[feature] = weight
+    add = out.__setitem__
 
     folded = fold(text)
     for word in _LATIN.findall(folded):

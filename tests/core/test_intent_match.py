@@ -182,6 +182,10 @@ def test_a_single_capability_needs_only_the_floor() -> None:
     decision = resolve("ww", _index(only=0.9))
     assert decision == Decision(Outcome.MATCH, "only", (), ("only",))
     assert decision.scores == (("only", 0.9),)
+    # Scores are shown to four places; the decision uses them whole.
+    assert resolve("ww", _index(a=0.123456)).scores == (("a", 0.1235),)
+    assert resolve("ww", _index(a=0.79996)).outcome is Outcome.WEAK
+    assert resolve("ww", _index(a=0.24996)).suggestions == ()
 
 
 def test_suggestions_are_the_best_three_with_enough_evidence() -> None:
@@ -206,6 +210,7 @@ def test_the_cache_builds_once_per_key_and_reweighs_only_what_changed() -> None:
     first = cache.get(1, lambda: catalogue(FIELD))
     assert cache.get(1, lambda: catalogue(FIELD)) is first and calls == [7]
     kept = cache._weights[FIELD[0]]
+    assert kept == weights(FIELD[0])
     more = [*FIELD, Entry("tax.compute", ("算一下税",), "Compute the tax due.", ("tax",))]
     second = cache.get(2, lambda: catalogue(more))
     assert second is not first and calls == [7, 8]

@@ -18,12 +18,13 @@ def test_fold_makes_full_width_ascii_lowercase_and_control_characters_spaces() -
 @pytest.mark.parametrize("word, stemmed", [
     ("tax", "tax"), ("fee", "fee"), ("ups", "ups"),         # three letters or fewer: alone
     ("fees", "fee"), ("ties", "tie"),                       # -ies → -y only past 4 letters
-    ("queries", "query"), ("cities", "city"),
+    ("queries", "query"), ("cities", "city"), ("skies", "sky"), ("axes", "axe"),
     ("classes", "class"), ("taxes", "tax"), ("boxes", "box"), ("matches", "match"),
     ("wishes", "wish"), ("quizzes", "quizz"),
     ("orders", "order"), ("status", "status"), ("address", "address"), ("analysis", "analysis"),
     ("meetings", "meet"), ("meeting", "meet"), ("bring", "bring"), ("shipping", "ship"),
-    ("billing", "bill"), ("calling", "call"), ("invoicing", "invoic"),
+    ("billing", "bill"), ("calling", "call"), ("invoicing", "invoic"), ("asking", "ask"),
+    ("during", "dur"),
     ("returned", "return"), ("shipped", "ship"), ("used", "used"), ("speed", "speed"),
     ("needed", "need"), ("agreed", "agreed"), ("fixed", "fix"), ("owed", "owed"),
     ("weekly", "week"), ("monthly", "month"), ("daily", "daily"), ("family", "family"),
@@ -86,12 +87,14 @@ def test_function_words_are_cut_out_and_grammatical_characters_skipped() -> None
     assert features("的") == {}
 
 
-def test_the_largest_weight_of_a_feature_is_kept() -> None:
-    # 报价 is a bigram of the content (1.0) and, on its own, a bigram again: 1.0 stays.
-    assert features("报价 报价")["报价"] == 1.0
-    # 报个 holds a grammatical character (0.25); elsewhere it would not be lowered.
+def test_a_feature_has_the_weight_of_its_one_kind_however_often_it_occurs() -> None:
+    assert features("报价 报价") == features("报价")
     assert features("报个价 报价") == {"报": 0.5, "价": 0.5, "报价": 1.0, "报个": 0.25,
                                      "个价": 0.25}
+    # The last characters of a run give no short "trigram" that would lower a bigram.
+    assert features("退货率高") == {"退": 0.5, "货": 0.5, "率": 0.5, "高": 0.5, "退货": 1.0,
+                                  "货率": 1.0, "率高": 1.0, "退货率": 0.5, "货率高": 0.5}
+    assert features("日报")["日报"] == 1.0 and features("日")["日"] == 0.5
 
 
 def test_mixed_and_full_width_text() -> None:
