@@ -238,8 +238,9 @@ def test_the_registry_catalogue_merges_what_every_agent_says() -> None:
     _register(reg, "b", _spec("stock.query", intents=["stock level", "on hand"],
                               tags=["inventory", "warehouse"], description="Per warehouse"),
               _spec("sales.query"))
+    _register(reg, "c", _spec("sales.query", description="Sales"))  # b's says nothing
     assert sorted(reg.catalogue(), key=lambda e: e.name) == [
-        Entry("sales.query"),
+        Entry("sales.query", description="Sales"),
         Entry("stock.query", ("库存", "stock level", "on hand"), "Stock on hand\nPer warehouse",
               ("inventory", "warehouse"))]
 
