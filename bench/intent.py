@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -157,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failures", action="store_true",
                         help="list the dev half's failures (never the held-out half's)")
     args = parser.parse_args(argv)
-    print(header("bench/intent.py", {}))
+    # NFKC folding (full-width forms) follows the Unicode database Python ships.
+    print(header("bench/intent.py", {"unicodedata": unicodedata.unidata_version}))
     print()
     tallies = accuracy(args.failures)
     times = cost(args.quick)
