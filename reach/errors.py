@@ -39,13 +39,18 @@ class ReachError(Exception):
 
 
 class NoRoute(ReachError):
-    """No agent declares the capability; ``suggestions`` lists the closest known names."""
+    """No agent declares the capability; ``suggestions`` lists the closest known names. For
+    an intent that two capabilities fit about as well, ``candidates`` names the two."""
 
     code = "no_route"
 
     @property
     def suggestions(self) -> list[str]:
         return list(self.details.get("suggestions", []))
+
+    @property
+    def candidates(self) -> list[str]:
+        return list(self.details.get("candidates", []))
 
 
 class Unavailable(ReachError):

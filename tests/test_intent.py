@@ -1,59 +1,109 @@
-"""Intent routing: Chinese and English text find the right capability; no match says what's close."""
+"""Intent routing through the coordinator: a paraphrase reaches its capability, an ambiguous
+request is refused with both candidates, a request nothing fits gets suggestions, and a
+capability an agent registers later is found by the next request (issue 13, item 7)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reach import NoRoute
-from reach.core.intent import rank, resolve
+from reach import InvalidParams, NoRoute
+from reach.core.liveness import LivenessPolicy
+from reach.core.registry import Registry
+from reach.gateway.admission import by_intent
 from reach.testing import Cluster
+from reach.wire.protocol import CapabilitySpec
 
-CATALOGUE = {
-    "sales.query": ["查一下销售额", "sales figures", "revenue by region"],
-    "stock.query": ["库存还有多少", "how many units in stock"],
-    "report.generate": ["写一份报告", "write a quarterly report"],
+REPORTS = {
+    "report.daily": dict(intents=["生成日报", "daily report"], tags=["report", "报表"],
+                         description="Build the daily operations report."),
+    "report.weekly": dict(intents=["生成周报", "weekly report"], tags=["report", "报表"],
+                          description="Build the weekly business report."),
 }
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("查一下上季度华东区的销售额", "sales.query"),
-    ("what were the sales figures for east in Q3", "sales.query"),
-    ("仓库里这个商品的库存", "stock.query"),
-    ("how many units of SKU-1 are in stock", "stock.query"),
-    ("请帮我写一份季度报告", "report.generate"),
-    ("write the quarterly report for the board", "report.generate"),
-])
-def test_resolves_chinese_and_english(text: str, expected: str) -> None:
-    found, closest = resolve(text, CATALOGUE)
-    assert found == expected
-    assert closest[0] == expected
+def _registry() -> Registry:
+    reg = Registry(LivenessPolicy())
+    specs = [CapabilitySpec(name=name, **kw) for name, kw in REPORTS.items()]  # type: ignore[arg-type]
+    reg.register(agent_id="r", name="reports", version="1", max_concurrency=1, specs=specs,
+                 link=None, now=0.0)
+    return reg
 
 
-def test_no_match_returns_none() -> None:
-    found, closest = resolve("book a flight to Paris", CATALOGUE)
-    assert (found, closest) == (None, [])
+def test_by_intent_routes_a_paraphrase() -> None:
+    assert by_intent(_registry(), "今天的日报帮我做一下") == "report.daily"
+    assert by_intent(_registry(), "the weekly report for the board") == "report.weekly"
 
 
-def test_common_words_weigh_less_than_distinctive_ones() -> None:
-    ranked = rank("query the stock", CATALOGUE)
-    assert ranked[0].capability == "stock.query"
-    assert ranked[0].score > ranked[1].score > 0  # "query" is shared by two capabilities
+def test_an_ambiguous_intent_says_what_was_asked_and_both_candidates() -> None:
+    with pytest.raises(NoRoute) as err:
+        by_intent(_registry(), "帮我做个报表")
+    assert err.value.message == ('"帮我做个报表" is ambiguous: report.daily or report.weekly? '
+                                 'name one explicitly')
+    assert err.value.candidates == ["report.daily", "report.weekly"]
+    assert err.value.details["intent"] == "帮我做个报表"
+    assert err.value.suggestions[:2] == ["report.daily", "report.weekly"]
+
+
+def test_a_weak_intent_lists_the_closest_and_an_unknown_one_none() -> None:
+    with pytest.raises(NoRoute) as weak:
+        by_intent(_registry(), "build")  # one word both descriptions use: too little
+    assert weak.value.message == ('no capability matches the intent "build" (closest: '
+                                  'report.daily, report.weekly); name one explicitly')
+    assert weak.value.suggestions == ["report.daily", "report.weekly"]
+    assert weak.value.candidates == []
+    with pytest.raises(NoRoute) as none:
+        by_intent(_registry(), "book a flight")
+    assert none.value.message == ('no capability matches the intent "book a flight"; '
+                                  'name one explicitly')
+    assert none.value.details == {"intent": "book a flight", "suggestions": []}
+
+
+def test_an_intent_without_words_or_too_long_is_invalid_params() -> None:
+    for text in ("", "  \t"):
+        with pytest.raises(InvalidParams, match="name a capability or state an intent"):
+            by_intent(_registry(), text)
+    with pytest.raises(InvalidParams, match='the intent "！？。。" has no words to match'):
+        by_intent(_registry(), "！？。。")
+    with pytest.raises(InvalidParams, match="the intent is 10240 characters, more than 2000"):
+        by_intent(_registry(), "日报" * 5120)
+
+
+def test_the_message_echoes_a_long_or_multi_line_request_on_one_short_line() -> None:
+    text = "报表\n" + "x" * 300
+    with pytest.raises(NoRoute) as err:
+        by_intent(_registry(), text)
+    first = err.value.message.split(" is ambiguous")[0]
+    assert first == '"报表 ' + "x" * 77 + '…"'
+    assert err.value.details["intent"] == text
 
 
 async def test_call_intent_end_to_end(reach_cluster: Cluster) -> None:
-    async def sales(region: str = "east") -> str:
-        return f"sales {region}"
+    async def daily(day: str = "today") -> str:
+        return f"daily {day}"
 
-    async def stock(sku: str = "x") -> str:
-        return f"stock {sku}"
+    async def weekly(week: str = "this") -> str:
+        return f"weekly {week}"
 
-    await reach_cluster.add_agent("sales", {"sales.query": sales},
-                                  intents=["查一下销售额", "sales figures"])
-    await reach_cluster.add_agent("inventory", {"stock.query": stock},
-                                  intents=["库存", "units in stock"])
+    async def returns(month: str = "this") -> str:
+        return f"returns {month}"
+
+    await reach_cluster.add_agent("daily", {"report.daily": daily}, **REPORTS["report.daily"])
+    await reach_cluster.add_agent("weekly", {"report.weekly": weekly},
+                                  **REPORTS["report.weekly"])
     client = await reach_cluster.client()
-    assert await client.call_intent("查一下上季度华东区的销售额", {"region": "华东"}) == "sales 华东"
-    assert await client.call_intent("how many units in stock for SKU-9", {"sku": "9"}) == "stock 9"
-    with pytest.raises(NoRoute) as err:
-        await client.call_intent("book a flight", {})
-    assert "intent" in err.value.message
+    assert await client.call_intent("今天的日报帮我做一下", {"day": "mon"}) == "daily mon"
+    assert await client.call_intent("put together the weekly report") == "weekly this"
+    with pytest.raises(NoRoute) as ambiguous:
+        await client.call_intent("帮我做个报表", {})
+    assert ambiguous.value.candidates == ["report.daily", "report.weekly"]
+    assert "report.daily or report.weekly" in ambiguous.value.message
+    assert '"帮我做个报表"' in ambiguous.value.message
+
+    # Nothing declares return rates yet; once an agent does, the next request finds it.
+    with pytest.raises(NoRoute) as missing:
+        await client.call_intent("查一下这个月的退货率是多少", {})
+    assert missing.value.candidates == []
+    await reach_cluster.add_agent("returns", {"returns.rate": returns},
+                                  intents=["退货率是多少", "return rate"], tags=["退货"])
+    assert await client.call_intent("查一下这个月的退货率是多少", {"month": "11"}) == \
+        "returns 11"

@@ -1,66 +1,184 @@
-"""Intent routing (pure): free text in Chinese or English → the capability that fits best.
+"""Intent routing (pure): free text in Chinese or English → the capability that fits, or none.
 
-Each capability is described by its name, its declared example intents and its description.
-Text is compared by shared features: English words, and bigrams of Chinese/Japanese/Korean
-characters (words there are not space-separated: "查一下上季度华东区的销售额" shares "查一", "一下",
-"销售" and "售额" with the declared intent "查一下销售额").
+Every capability is described by what its agents declared: its name's words, its example
+``intents``, its ``tags`` and its ``description``. ``build`` turns that catalogue into an
+``Index`` once (feature → the capabilities that use it, each weighted by the feature's rarity
+and the field it came from), so routing one request only looks up the request's own features
+(``intent_text.features``). ``IndexCache`` keeps the index until the catalogue changes.
+
+``resolve`` refuses to guess: it routes only when the best capability has at least ``FLOOR``
+of evidence (about one distinctive word) *and* leads the runner-up by ``MARGIN`` of its score.
+Otherwise it says why (``Outcome``), with the two candidates of an ambiguous request and the
+closest capabilities as suggestions.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import enum
+import heapq
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from reach.core import names
+from reach.core.intent_text import features
 
-_WORD = re.compile(r"[a-z0-9]+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]+")
-_STOP = frozenset("a an the of for to in on at by me my our please show get give tell what "
-                  "is are was were how do does can could would you i we".split())
+# The longest request looked at, in characters (the wire's limit on ``submit.intent``).
+MAX_TEXT = 2000
+# Evidence the best capability needs: one word (or Chinese bigram) that no other capability
+# uses scores 1.0; one shared by many scores less (``Index.rarity``).
+FLOOR = 0.8
+# How far the best must lead the runner-up, as a share of the best's score.
+MARGIN = 0.35
+# Evidence a capability needs to be suggested when nothing is routed.
+SUGGEST = 0.25
+# How many suggestions a refusal lists at most.
+SUGGESTIONS = 3
 
-
-def features(text: str) -> frozenset[str]:
-    """English words (lowercased, no stop words) and bigrams of CJK characters."""
-    lowered = text.lower()
-    out = {w for w in _WORD.findall(lowered) if w not in _STOP}
-    for run in _CJK.findall(lowered):
-        out.update(run[i:i + 2] for i in range(len(run) - 1))
-        if len(run) == 1:
-            out.add(run)
-    return frozenset(out)
+# How much a feature counts, by the field of the declaration it was found in.
+SATURATE = 1.0
+FIELDS = {"name": 1.5, "intents": 1.0, "tags": 1.0, "description": 0.5}
 
 
 @dataclass(frozen=True, slots=True)
-class Match:
-    capability: str
-    score: float
+class Entry:
+    """One capability as the catalogue describes it (all its agents' declarations merged)."""
+
+    name: str
+    intents: tuple[str, ...] = ()
+    description: str = ""
+    tags: tuple[str, ...] = ()
 
 
-def rank(text: str, catalogue: Mapping[str, Sequence[str]]) -> list[Match]:
-    """Capabilities ordered by evidence: shared features, each weighted 1/(how many
-    capabilities have it), so a word every capability uses ("query") counts little."""
-    by_cap = {cap: features(" ".join([" ".join(names.words(cap)), *phrases]))
-              for cap, phrases in catalogue.items()}
-    df: dict[str, int] = {}
-    for feats in by_cap.values():
-        for f in feats:
-            df[f] = df.get(f, 0) + 1
-    wanted = features(text)
-    out = [Match(cap, round(sum(1.0 / df[f] for f in wanted & feats), 4))
-           for cap, feats in by_cap.items()]
-    out.sort(key=lambda m: (-m.score, m.capability))
+class Outcome(enum.Enum):
+    MATCH = "match"            # routed
+    AMBIGUOUS = "ambiguous"    # two capabilities fit about as well: ``candidates``
+    WEAK = "weak"              # nothing fits well enough: ``suggestions`` may still list some
+    EMPTY = "empty"            # no words to match (blank, only punctuation or symbols)
+    TOO_LONG = "too_long"      # longer than ``MAX_TEXT``; not looked at
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What ``resolve`` decided: the capability (None unless ``MATCH``), the two candidates of
+    an ambiguous request, and the closest capabilities, best first."""
+
+    outcome: Outcome
+    capability: str | None = None
+    candidates: tuple[str, ...] = ()
+    suggestions: tuple[str, ...] = ()
+    scores: tuple[tuple[str, float], ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """The catalogue, inverted: feature → [(capability number, weight)]."""
+
+    names: tuple[str, ...]
+    postings: dict[str, list[tuple[int, float]]]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def rarity(capabilities: int, using: int) -> float:
+    """A feature's weight by how many capabilities use it: 1.0 for one, falling towards 0.2
+    for one that all of them use (log-scaled, so it means the same at 20 and at 500)."""
+    return math.log(1 + capabilities / using) / math.log(1 + capabilities)
+
+
+def _fields(entry: Entry) -> Iterable[tuple[str, str]]:
+    yield "name", " ".join(names.words(entry.name))
+    for phrase in entry.intents:
+        yield "intents", phrase
+    for tag in entry.tags:
+        yield "tags", tag.replace("-", " ").replace("_", " ")
+    yield "description", entry.description
+
+
+def weights(entry: Entry) -> dict[str, float]:
+    """One capability's features, each weighted by the fields it is found in: the fields'
+    weights (``FIELDS``) add up and saturate, so a word its name, tags and intents all use
+    counts more than one an intent mentions in passing, but not without bound."""
+    found: dict[str, float] = {}
+    for kind, text in _fields(entry):
+        scale = FIELDS[kind]
+        for feat in features(text):
+            found[feat] = found.get(feat, 0.0) + scale
+    return {feat: (1 + SATURATE) * s / (s + SATURATE) for feat, s in found.items()}
+
+
+def build(entries: Iterable[Entry],
+          known: Mapping[Entry, dict[str, float]] | None = None) -> Index:
+    """The index of a catalogue: each capability's ``weights`` (taken from ``known`` when
+    the same entry was weighed before), then each feature weighted by its rarity."""
+    ordered = sorted(entries, key=lambda e: e.name)
+    postings: dict[str, list[tuple[int, float]]] = {}
+    for number, entry in enumerate(ordered):
+        own = known.get(entry) if known is not None else None
+        for feat, scale in (weights(entry) if own is None else own).items():
+            postings.setdefault(feat, []).append((number, scale))
+    total = len(ordered)
+    for feat, users in postings.items():
+        weight = rarity(total, len(users))
+        postings[feat] = [(number, scale * weight) for number, scale in users]
+    return Index(tuple(e.name for e in ordered), postings)
+
+
+def score(wanted: dict[str, float], index: Index) -> dict[int, float]:
+    """Evidence per capability number: the sum, over the request's features (``wanted``,
+    from ``intent_text.features``) that the capability uses, of the feature's own weight
+    times its weight in the index."""
+    out: dict[int, float] = {}
+    postings = index.postings
+    for feat, own in wanted.items():
+        for number, weight in postings.get(feat, ()):
+            out[number] = out.get(number, 0.0) + own * weight
     return out
 
 
-def resolve(text: str, catalogue: Mapping[str, Sequence[str]],
-            threshold: float = 1.0) -> tuple[str | None, list[str]]:
-    """The best capability for ``text`` and the closest names. None when the evidence is under
-    ``threshold`` (one distinctive shared feature) or two capabilities tie for first."""
-    ranked = rank(text, catalogue)
-    closest = [m.capability for m in ranked[:3] if m.score > 0]
-    if not ranked or ranked[0].score < threshold:
-        return None, closest
-    if len(ranked) > 1 and ranked[1].score == ranked[0].score:
-        return None, closest
-    return ranked[0].capability, closest
+def resolve(text: str, index: Index) -> Decision:
+    """Route ``text``: the best capability when it has ``FLOOR`` of evidence and leads the
+    runner-up by ``MARGIN``; else why not, with candidates and suggestions."""
+    if len(text) > MAX_TEXT:
+        return Decision(Outcome.TOO_LONG)
+    wanted = features(text)
+    if not wanted:
+        return Decision(Outcome.EMPTY)
+    evidence = score(wanted, index)
+    top = [(index.names[n], s) for n, s in heapq.nsmallest(
+        SUGGESTIONS, evidence.items(), key=lambda kv: (-kv[1], index.names[kv[0]]))]
+    shown = tuple((name, round(s, 4)) for name, s in top)
+    suggestions = tuple(name for name, s in top if s >= SUGGEST)
+    if not top or top[0][1] < FLOOR:
+        return Decision(Outcome.WEAK, suggestions=suggestions, scores=shown)
+    best, runner = top[0], top[1] if len(top) > 1 else ("", 0.0)
+    if runner[1] > best[1] * (1 - MARGIN):
+        return Decision(Outcome.AMBIGUOUS, candidates=(best[0], runner[0]),
+                        suggestions=suggestions, scores=shown)
+    return Decision(Outcome.MATCH, capability=best[0], suggestions=suggestions, scores=shown)
+
+
+_UNBUILT = object()  # the key of a cache that has built nothing: no key equals it
+
+
+class IndexCache:
+    """One catalogue's index, kept while its key (the registry's catalogue version) holds:
+    the index is built on the first request after a change, not on every request, and a
+    rebuild weighs again only the capabilities whose declarations changed."""
+
+    __slots__ = ("_index", "_key", "_weights")
+    _index: Index
+
+    def __init__(self) -> None:
+        self._key: Hashable = _UNBUILT
+        self._weights: dict[Entry, dict[str, float]] = {}
+
+    def get(self, key: Hashable, entries: Callable[[], Iterable[Entry]]) -> Index:
+        if key != self._key:
+            current = list(entries())
+            known = self._weights
+            self._weights = {e: known.get(e) or weights(e) for e in current}
+            self._index = build(current, self._weights)
+            self._key = key
+        return self._index

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from reach.core import names
+from reach.core import intent, names
 from reach.core.agents import AgentRecord, Capability, Declared
 from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
 from reach.core.schemas import MAX_SCHEMA_BYTES, compile_schema
@@ -55,6 +55,10 @@ class Registry:
         self._slot_width = policy.interval / 16
         self._wheel: dict[int, list[tuple[float, AgentRecord]]] = {}
         self._cursor: int | None = None  # the first slot the next sweep looks at
+        # Moves whenever what capabilities say about themselves (names, intents, tags,
+        # descriptions) changes: the intent matcher's index is kept until it does.
+        self.catalogue_version = 0
+        self._intents = intent.IndexCache()
 
     # ------------------------------------------------------------ membership
 
@@ -71,6 +75,7 @@ class Registry:
         warnings: list[str] = []
         unsaid = 0  # warnings past MAX_WARNINGS: counted, not listed
         index, previous = self.index, self.by_id.get(agent_id)
+        said_before = {} if previous is None else _said(previous.capabilities)
 
         def theirs(cap: str) -> bool:
             declared = index.get(cap)
@@ -144,6 +149,8 @@ class Registry:
                 declared = self.index[cap] = Declared(cap)
                 self.names.add(cap)
             record.groups.append(declared.join(record))
+        if _said(caps) != said_before:
+            self.catalogue_version += 1
         self._changed(record)
         return Registration(record, list(caps), warnings)
 
@@ -293,6 +300,34 @@ class Registry:
                     phrases.append(spec.description)
             out[cap] = phrases
         return out
+
+    def catalogue(self) -> list[intent.Entry]:
+        """Every capability as intent routing sees it: the intents, tags and descriptions of
+        all the agents declaring it, merged (each once, in the order first declared)."""
+        out = []
+        for cap, agents in self.index.items():
+            phrases: dict[str, None] = {}
+            tags: dict[str, None] = {}
+            texts: dict[str, None] = {}
+            for record in agents.values():
+                spec = record.capabilities[cap].spec
+                phrases.update(dict.fromkeys(spec.intents))
+                tags.update(dict.fromkeys(spec.tags))
+                if spec.description:
+                    texts[spec.description] = None
+            out.append(intent.Entry(cap, tuple(phrases), "\n".join(texts), tuple(tags)))
+        return out
+
+    def intent_index(self) -> intent.Index:
+        """The intent matcher's index of ``catalogue()``, built again only after
+        ``catalogue_version`` moved."""
+        return self._intents.get(self.catalogue_version, self.catalogue)
+
+
+def _said(caps: dict[str, Capability]) -> dict[str, tuple[object, ...]]:
+    """What each capability says about itself, as intent routing reads it."""
+    return {name: (tuple(c.spec.intents), tuple(c.spec.tags), c.spec.description)
+            for name, c in caps.items()}
 
 
 def _slack(now: float) -> float:

@@ -7,6 +7,7 @@ work, a trace that belongs to another caller, an intent nothing matches.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 
 from reach.core import intent as intents
@@ -66,14 +67,36 @@ def any_tagged(declaring: Declared, tags: tagging.Wanted) -> bool:
 
 
 def by_intent(registry: Registry, text: str) -> str:
-    """The capability an intent names, or ``NoRoute`` with the closest ones."""
+    """The capability an intent names, or why not: ``InvalidParams`` for a request with no
+    words (or past ``intent.MAX_TEXT``), ``NoRoute`` with ``candidates`` when two capabilities
+    fit about as well, ``NoRoute`` with ``suggestions`` when none fits well enough."""
     if not text.strip():
         raise InvalidParams("name a capability or state an intent")
-    found, closest = intents.resolve(text, registry.intents())
-    if found is None:
-        raise NoRoute(f"no capability matches the intent {text!r}; name one explicitly",
-                      intent=text, suggestions=closest)
-    return found
+    decision = intents.resolve(text, registry.intent_index())
+    said, suggestions = _echo(text), list(decision.suggestions)
+    if decision.capability is not None:
+        return decision.capability
+    if decision.outcome is intents.Outcome.TOO_LONG:
+        raise InvalidParams(f"the intent is {len(text)} characters, more than "
+                            f"{intents.MAX_TEXT}; say it in fewer words or name a capability")
+    if decision.outcome is intents.Outcome.EMPTY:
+        raise InvalidParams(f"the intent {said} has no words to match; name a capability "
+                            f"or state an intent")
+    if decision.outcome is intents.Outcome.AMBIGUOUS:
+        first, second = decision.candidates
+        raise NoRoute(f"{said} is ambiguous: {first} or {second}? name one explicitly",
+                      intent=text, candidates=list(decision.candidates),
+                      suggestions=suggestions)
+    closest = f" (closest: {', '.join(suggestions)})" if suggestions else ""
+    raise NoRoute(f"no capability matches the intent {said}{closest}; name one explicitly",
+                  intent=text, suggestions=suggestions)
+
+
+def _echo(text: str, limit: int = 80) -> str:
+    """The caller's words, quoted for a message: one line, cut after ``limit`` characters
+    (``details.intent`` keeps them whole)."""
+    flat = " ".join(text.split())
+    return json.dumps(flat if len(flat) <= limit else flat[:limit] + "…", ensure_ascii=False)
 
 
 class Submitters:

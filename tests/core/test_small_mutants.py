@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from reach.core import counts
-from reach.core.intent import Match, features, rank, resolve
 from reach.core.keys import scoped_key, unscoped_key
 from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
 from reach.core.tasks import (
@@ -226,34 +225,3 @@ def test_may_read_owner_and_the_agents_that_ran_it():
     assert may_read("alice", "alice", [])
     assert may_read("agent-1", "alice", ["agent-0", "agent-1"])
     assert not may_read("bob", "alice", ["agent-1"])
-
-
-# ------------------------------------------------------------------ intent
-
-
-def test_intent_features_are_words_without_stop_words_and_cjk_bigrams():
-    assert features("Show me the Query of ORDERS") == {"query", "orders"}
-    assert features("订") == {"订"}
-    assert features("订单") == {"订单"}
-    assert features("订单查询") == {"订单", "单查", "查询"}
-
-
-def test_intent_rank_weighs_each_shared_feature_by_its_rarity():
-    catalogue = {"sales.query": ["revenue"], "hr.query": ["staff"]}
-    assert rank("query revenue", catalogue) == [Match("sales.query", 1.5),
-                                                Match("hr.query", 0.5)]
-    three = {"a.query": [], "b.query": [], "c.query": []}
-    assert [m.score for m in rank("query", three)] == [0.3333] * 3
-
-
-def test_intent_resolve_needs_the_threshold_and_a_clear_winner():
-    catalogue = {"sales.query": ["revenue"], "hr.query": ["staff"]}
-    assert resolve("query revenue", catalogue) == ("sales.query", ["sales.query", "hr.query"])
-    assert resolve("query revenue", catalogue, threshold=2.0) == (
-        None, ["sales.query", "hr.query"])
-    assert resolve("revenue", {"sales.query": ["revenue"]}) == ("sales.query", ["sales.query"])
-    tie = {"a.report": ["weekly"], "b.report": ["weekly"]}
-    assert resolve("weekly report", tie) == (None, ["a.report", "b.report"])
-    many = {f"c{i}.query": [] for i in range(5)}
-    assert len(resolve("query", many)[1]) == 3
-    assert resolve("nothing shared", catalogue) == (None, [])

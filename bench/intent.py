@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Intent routing benchmark: how often free text reaches the right capability, and what it costs.
+
+    python bench/intent.py              # full run (a few seconds)
+    python bench/intent.py --quick      # smoke run (fewer timing rounds)
+    python bench/intent.py --failures   # also list the dev half's failures (for tuning)
+
+1. Accuracy on the labelled set (bench/intent_catalogue.toml: 24 capabilities declared as an
+   agent author would; bench/intent_phrasings.toml: 272 phrasings in Chinese, English and
+   both, 32 of them asking for something no capability does). Per split (dev: may be tuned
+   on; held-out: never looked at while tuning): top-1 accuracy over the phrasings a
+   capability fits, the share of all phrasings routed to a wrong capability, the share left
+   unrouted, and how many of the out-of-catalogue ones were rightly refused. The baseline,
+   measured in the same run, is the matcher reach had before (bench/intent_baseline.py),
+   given the same catalogue the registry gave it (intents and description per capability).
+2. Cost of one ``resolve`` at 20 and 500 capabilities (the real catalogue, then synthetic
+   capabilities of the same shape), every phrasing in turn, against the baseline; and what
+   building the index costs (once per catalogue change, ``IndexCache``).
+
+Targets print PASS or MISS; a miss does not fail the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+import unicodedata
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import intent_baseline as baseline  # noqa: E402
+from intent_set import DEV, HELD_OUT, Case, Tally, cases, catalogue, evaluate  # noqa: E402
+from report import check, header  # noqa: E402
+
+from reach.core import intent  # noqa: E402
+
+TARGET_TOP1 = 0.90
+TARGET_WRONG = 0.02
+SIZES = (20, 500)
+
+Route = Callable[[str], "str | None"]
+
+
+def matchers(entries: list[intent.Entry]) -> dict[str, Route]:
+    """The new matcher (index built once) and the baseline, over the same catalogue."""
+    index = intent.build(entries)
+    old = {e.name: [*e.intents, *([e.description] if e.description else [])] for e in entries}
+    return {"new": lambda text: intent.resolve(text, index).capability,
+            "old": lambda text: baseline.resolve(text, old)[0]}
+
+
+def accuracy(failures: bool) -> dict[tuple[str, str], Tally]:
+    entries, every = catalogue(), cases()
+    routes = matchers(entries)
+    out: dict[tuple[str, str], Tally] = {}
+    print("accuracy on the labelled set")
+    print(f"  {'split':<9}  {'matcher':<7}  {'phrasings':>9}  {'fitting':>7}  {'top-1':>6}  "
+          f"{'wrong route':>11}  {'abstain':>7}  {'nothing fits: refused':>21}")
+    print(f"  {'-' * 9}  {'-' * 7}  {'-' * 9}  {'-' * 7}  {'-' * 6}  {'-' * 11}  {'-' * 7}  "
+          f"{'-' * 21}")
+    for split in (DEV, HELD_OUT):
+        some = [c for c in every if c.split == split]
+        for name in ("new", "old"):
+            missed: list[tuple[Case, str | None]] = []
+            t = out[split, name] = evaluate(routes[name], some, missed)
+            print(f"  {split:<9}  {name:<7}  {t.cases:>9}  {t.fitting:>7}  {t.top1:>6.1%}  "
+                  f"{t.wrong_rate:>11.1%}  {t.abstain_rate:>7.1%}  "
+                  f"{t.outside_abstained:>10} of {t.outside:<7}")
+            if failures and split == DEV and name == "new":
+                for case, got in missed:
+                    print(f"      {case.text!r} → {got} (want {case.expect})")
+    print("  top-1: routed to the right capability, of the phrasings a capability fits; wrong "
+          "route and abstain: of all phrasings")
+    return out
+
+
+def synthetic(count: int, real: list[intent.Entry], seed: int = 13) -> list[intent.Entry]:
+    """``count`` capabilities: the real ones first, then made-up ones of the same shape
+    (a dotted name, four intents in Chinese and English, a one-line description, tags)
+    drawn from the real catalogue's vocabulary and some of their own."""
+    rng = random.Random(seed)
+    words = sorted({w for e in real for w in e.description.lower().split() if w.isalpha()})
+    words += [f"term{i}" for i in range(800)]
+    chars = sorted({c for e in real for p in e.intents for c in p if "\u4e00" <= c <= "\u9fff"})
+    out = list(real[:count])
+    for i in range(len(out), count):
+        def en(n: int) -> str:
+            return " ".join(rng.choice(words) for _ in range(n))
+
+        def zh(n: int) -> str:
+            return "".join(rng.choice(chars) for _ in range(n))
+
+        out.append(intent.Entry(
+            f"{rng.choice(words)}{i}.{rng.choice(['query', 'run', 'create', 'send'])}",
+            (zh(5), zh(6), en(3), en(4)), en(12), (rng.choice(words), zh(2))))
+    return out
+
+
+def per_call_us(route: Route, texts: list[str], rounds: int) -> float:
+    """The median over rounds of the mean time of one call, in µs."""
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for text in texts:
+            route(text)
+        samples.append((time.perf_counter() - started) / len(texts) * 1e6)
+    return statistics.median(samples)
+
+
+def cost(quick: bool) -> dict[int, tuple[float, float]]:
+    texts = [c.text for c in cases()]
+    rounds = 3 if quick else 9
+    out: dict[int, tuple[float, float]] = {}
+    print("\ncost of one resolve (every phrasing in turn; median of "
+          f"{rounds} rounds)")
+    print(f"  {'capabilities':>12}  {'new µs':>8}  {'old µs':>8}  {'new / old':>9}  "
+          f"{'index build ms':>14}  {'rebuild, one changed, ms':>24}")
+    print(f"  {'-' * 12}  {'-' * 8}  {'-' * 8}  {'-' * 9}  {'-' * 14}  {'-' * 24}")
+    for size in SIZES:
+        entries = synthetic(size, catalogue())
+        routes = matchers(entries)
+        new = per_call_us(routes["new"], texts, rounds)
+        # The baseline costs ~50 ms a call at 500: one round, fewer phrasings when quick.
+        slow = size > 100
+        old = per_call_us(routes["old"], texts[:40] if slow and quick else texts,
+                          1 if slow else rounds)
+        builds, rebuilds = [], []
+        cache = intent.IndexCache()
+        cache.get(0, lambda: entries)  # noqa: B023 - called right here
+        for i in range(rounds):
+            started = time.perf_counter()
+            intent.build(entries)
+            builds.append((time.perf_counter() - started) * 1e3)
+            last = entries[-1]
+            changed = [*entries[:-1], replace(last, description=f"{last.description} {i}")]
+            started = time.perf_counter()
+            cache.get(i + 1, lambda: changed)  # noqa: B023 - called right here
+            rebuilds.append((time.perf_counter() - started) * 1e3)
+        out[size] = (new, old)
+        print(f"  {size:>12,}  {new:>8.1f}  {old:>8.1f}  {new / old:>9.3f}  "
+              f"{statistics.median(builds):>14.2f}  {statistics.median(rebuilds):>24.2f}")
+    print("  new: the index is built once per catalogue change (not timed per call; a "
+          "rebuild weighs again only the changed capability); old: the baseline built every "
+          "capability's features on every call")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer timing rounds")
+    parser.add_argument("--failures", action="store_true",
+                        help="list the dev half's failures (never the held-out half's)")
+    args = parser.parse_args(argv)
+    # NFKC folding (full-width forms) follows the Unicode database Python ships.
+    print(header("bench/intent.py", {"unicodedata": unicodedata.unidata_version}))
+    print()
+    tallies = accuracy(args.failures)
+    times = cost(args.quick)
+    print("\ntargets")
+    for split in (DEV, HELD_OUT):
+        t = tallies[split, "new"]
+        print(check(f"top-1, {split}", f"routed right, of fitting phrasings ≥ {TARGET_TOP1:.0%}",
+                    f"{t.top1:.1%}", t.top1 >= TARGET_TOP1))
+        print(check(f"wrong route, {split}", f"routed to a wrong capability ≤ {TARGET_WRONG:.0%}",
+                    f"{t.wrong_rate:.1%}", t.wrong_rate <= TARGET_WRONG))
+    new, old = times[SIZES[-1]]
+    print(check(f"resolve at {SIZES[-1]}", "cheaper than the baseline (new / old < 1)",
+                f"{new / old:.3f}", new < old))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

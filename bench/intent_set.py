@@ -1,0 +1,87 @@
+"""The labelled intent set (bench/intent_catalogue.toml, bench/intent_phrasings.toml) and how
+a matcher is scored on it; shared by bench/intent.py and tests/core/test_intent_set.py.
+
+A phrasing's split is fixed by its position in its list (see the phrasings file): even
+positions (0, 2, ...) are the dev half, odd ones the held-out half.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from reach.core.intent import Entry
+
+HERE = Path(__file__).resolve().parent
+DEV, HELD_OUT = "dev", "held-out"
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    text: str
+    expect: str | None  # None: nothing in the catalogue fits; the right answer is to abstain
+    split: str
+
+
+def catalogue() -> list[Entry]:
+    data = tomllib.loads((HERE / "intent_catalogue.toml").read_text("utf-8"))
+    return [Entry(c["name"], tuple(c["intents"]), c["description"], tuple(c["tags"]))
+            for c in data["capability"]]
+
+
+def cases() -> list[Case]:
+    data = tomllib.loads((HERE / "intent_phrasings.toml").read_text("utf-8"))
+    lists: list[tuple[str | None, list[str]]] = [(None, data["abstain"])]
+    lists += list(data["route"].items())
+    return [Case(text, expect, DEV if i % 2 == 0 else HELD_OUT)
+            for expect, texts in lists for i, text in enumerate(texts)]
+
+
+@dataclass(slots=True)
+class Tally:
+    """How a matcher did on some cases. ``top1`` is over the phrasings something fits; the
+    wrong-route and abstain rates are over all phrasings."""
+
+    cases: int = 0
+    fitting: int = 0          # phrasings with a capability that fits
+    correct: int = 0          # ... routed to it
+    missed: int = 0           # ... not routed at all
+    wrong: int = 0            # routed to a capability that is not the answer (either kind)
+    outside: int = 0          # phrasings nothing fits
+    outside_abstained: int = 0
+
+    @property
+    def top1(self) -> float:
+        return self.correct / self.fitting if self.fitting else 0.0
+
+    @property
+    def wrong_rate(self) -> float:
+        return self.wrong / self.cases if self.cases else 0.0
+
+    @property
+    def abstain_rate(self) -> float:
+        return (self.missed + self.outside_abstained) / self.cases if self.cases else 0.0
+
+
+def evaluate(route: Callable[[str], str | None], some: Iterable[Case],
+             failures: list[tuple[Case, str | None]] | None = None) -> Tally:
+    """Score ``route`` (text → capability or None) on ``some``; wrong answers are appended to
+    ``failures`` when given."""
+    tally = Tally()
+    for case in some:
+        got = route(case.text)
+        tally.cases += 1
+        if case.expect is None:
+            tally.outside += 1
+            tally.outside_abstained += got is None
+        else:
+            tally.fitting += 1
+            tally.correct += got == case.expect
+            tally.missed += got is None
+        if got is not None and got != case.expect:
+            tally.wrong += 1
+        if got != case.expect and failures is not None:
+            failures.append((case, got))
+    return tally
