@@ -29,6 +29,8 @@ def holdup(record: AgentRecord, now: float) -> str:
         return f"suspected (no heartbeat for {max(0.0, now - record.last_beat):.1f} s)"
     if record.breaker.state is BreakerState.OPEN:
         return "breaker open"
+    if record.breaker.state is BreakerState.HALF_OPEN and record.breaker.probing:
+        return "breaker half-open (its probe call is out)"
     if record.inflight >= record.max_concurrency:
         return f"busy ({record.inflight}/{record.max_concurrency} slots)"
     return ""

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from reach.core import names
+from reach.core import names, reasons
 from reach.core import tags as tagging
 from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from reach.core.overrides import Overrides
@@ -85,18 +85,18 @@ class Router:
     def admit(self, capability: str, params: dict[str, object], caller: str,
               declaring: Mapping[str, AgentRecord],
               known: names.NameIndex | Iterable[str],
-              tags: tagging.Wanted | None = None) -> None:
+              tags: tagging.Wanted | None = None, typed: str | None = None) -> None:
         """Checks that do not depend on health: raise NoRoute, InvalidParams or Unauthorized.
 
         ``known`` (the names ``NoRoute`` suggests from) is normally the registry's
         ``NameIndex``; any other iterable is compared name by name. With ``tags``, only groups
-        declaring them count; none does: ``NoRoute`` with the tags that are declared."""
+        declaring them count; none does: ``NoRoute`` with the tags that are declared.
+        ``typed`` is the name as the caller wrote it, for the message."""
         if not declaring:
             suggestions = (known.closest(capability) if isinstance(known, names.NameIndex)
                            else names.closest(capability, known))
-            raise NoRoute(
-                f"no agent declares {capability!r}; check the name or connect an agent that "
-                f"offers it", capability=capability, suggestions=suggestions)
+            raise NoRoute(no_route_message(capability, typed, suggestions),
+                          capability=capability, suggestions=suggestions)
         scope_ok = valid = False
         reason = ""
         seen: dict[Validator, str | None] = {}
@@ -177,10 +177,8 @@ class Router:
                     f"{capability!r} is pinned to {', '.join(sorted(pinned))} by an operator, "
                     f"and none of them can take it now; unpin it to route to the others",
                     capability=capability, pinned=sorted(pinned))
-            raise Unavailable(
-                f"no healthy agent can take {capability!r} now "
-                f"({len(declaring)} declare it); retry later or check `reach.agents()`",
-                capability=capability)
+            raise Unavailable(reasons.none_can(capability, index.agents.values(), now),
+                              capability=capability)
         if len(ready) == 1:
             return ready[0]
         return self._choose(capability, ready, latency or {})
@@ -276,6 +274,17 @@ class Router:
         return lambda r: (
             -weight(capability, r.name, r.capabilities[capability].spec.weight)
             * (1.0 - r.inflight / r.max_concurrency), rng.random())
+
+
+def no_route_message(capability: str, typed: str | None, suggestions: list[str]) -> str:
+    """What the caller asked for (as typed, and as read when that differs) and the closest
+    names: "did you mean" belongs in the message, not only in ``details``."""
+    asked = repr(capability) if typed in (None, capability) else \
+        f"{typed!r} (read as {capability!r})"
+    if suggestions:
+        return (f"no agent declares {asked}; did you mean "
+                f"{' or '.join(repr(s) for s in suggestions[:3])}?")
+    return f"no agent declares {asked}; check the name or connect an agent that offers it"
 
 
 def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:

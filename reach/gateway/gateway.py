@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reach.config import Settings
-from reach.core import names, traces
+from reach.core import names, reasons, traces
 from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.keys import scoped_key
@@ -164,14 +164,16 @@ class Gateway:
                 f"(after a restart agents reconnect by themselves); retry shortly",
                 capability=cap)
         tags = tagging.check(req.tags) if req.tags else None
-        self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags)
+        self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags,
+                          typed=capability)
         # Declared but nobody healthy right now: say so at once rather than accept and wait.
         if not any(r.reachable for r in declaring.values()) or (
                 tags and not admission.any_tagged(declaring, tags)):
-            raise Unavailable(
-                f"{len(declaring)} agent(s) declare {cap!r} but none is online"
-                + (f" with tags {tagging.describe(tags)}" if tags else "")
-                + "; see `reach.agents()`", capability=cap)
+            pool = [r for r in declaring.values() if not tags or tagging.matches(
+                tagging.parse(r.capabilities[cap].spec.tags), tags)]
+            why = reasons.none_can(cap, pool, self.clock.wall())
+            raise Unavailable(why if not tags else f"{why} (with tags {tagging.describe(tags)})",
+                              capability=cap)
         live = self.book.usage(caller)
         if live >= self.settings.max_caller_tasks:
             raise Rejected(

@@ -3,7 +3,7 @@ reported 'none is online'", "unavailable says check reach.agents() to a remote c
 
 from __future__ import annotations
 
-from test_routing import CAP, NOW, agent, open_breaker
+from test_routing import CAP, NOW, agent, open_breaker, probing_breaker
 
 from reach.core.liveness import Liveness
 from reach.core.reasons import holdup, none_can
@@ -17,11 +17,16 @@ def test_each_holdup_in_words() -> None:
     quiet = agent("d", state=Liveness.SUSPECTED)
     quiet.last_beat = NOW - 3.25
     tripped = agent("e", breaker=open_breaker())
+    probing = agent("h", breaker=probing_breaker())
     full = agent("f", inflight=4, max_concurrency=4)
     fine = agent("g")
-    assert [holdup(r, NOW) for r in (drained, gone, off, quiet, tripped, full, fine)] == [
+    assert [holdup(r, NOW) for r in (drained, gone, off, quiet, tripped, probing, full,
+                                     fine)] == [
         "drained by an operator", "disconnected", "offline",
-        "suspected (no heartbeat for 3.2 s)", "breaker open", "busy (4/4 slots)", ""]
+        "suspected (no heartbeat for 3.2 s)", "breaker open",
+        "breaker half-open (its probe call is out)", "busy (4/4 slots)", ""]
+    probing.breaker.probing = False  # half-open, its probe not sent yet: takes the next call
+    assert holdup(probing, NOW) == ""
     quiet.last_beat = NOW + 1  # a beat stamped after ``now`` (clock skew) is not negative
     assert holdup(quiet, NOW) == "suspected (no heartbeat for 0.0 s)"
 

@@ -209,7 +209,8 @@ async def test_accept_refuses_a_capability_whose_agents_are_all_away(rig: Rig) -
     a, _ = rig.agent("a", ok)
     rig.gateway.known["x.work"] = {"a"}
     rig.registry.disconnected(a, rig.clock.wall())
-    with pytest.raises(Unavailable, match="none is online"):
+    with pytest.raises(Unavailable, match=r"1 agent\(s\) declare .x.work. but none can take "
+                                          r"it now: a disconnected; retry shortly"):
         rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
 
 
