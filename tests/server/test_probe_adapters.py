@@ -6,6 +6,8 @@ pass, and a fast one restores it. Detaching stops its probes."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from typing import Any
 
 import pytest
@@ -41,8 +43,10 @@ def view(reach: Reach, name: str) -> dict[str, Any]:
     return next(a for a in reach.agents() if a["name"] == name)
 
 
-async def test_slow_but_passing_checks_suspect_an_adapter_a_fast_one_restores_it() -> None:
-    async with Reach.start(**SETTINGS) as reach:
+async def test_slow_but_passing_checks_suspect_an_adapter_a_fast_one_restores_it(
+        caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="reach.events")
+    async with Reach.start(**SETTINGS, json_logs=True) as reach:
         adapter = Checked("legacy", health_interval=0.06)
         await reach.attach(adapter)
         record = reach.registry.by_name["legacy"]
@@ -56,6 +60,10 @@ async def test_slow_but_passing_checks_suspect_an_adapter_a_fast_one_restores_it
         assert view(reach, "legacy")["since_heartbeat_s"] < 0.12  # it still beats
         adapter.check_takes = 0.0
         await wait_until(lambda: view(reach, "legacy")["state"] == "online")
+        lines = [json.loads(r.getMessage()) for r in caplog.records
+                 if r.name == "reach.events" and '"event": "probe"' in r.getMessage()]
+        assert [(line["agent"], line["change"]) for line in lines] == [
+            ("legacy", "suspected"), ("legacy", "restored")], lines
         checks = adapter.checks
         await reach.detach("legacy")
         assert not adapter._probing
