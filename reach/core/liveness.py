@@ -12,7 +12,7 @@ own heartbeat interval, ``bounded_interval``).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class Liveness(enum.StrEnum):
@@ -28,12 +28,15 @@ class LivenessPolicy:
     interval: float = 10.0
     suspect_after: float = 2.0
     offline_after: float = 3.0
+    # seconds of silence before suspected (the registry's sweep reads it for every agent due)
+    suspect_span: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.interval <= 0:
             raise ValueError("heartbeat interval must be positive")
         if not 0 < self.suspect_after <= self.offline_after:
             raise ValueError("need 0 < suspect_after <= offline_after")
+        object.__setattr__(self, "suspect_span", self.suspect_after * self.interval)
 
 
 # An agent's own heartbeat interval is kept within these multiples of the coordinator's: a

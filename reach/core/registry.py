@@ -230,8 +230,7 @@ class Registry:
                 if record.state is Liveness.ONLINE:
                     # The common case: it beat since. Online with its new deadline ahead
                     # is what ``judge`` would say, without asking it.
-                    policy = record.liveness
-                    next_at = record.last_beat + policy.suspect_after * policy.interval
+                    next_at = record.last_beat + record.liveness.suspect_span
                     if next_at > horizon:
                         record.due = next_at
                         self._put(next_at, record)

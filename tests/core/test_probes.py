@@ -185,3 +185,51 @@ def test_a_held_agent_is_suspected_whatever_its_beats_say() -> None:
     assert judge(policy, last_beat=10.0, now=10.1, connected=True) is Liveness.ONLINE
     assert judge(policy, last_beat=10.0, now=13.5, connected=True,
                  held=True) is Liveness.OFFLINE  # silence still makes it offline
+
+
+def test_the_field_defaults() -> None:
+    """FIELD.md: probe every ~30 s; slower than 5 s twice → remove."""
+    policy = ProbePolicy()
+    assert (policy.interval, policy.slow, policy.suspect_after, policy.max_outstanding) == (
+        30.0, 5.0, 2, 2)
+    assert Verdict(slow=False, ms=1.0).late is False and Verdict(slow=True, ms=None).change is None
+
+
+def test_a_fresh_answer_is_not_late_and_ages_are_rounded_to_the_millisecond() -> None:
+    b = book()
+    state = b.track("a", now=0.0)
+    b.due(30.0)
+    b.sent("a", 1, 30.0)
+    verdict = b.answered("a", 1, 30.0001234)
+    assert verdict is not None and verdict.late is False and verdict.ms == 0.123
+    assert state.view(30.1236)["ago_s"] == 0.123
+
+
+def test_entries_of_forgotten_or_rescheduled_agents_are_skipped() -> None:
+    b = book()
+    b.track("gone", now=0.0)
+    b.track("kept", now=0.0)
+    b.forget("gone")
+    assert b.due(30.0)[0] == ["kept"]  # the forgotten one's entry comes up and is skipped
+    b.sent("kept", 1, 30.0)
+    b.answered("kept", 1, 30.1)
+    b.slow_call("kept", 40.0)  # moved earlier: the entry at 60.1 is stale now
+    assert b.due(40.0)[0] == ["kept"]
+    b.sent("kept", 2, 40.0)
+    assert b.answered("kept", 2, 40.1) is not None
+    assert b.due(60.1) == ([], [])  # the stale entry: nothing sent twice
+    assert b.next_at() == 70.1
+
+
+def test_a_look_before_the_slow_limit_does_not_judge_the_unanswered_probe() -> None:
+    b = book()
+    b.track("a", now=0.0)
+    b.due(30.0)
+    b.sent("a", 1, 30.0)
+    b.slow_call("a", 31.0)  # a look at 31, 4 s before probe 1's limit
+    send, verdicts = b.due(31.0)
+    assert send == ["a"] and verdicts == []
+    b.sent("a", 2, 31.0)
+    assert b.next_at() == 35.0
+    _, verdicts = b.due(35.0)
+    assert verdicts == [("a", Verdict(slow=True, ms=None))]

@@ -82,18 +82,26 @@ async def test_a_failing_probe_check_answers_not_ok(kind: str, caplog: Any) -> N
 
 async def test_the_intervals_asked_for_are_granted_and_an_async_agent_is_probed_too() -> None:
     async with Reach.start(**PROBING) as reach:
-        agent = Agent("asker", heartbeat_interval=0.1, probe_interval=0.06,
+        agent = Agent("asker", heartbeat_interval=0.2, probe_interval=0.06,
                       reconnect_base=0.02)
 
         @agent.capability("job.run")
         async def run() -> str:
             return "ran"
 
-        assert agent.heartbeat_interval == 0.1 and agent.probe_interval == 0.06
+        assert agent.heartbeat_interval == 0.2 and agent.probe_interval == 0.06
         async with agent.connect(reach.url):
-            assert agent.heartbeat_interval == 0.1 and agent.probe_interval == 0.06
+            assert agent.heartbeat_interval == 0.2 and agent.probe_interval == 0.06
             record = reach.registry.by_name["asker"]
-            assert record.liveness.interval == 0.1
+            assert record.liveness.interval == 0.2
+            # It beats every 0.2 s: on the coordinator's 0.05 s it would be suspected after
+            # 0.1 s of each gap; on its own interval it stays online across several beats.
+            states, gaps = set(), []
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+                states.add(view(reach, "asker")["state"])
+                gaps.append(view(reach, "asker")["since_heartbeat_s"])
+            assert states == {"online"} and max(gaps) > 0.1, (states, max(gaps))
             await wait_until(lambda: (view(reach, "asker")["probe"] or {}).get("sent", 0) >= 2)
             probe = view(reach, "asker")["probe"]
             assert probe["interval_s"] == 0.06 and probe["last_ok"] is True
