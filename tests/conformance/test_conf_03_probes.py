@@ -30,6 +30,10 @@ async def test_an_agent_that_does_not_say_probes_is_never_probed() -> None:
         assert "probe_interval" not in peer.welcome
         await peer.silent(0.2)  # four probe intervals: no probe frame, nothing else
         assert view(reach, "old")["state"] == "online" and view(reach, "old")["probe"] is None
+        await peer.send({"v": 1, "type": "probe_result", "id": 1})  # nothing was sent to it
+        error = await peer.expect("error")
+        assert error["id"] == 1 and error["error"]["code"] == "protocol_error"
+        assert view(reach, "old")["state"] == "online"
         await peer.close()
 
 
