@@ -150,7 +150,7 @@ class ProbeBook:
             for probe_id, sent_at in state.outstanding.items():
                 if probe_id not in state.judged and sent_at + self.policy.slow <= now:
                     state.judged.add(probe_id)
-                    verdicts.append((key, self._judge(state, now, None, slow=True)))
+                    verdicts.append((key, self._judge(state, now, None, slow=True, ok=False)))
             if state.next_at <= now and len(state.outstanding) < self.policy.max_outstanding:
                 if busy(key):
                     state.next_at = now + min(state.interval, self.policy.slow)
@@ -198,7 +198,7 @@ class ProbeBook:
     # ------------------------------------------------------------ inside
 
     def _judge(self, state: ProbeState, now: float, ms: float | None, *, slow: bool,
-               ok: bool = False) -> Verdict:
+               ok: bool) -> Verdict:
         ms = None if ms is None else round(ms, 3)
         state.last_at, state.last_ms, state.last_ok = now, ms, ok and not slow
         change: Change | None = None

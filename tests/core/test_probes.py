@@ -233,3 +233,31 @@ def test_a_look_before_the_slow_limit_does_not_judge_the_unanswered_probe() -> N
     assert b.next_at() == 35.0
     _, verdicts = b.due(35.0)
     assert verdicts == [("a", Verdict(slow=True, ms=None))]
+
+
+def test_a_late_answer_while_another_probe_waits_sends_the_next_at_once() -> None:
+    b = book()
+    b.track("a", now=0.0)
+    b.due(30.0)
+    b.sent("a", 1, 30.0)
+    send, _ = b.due(35.0)  # probe 1 judged slow; probe 2 goes out
+    assert send == ["a"]
+    b.sent("a", 2, 35.0)
+    late = b.answered("a", 1, 36.0)  # probe 2 still waits, not yet judged
+    assert late is not None and late.late
+    assert b.states["a"].judged == set()  # nothing judged is left behind
+    assert b.next_at() == 36.0
+    assert b.due(36.0)[0] == ["a"]
+
+
+def test_an_answer_of_exactly_probe_slow_is_fast_and_a_late_ok_is_not_ok() -> None:
+    b = book()
+    b.track("a", now=0.0)
+    b.due(30.0)
+    b.sent("a", 1, 30.0)
+    verdict = b.answered("a", 1, 35.0)
+    assert verdict is not None and not verdict.slow and verdict.ms == 5000.0
+    b.due(65.0)
+    b.sent("a", 2, 65.0)
+    verdict = b.answered("a", 2, 70.5, ok=True)
+    assert verdict is not None and verdict.slow and b.states["a"].last_ok is False
