@@ -21,6 +21,12 @@ class Settings:
     heartbeat_interval: float = 10.0
     suspect_after: float = 2.0
     offline_after: float = 3.0
+    # active probes (reach.core.probes): every probe_interval per agent (an agent may ask for
+    # its own, within 1/6..4×); slower than probe_slow twice in a row → suspected; a call
+    # that timed out or took over probe_slow_call × its latency_ms makes a probe due at once
+    probe_interval: float = 30.0
+    probe_slow: float = 5.0
+    probe_slow_call: float = 3.0
     # delivery
     ack_timeout: float = 5.0
     queue_wait: float = 0.2
@@ -70,7 +76,8 @@ class Settings:
     audit_params: bool = False  # also record params and intent text (see the risk in the doc)
 
     def __post_init__(self) -> None:
-        for name in ("heartbeat_interval", "ack_timeout", "max_frame_bytes"):
+        for name in ("heartbeat_interval", "ack_timeout", "max_frame_bytes", "probe_interval",
+                     "probe_slow", "probe_slow_call"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if not 0 <= self.retry_budget <= 100 or self.retry_budget_min < 0:

@@ -159,6 +159,7 @@ class Reach:
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
+        self._loops.append(loop.create_task(self.gateway.probes.run(), name="reach-probes"))
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()
         self.started = True
@@ -263,10 +264,13 @@ class Reach:
             await asyncio.to_thread(precompile, [spec.params for spec in adapter.specs],
                                     s.max_schema_bytes)
             healthy = await adapter.first_check(s.heartbeat_interval)
+            # Its checks are its beats, every health_interval: that is its heartbeat interval.
+            every = adapter.health_interval or s.heartbeat_interval
             registration = self.registry.register(
                 agent_id=self.identities.identity(name), name=name, version=adapter.version,
                 max_concurrency=adapter.max_concurrency, specs=adapter.specs, link=adapter,
-                now=self.clock.wall(), kind=adapter.kind, heard=healthy)
+                now=self.clock.wall(), kind=adapter.kind, heard=healthy,
+                heartbeat_interval=every)
         except BaseException:
             await adapter.close("attach failed")
             raise
@@ -274,7 +278,7 @@ class Reach:
             log.warning("agent %s: %s", name, warning)
         self.adapters[name] = adapter
         adapter.watch(Membership(self.registry, registration.record, self.clock,
-                                 s.heartbeat_interval))
+                                 registration.record.liveness.interval, self.gateway.probes))
         await self.identities.remember(registration.record, adapter.specs)
         return self.ops.agents(names={name})[0]
 

@@ -47,6 +47,8 @@ EXAMPLES: dict[str, p.Frame] = {
     "task": p.TaskInfo(id=2, task={"task_id": "t1", "state": "running", "error": None}),
     "admin": p.AdminHello(token="s3cret"),
     "command": p.Command(id=7, action="replay_filter", args={"capability": "orders.write"}),
+    "probe": p.Probe(id=41),
+    "probe_result": p.ProbeResult(id=41, ok=False, detail="database unreachable"),
 }
 
 
@@ -82,6 +84,7 @@ def test_round_trip_minimal_frames(kind):
         "status": {"id": 1, "task_id": "t"},
         "accepted": {"id": 1, "task_id": "t", "trace_id": "tr"},
         "task": {"id": 1, "task": {}},
+        "probe": {"id": 1}, "probe_result": {"id": 1},
     }.get(kind, {})
     frame = p.parse(json.dumps({"type": kind, **required}))
     assert frame.type == kind and frame.v == 1

@@ -110,15 +110,17 @@ def declare(agent: str, capabilities: Mapping[str, Any] | Iterable[Any],
 
 
 class Membership:
-    """An attached adapter's place in the registry: its record, and the beats that keep it
-    online (the coordinator builds it in ``reach.attach``)."""
+    """An attached adapter's place in the registry: its record, the beats that keep it
+    online, and the coordinator's probes (``reach.gateway.probing.Probes``) that schedule
+    and judge its health checks (the coordinator builds it in ``reach.attach``)."""
 
     def __init__(self, registry: Any, record: AgentRecord, clock: Clock,
-                 heartbeat_interval: float) -> None:
+                 heartbeat_interval: float, probes: Any = None) -> None:
         self._registry = registry
         self.record = record
         self.clock = clock
         self.heartbeat_interval = heartbeat_interval
+        self.probes = probes
 
     def alive(self, link: Any, inflight: int = 0, queue_depth: int = 0,
               load: float = 0.0) -> None:
@@ -127,6 +129,11 @@ class Membership:
         if self.record.link is link:
             self._registry.heartbeat(self.record, self.clock.wall(), inflight=inflight,
                                      queue_depth=queue_depth, load=load)
+
+    def probed(self, link: Any, probe_id: int, ok: bool, detail: str = "") -> None:
+        """The health check that carried probe ``probe_id`` ended (``ok``: it passed)."""
+        if self.probes is not None:
+            self.probes.answered(self.record, link, probe_id, ok, detail)
 
     def gone(self, link: Any) -> None:
         """``link`` can no longer reach its agent at all (closed): suspected at once — unless
@@ -160,7 +167,7 @@ class Adapter(ABC):
         self.health_interval = health_interval  # None: the coordinator's heartbeat interval
         self.membership: Membership | None = None
         self._calls: dict[tuple[str, int], asyncio.Task[None]] = {}
-        self._watch: asyncio.Task[None] | None = None
+        self._probing: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # ------------------------------------------------------------ what subclasses say
@@ -196,11 +203,16 @@ class Adapter(ABC):
         return await self._check_once(bound)
 
     def watch(self, membership: Membership) -> None:
-        """Registered: from now on the agent's liveness follows its health checks."""
+        """Registered: from now on the agent's liveness follows its health checks. They are
+        the coordinator's probes of this agent (one rule for every kind of agent): sent every
+        ``health_interval`` (default: the heartbeat interval), each passing check a beat,
+        two slow or failing ones in a row → suspected until a fast one passes."""
+        if membership.probes is None:
+            raise ValueError("an adapter is watched through the coordinator's probes")
         self.membership = membership
         self._closed = False
-        self._watch = asyncio.get_running_loop().create_task(
-            self._watch_health(), name=f"reach-adapter-{self.name}")
+        membership.probes.track(membership.record, self, membership.heartbeat_interval,
+                                exact=True)
 
     async def drained(self, grace: float) -> None:
         """Wait until no call is in flight, or ``grace`` seconds have passed."""
@@ -217,14 +229,21 @@ class Adapter(ABC):
             log.debug("agent %s: health check failed: %r", self.name, exc)
             return False
 
-    async def _watch_health(self) -> None:
-        membership = self.membership
-        assert membership is not None
-        period = self.health_interval or membership.heartbeat_interval
-        while True:  # until close() cancels it
-            await membership.clock.sleep(period)
-            if await self._check_once(period):
-                membership.alive(self, len(self._calls))
+    def probe(self, probe_id: int) -> bool:
+        """Carry probe ``probe_id``: run one health check (``ProbeLink``)."""
+        if self._closed or self.membership is None:
+            return False
+        task = asyncio.get_running_loop().create_task(
+            self._probe(self.membership, probe_id), name=f"reach-probe-{self.name}")
+        self._probing.add(task)
+        task.add_done_callback(self._probing.discard)
+        return True
+
+    async def _probe(self, membership: Membership, probe_id: int) -> None:
+        ok = await self._check_once(membership.heartbeat_interval)
+        if ok:
+            membership.alive(self, len(self._calls))
+        membership.probed(self, probe_id, ok, "" if ok else "health check failed")
 
     async def close(self, reason: str = "detached") -> None:
         """End the link: in-flight calls are lost to the gateway (which judges them), the
@@ -232,9 +251,11 @@ class Adapter(ABC):
         if self._closed:
             return
         self._closed = True
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
+        if self.membership is not None and self.membership.probes is not None:
+            self.membership.probes.forget(self.membership.record, self)
+        for task in list(self._probing):
+            task.cancel()
+        await asyncio.gather(*self._probing, return_exceptions=True)
         calls = list(self._calls.values())
         for call in calls:
             call.cancel()

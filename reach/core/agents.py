@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reach.core.liveness import Liveness
+from reach.core.liveness import Liveness, LivenessPolicy
+from reach.core.probes import ProbeState
 from reach.core.resilience import Breaker, BreakerState
 from reach.core.schemas import Validator
 from reach.core.tags import TagSet, parse
@@ -60,6 +61,11 @@ class AgentRecord:
     groups: list[Group] = field(default_factory=list, repr=False)
     # When the registry's liveness wheel next looks at this agent (None: it does not).
     due: float | None = field(default=None, repr=False)
+    # Its own heartbeat interval and thresholds (the registry sets them at registration).
+    liveness: LivenessPolicy = field(default_factory=LivenessPolicy, repr=False)
+    # Suspected by its probes (reach.core.probes), beats or not; and their record, if probed.
+    probe_held: bool = False
+    probe: ProbeState | None = field(default=None, repr=False)
 
     @property
     def inflight(self) -> int:
@@ -105,7 +111,21 @@ class AgentRecord:
             "since_heartbeat_s": round(max(0.0, now - self.last_beat), 3),
             "last_beat": self.last_beat,
             "connected": self.connected, "draining": self.draining,
+            "suspected_by": self.suspected_by(now),
+            "heartbeat_interval_s": self.liveness.interval,
+            "probe": None if self.probe is None else self.probe.view(now),
         }
+
+    def suspected_by(self, now: float) -> str | None:
+        """Why a suspected agent is: ``probe`` (its probes were slow), ``disconnected``,
+        ``draining`` or ``heartbeat`` (missed beats); None when it is not suspected."""
+        if self.state is not Liveness.SUSPECTED:
+            return None
+        if self.probe_held:
+            return "probe"
+        if not self.connected:
+            return "disconnected"
+        return "draining" if self.draining else "heartbeat"
 
 
 def routable(record: AgentRecord) -> int:

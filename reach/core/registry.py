@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from reach.core import intent, names
 from reach.core.agents import AgentRecord, Capability, Declared
-from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
+from reach.core.liveness import Liveness, LivenessPolicy, bounded_interval, deadline, judge
 from reach.core.schemas import MAX_SCHEMA_BYTES, compile_schema
 from reach.ports import AgentLink
 from reach.wire.protocol import CapabilitySpec
@@ -65,12 +65,13 @@ class Registry:
     def register(self, *, agent_id: str, name: str, version: str, max_concurrency: int,
                  specs: list[CapabilitySpec], link: AgentLink | None, now: float,
                  instance: str | None = None, kind: str = "websocket",
-                 heard: bool = True) -> Registration:
+                 heard: bool = True, heartbeat_interval: float | None = None) -> Registration:
         """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration.
 
         ``kind`` says what carries its work (websocket, http, process, nats); ``heard=False``
         registers an agent no sign of life has come from yet (an adapter whose first health
-        check failed): it starts suspected, and its first beat makes it online."""
+        check failed): it starts suspected, and its first beat makes it online.
+        ``heartbeat_interval`` is the agent's own (bounded: ``liveness.bounded_interval``)."""
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
         unsaid = 0  # warnings past MAX_WARNINGS: counted, not listed
@@ -138,9 +139,12 @@ class Registry:
             record.max_concurrency, record.capabilities = max_concurrency, caps
         record.link, record.connected, record.draining = link, True, False
         record.instance, record.kind = instance, kind
+        record.liveness = self.liveness_for(heartbeat_interval)
+        record.probe_held, record.probe = False, None
         record.last_beat = record.registered_at = now
         if not heard:
-            record.last_beat = now - self.policy.suspect_after * self.policy.interval - 1e-6
+            record.last_beat = now - record.liveness.suspect_after * record.liveness.interval \
+                - 1e-6
         self._set(record, now)
         self.by_name[name] = record
         for cap in caps:
@@ -184,11 +188,24 @@ class Registry:
         record.draining = False
         return self._set(record, now)
 
+    def hold(self, record: AgentRecord, held: bool, now: float) -> Liveness | None:
+        """Its probes say it does not work (``held``: suspected, beats or not) or that it
+        does again (reach.core.probes)."""
+        record.probe_held = held
+        return self._set(record, now)
+
+    def liveness_for(self, interval: float | None) -> LivenessPolicy:
+        """The policy of an agent that asks for its own heartbeat ``interval`` (None: the
+        coordinator's), bounded as ``liveness.bounded_interval`` says."""
+        every = bounded_interval(interval, self.policy.interval)
+        if every == self.policy.interval:
+            return self.policy
+        return LivenessPolicy(every, self.policy.suspect_after, self.policy.offline_after)
+
     def sweep(self, now: float) -> list[tuple[AgentRecord, Liveness]]:
         """Re-judge the agents whose next liveness threshold has passed; returns those whose
         state changed."""
         changed = []
-        suspect_span = self.policy.suspect_after * self.policy.interval
         horizon = now + _slack(now)
         last = math.floor(horizon / self._slot_width)
         wheel, first = self._wheel, self._cursor
@@ -220,7 +237,7 @@ class Registry:
                 if record.state is Liveness.ONLINE:
                     # The common case: it beat since. Online with its new deadline ahead
                     # is what ``judge`` would say, without asking it.
-                    next_at = record.last_beat + suspect_span
+                    next_at = record.last_beat + record.liveness.suspect_span
                     if next_at > horizon:
                         record.due = next_at
                         self._put(next_at, record)
@@ -233,8 +250,9 @@ class Registry:
         return changed
 
     def _set(self, record: AgentRecord, now: float) -> Liveness | None:
-        new = judge(self.policy, last_beat=record.last_beat, now=now,
-                    connected=record.connected, draining=record.draining)
+        new = judge(record.liveness, last_beat=record.last_beat, now=now,
+                    connected=record.connected, draining=record.draining,
+                    held=record.probe_held)
         if new is record.state:
             if record.due is None:
                 self._schedule(record, now)
@@ -257,7 +275,7 @@ class Registry:
 
     def _schedule(self, record: AgentRecord, now: float) -> None:
         """Make sure the agent is looked at again once its next threshold passes."""
-        at = deadline(self.policy, record.state, record.last_beat)
+        at = deadline(record.liveness, record.state, record.last_beat)
         if at is None:
             return
         # Past the sweep's horizon: an entry whose threshold rounding keeps from passing yet

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from reach.config import Settings
@@ -73,6 +74,8 @@ class Dispatcher:
         # capability that is failing as a whole from agents whose breakers tripped on noise
         self.health: dict[str, deque[bool]] = {}
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
+        # told of every judged attempt's time (the gateway's probes: a slow call → a probe)
+        self.call_ended: Callable[[AgentRecord, float, float, bool], None] | None = None
 
     async def attempt(self, task: Task, record: AgentRecord, deadline: float | None) -> Ended:
         env = task.envelope
@@ -141,6 +144,9 @@ class Dispatcher:
         attempt.outcome = verdict.name  # stored as its plain value (see Attempt)
         self.metrics.ended(cap, record.name,
                            "caller_deadline" if not verdict.judged else verdict.name, took)
+        if self.call_ended is not None and verdict.judged:
+            self.call_ended(record, record.capabilities[cap].spec.latency_ms, took,
+                            verdict.outcome is Outcome.TIMEOUT)
         if verdict.outcome is Outcome.OK:
             window.add(took)
             self.observed[record.agent_id] = policy.smoothed(

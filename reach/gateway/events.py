@@ -27,6 +27,7 @@ from reach.ports import Clock
 log = logging.getLogger("reach.events")
 
 TASK, AGENT, BREAKER, DEAD_LETTER, ADMIN = "task", "agent", "breaker", "dead_letter", "admin"
+PROBE = "probe"  # an agent's probes suspected or restored it (reach.gateway.probing)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
 from reach.gateway.events import BREAKER, TASK, EventBus
+from reach.gateway.probing import Probes
 from reach.gateway.slots import SlotQueue
 from reach.ports import Clock, TaskStore
 
@@ -66,6 +67,9 @@ class Gateway:
                                   settings.retry_budget_window)
         self.dispatch = Dispatcher(settings, registry, router, store, clock, self.metrics,
                                    self.budget, self)
+        # active probes (the loop is the coordinator's; links report answers here)
+        self.probes = Probes(settings, registry, clock, self.events)
+        self.dispatch.call_ended = self.probes.call_ended
         self.driver = Driver(settings, registry, router, store, clock, self.rng, self.book,
                              self.slots, self.dispatch, self.metrics, self.budget, self)
         self._drivers = Crew()

@@ -5,8 +5,15 @@
     @agent.capability("sales.query", params=SalesQuery, latency_ms=200, idempotent=True)
     async def query_sales(region: str, quarter: str, ctx: Context) -> dict: ...
 
-    await agent.connect(reach.url)      # registers, heartbeats, serves
+    @agent.probe                        # optional: a health check that exercises real work
+    async def ping_db() -> bool: ...
+
+    await agent.connect(reach.url)      # registers, heartbeats, serves, answers probes
     await agent.close()                 # deregisters and drains in-flight work
+
+``Agent(..., heartbeat_interval=, probe_interval=)`` ask the coordinator for this agent's own
+intervals (it bounds them and says in ``welcome`` what it granted); ``threads`` sizes the
+agent's own pool for sync handlers (default ``max_concurrency``), shut down on ``close``.
 
 Running handlers (idempotency, acks, answers) is ``Serving``'s job, in serving.py; this module
 declares capabilities and keeps the connection.
@@ -47,10 +54,15 @@ class Agent(Serving):
     def __init__(self, name: str, token: str | None = None, max_concurrency: int = 20, *,
                  version: str = "0", cache_size: int = 10_000, reconnect_base: float = 0.1,
                  reconnect_cap: float = 5.0, ack_grace: float = 0.002,
-                 max_frame_bytes: int = 1 << 20) -> None:
+                 max_frame_bytes: int = 1 << 20, heartbeat_interval: float | None = None,
+                 probe_interval: float | None = None, threads: int | None = None) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
-        super().__init__(max_concurrency, cache_size, ack_grace)
+        for what, value in (("heartbeat_interval", heartbeat_interval),
+                            ("probe_interval", probe_interval)):
+            if value is not None and not 0 < value <= 86_400:
+                raise ValueError(f"{what} must be in (0, 86400] seconds")
+        super().__init__(max_concurrency, cache_size, ack_grace, threads)
         self.name = name
         self.token = token
         self.version = version
@@ -59,7 +71,10 @@ class Agent(Serving):
         self.max_frame_bytes = max_frame_bytes
         self.handlers: dict[str, Handler] = {}
         self.agent_id: str | None = None
-        self.heartbeat_interval = 10.0
+        # asked for (None: the coordinator's); then what the welcome granted
+        self.asked_intervals = (heartbeat_interval, probe_interval)
+        self.heartbeat_interval = 10.0 if heartbeat_interval is None else heartbeat_interval
+        self.probe_interval: float | None = probe_interval
         self.frame_limit = max_frame_bytes  # the coordinator's, once it has said (welcome)
         self.warnings: list[str] = []
         self.instance = os.urandom(8).hex()  # this object's key cache; see Register.instance
@@ -99,6 +114,14 @@ class Agent(Serving):
                                            inspect.iscoroutinefunction(fn) or streaming)
             return fn
         return register
+
+    def probe(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """Declare this agent's health check (a decorator): a function of no arguments, sync
+        or async, that exercises real work (a database ping through the pool handlers use).
+        It answers the coordinator's probes from the serving path; returning False or
+        raising says the agent is not fit for work. Without one, a probe runs a no-op there."""
+        self._probe_fn = fn
+        return fn
 
     # ------------------------------------------------------------ connection
 
@@ -144,6 +167,8 @@ class Agent(Serving):
         self._closing = True
         self.online.clear()
         self._stop_acks()
+        self._stop_probes()
+        self._stop_threads()
         if self._ws is not None:
             await self._ws.close()
         if self._serve_task is not None:
@@ -191,13 +216,16 @@ class Agent(Serving):
     async def _session(self, url: str) -> None:
         register = p.Register(name=self.name, token=self.token, version=self.version,
                               max_concurrency=self.max_concurrency, instance=self.instance,
-                              capabilities=[h.spec for h in self.handlers.values()])
+                              capabilities=[h.spec for h in self.handlers.values()],
+                              probes=True, heartbeat_interval=self.asked_intervals[0],
+                              probe_interval=self.asked_intervals[1])
         # An answer other than welcome is retried, as a lost connection is.
         ws, frame = await dial(url, register, max_frame_bytes=self.max_frame_bytes,
                                unexpected=ReachError)
         try:
             self.agent_id = frame.agent_id
             self.heartbeat_interval = frame.heartbeat_interval
+            self.probe_interval = frame.probe_interval
             self.frame_limit = frame.max_frame_bytes
             self.warnings = list(frame.warnings)
             for warning in frame.warnings:

@@ -8,16 +8,26 @@ connection it keeps and the capabilities it declares. A serving object sends thr
 One idempotency key never runs twice here: a duplicate that arrives while the first run is going
 waits for it; one that arrives later gets the cached answer (a bounded cache). Faults are not
 cached, so a retry after a fault really runs again.
+
+Sync handlers run on the agent's own thread pool (``threads`` workers), never on Python's
+shared default executor: one agent's blocked handlers cannot starve another agent's, or the
+application's ``asyncio.to_thread``. A ``probe`` from the coordinator is answered from here,
+the serving path: it waits for a free handler slot like an invoke, and runs its check (the
+agent's ``@agent.probe`` function, or a no-op) where a handler would, so a wedged pool makes
+the probe slow and the coordinator stops sending work (docs/protocol.md §3, probes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +39,11 @@ from reach.core.names import normalize
 from reach.errors import ReachError, TaskError
 from reach.sdk.client import Client
 from reach.sdk.context import Context
+from reach.sdk.faults import FaultLog
 from reach.wire import protocol as p
 
 log = logging.getLogger("reach.agent")
 Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
-FAULTS_KEPT = 1024  # tasks remembered as having logged their traceback (then the oldest go)
 # Frames built from what this agent holds (its own outcomes, invokes already parsed): checked
 # by the type checker, not validated again at run time (the coordinator parses what it gets).
 _Ack = p.unchecked(p.Ack)
@@ -41,6 +51,7 @@ _Chunk = p.unchecked(p.Chunk)
 _Result = p.unchecked(p.Result)
 _Error = p.unchecked(p.Error)
 _WireError = p.unchecked(p.WireError)
+_ProbeResult = p.unchecked(p.ProbeResult)
 
 
 @dataclass(slots=True)
@@ -80,8 +91,15 @@ class Serving:
     frame_limit: int  # the coordinator's, once it has said (welcome)
     _closing: bool
 
-    def __init__(self, max_concurrency: int, cache_size: int, ack_grace: float) -> None:
+    def __init__(self, max_concurrency: int, cache_size: int, ack_grace: float,
+                 threads: int | None = None) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError("threads must be at least 1")
         self.max_concurrency = max_concurrency
+        self.threads = max_concurrency if threads is None else threads
+        self._executor: ThreadPoolExecutor | None = None
+        self._probe_fn: Callable[[], Any] | None = None
+        self._probing: set[asyncio.Task[None]] = set()
         self.cache_size = cache_size
         self.ack_grace = ack_grace
         self.executions = 0  # handler runs started (duplicates answered from cache excluded)
@@ -94,13 +112,64 @@ class Serving:
         self._work: set[asyncio.Task[Any]] = set()
         self._slots: asyncio.Semaphore | None = None
         self._waiting = 0
-        self._faulted: OrderedDict[str, None] = OrderedDict()  # tasks whose traceback is logged
+        self._faults = FaultLog()  # one traceback per task (reach.sdk.faults)
 
     def _post_text(self, text: str) -> None:
         raise NotImplementedError
 
     async def _get_client(self) -> Client:
         raise NotImplementedError
+
+    # ------------------------------------------------------------ threads and probes
+
+    def _run_sync(self, fn: Callable[..., Any], /, **kwargs: Any) -> asyncio.Future[Any]:
+        """Run ``fn`` on this agent's own thread pool (made on first use, ``threads`` wide),
+        in a copy of the caller's context, as ``asyncio.to_thread`` would."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.threads, thread_name_prefix=f"reach-{self.name}")
+        ctx = contextvars.copy_context()
+        return asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(ctx.run, fn, **kwargs))
+
+    def _stop_threads(self) -> None:
+        """Let the pool go (its threads end as their handlers return; none is waited for)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def _on_probe(self, f: p.Probe) -> None:
+        if self._closing:
+            return
+        task = asyncio.get_running_loop().create_task(self._answer_probe(f.id),
+                                                      name=f"probe-{f.id}")
+        self._probing.add(task)
+        task.add_done_callback(self._probing.discard)
+
+    async def _answer_probe(self, probe_id: int) -> None:
+        """Answer probe ``probe_id`` as work is served: wait for a handler slot, run the
+        check where a handler would run (the thread pool for a sync check, and for the
+        default check of an agent with sync handlers), then say how it went."""
+        assert self._slots is not None
+        ok, detail = True, ""
+        async with self._slots:
+            fn = self._probe_fn
+            try:
+                if fn is None:
+                    if any(not h.is_async for h in self.handlers.values()):
+                        await self._run_sync(_nothing)
+                else:
+                    value = await (fn() if inspect.iscoroutinefunction(fn)
+                                   else self._run_sync(fn))
+                    if value is False:
+                        ok, detail = False, "the probe check returned False"
+            except Exception as exc:  # a failed check is an answer, not a crash
+                ok, detail = False, f"{type(exc).__name__}: {exc}"[:2000]
+        self._post_text(p.dump(_ProbeResult(id=probe_id, ok=ok, detail=detail)))
+
+    def _stop_probes(self) -> None:
+        for task in list(self._probing):
+            task.cancel()
 
     def _stop_acks(self) -> None:
         if self._ack_timer is not None:  # its loop may end with us: never leave it armed
@@ -116,6 +185,8 @@ class Serving:
             return
         if isinstance(frame, p.Invoke):
             self._on_invoke(frame)
+        elif isinstance(frame, p.Probe):
+            self._on_probe(frame)
         elif isinstance(frame, p.Cancel):
             work = self._by_task.get(frame.task_id)
             if work is not None:
@@ -241,7 +312,7 @@ class Serving:
             elif handler.is_async:
                 value = await handler.fn(**kwargs)
             else:
-                value = await asyncio.to_thread(handler.fn, **kwargs)
+                value = await self._run_sync(handler.fn, **kwargs)
             value = _jsonable(value)
             to_json(value)  # not JSON-able: a fault, reported now rather than lost
             return ("ok", value)
@@ -256,24 +327,11 @@ class Serving:
             return _error("task_failed", f"result is not JSON-serializable: {exc}",
                           answer=False, agent=self.name)
         except Exception as exc:  # an agent fault: reported, counted, maybe retried elsewhere
-            self._log_fault(f, exc)
+            self._faults.fault(self.name, f, exc)
             return _error("task_failed", f"{type(exc).__name__}: {exc}", answer=False,
                           agent=self.name, type=type(exc).__name__)
         finally:
             self._slots.release()
-
-    def _log_fault(self, f: p.Invoke, exc: Exception) -> None:
-        """One line per failed attempt, the traceback only the first time a task fails here:
-        a call retried three times on this agent logs one traceback, not three."""
-        if f.task_id in self._faulted:
-            log.error("agent %s: handler for %s failed again (task %s, attempt %d): %s: %s",
-                      self.name, f.capability, f.task_id, f.attempt, type(exc).__name__, exc)
-            return
-        self._faulted[f.task_id] = None
-        if len(self._faulted) > FAULTS_KEPT:
-            self._faulted.popitem(last=False)
-        log.error("agent %s: handler for %s failed (task %s, attempt %d)", self.name,
-                  f.capability, f.task_id, f.attempt, exc_info=exc)
 
     def _by_normalized(self, capability: str) -> Handler | None:
         for name, handler in self.handlers.items():
@@ -317,6 +375,10 @@ class Serving:
                              answer=True, agent=self.name)[1]
         self._post_text(p.dump(_Error(task_id=f.task_id, attempt=f.attempt,
                                       error=_WireError(**payload))))
+
+
+def _nothing() -> None:
+    """The default probe's check: nothing, run where a handler runs."""
 
 
 def _error(code: str, message: str, /, **details: Any) -> Outcome:

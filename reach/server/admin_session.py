@@ -18,7 +18,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 
 from reach.errors import InvalidParams, ReachError, Unauthorized
-from reach.gateway.events import AGENT, BREAKER, DEAD_LETTER, TASK, Event, Subscription
+from reach.gateway.events import AGENT, BREAKER, DEAD_LETTER, PROBE, TASK, Event, Subscription
 from reach.server.services import Services
 from reach.server.session import Session, refuse, wire_error
 from reach.wire import admin as a
@@ -98,7 +98,7 @@ class AdminSession(Session):
                 traces[data["trace_id"]] = None
                 if data.get("agent"):
                     names.add(data["agent"])  # its in-flight count moved
-            elif event.kind in (AGENT, BREAKER):
+            elif event.kind in (AGENT, BREAKER, PROBE):
                 names.add(data["agent"])
             elif event.kind == DEAD_LETTER:
                 tid = data["task_id"]

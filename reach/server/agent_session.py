@@ -35,7 +35,8 @@ log = logging.getLogger("reach.channel")
 _Welcome = p.unchecked(p.Welcome)
 _Invoke = p.unchecked(p.Invoke)
 GIVEN_UP = 1024  # (task, attempt) pairs one session remembers as given up, for late answers
-AGENT_SENDS = ("heartbeat", "ack", "chunk", "result", "error", "deregister")
+AGENT_SENDS = ("heartbeat", "ack", "chunk", "result", "error", "deregister", "probe_result")
+_Probe = p.unchecked(p.Probe)
 
 
 class AgentSession(Session):
@@ -73,7 +74,8 @@ class AgentSession(Session):
             registration = sv.registry.register(
                 agent_id=agent_id, name=reg.name, version=reg.version,
                 max_concurrency=reg.max_concurrency, specs=reg.capabilities, link=self,
-                now=sv.clock.wall(), instance=reg.instance)
+                now=sv.clock.wall(), instance=reg.instance,
+                heartbeat_interval=reg.heartbeat_interval)
         except (SchemaError, ValueError) as exc:
             await refuse(self.ws, InvalidParams(f"registration refused: {exc}",
                                                 reason=str(exc)))
@@ -88,10 +90,15 @@ class AgentSession(Session):
         self.record = registration.record
         for warning in registration.warnings:
             log.warning("agent %s: %s", reg.name, warning)
+        probes = sv.gateway.probes
+        # Only agents that said they answer probes are sent them (v1 agents never are).
+        probe_every = probes.track(self.record, self, reg.probe_interval) if reg.probes \
+            else None
         self.out.post(p.dump(_Welcome(
-            agent_id=agent_id, heartbeat_interval=sv.settings.heartbeat_interval,
+            agent_id=agent_id, heartbeat_interval=self.record.liveness.interval,
             max_frame_bytes=sv.settings.max_frame_bytes,
-            capabilities=registration.normalized, warnings=registration.warnings)))
+            capabilities=registration.normalized, warnings=registration.warnings,
+            probe_interval=probe_every)))
         await sv.identities.remember(registration.record, reg.capabilities)
         try:
             await self._frames(self._on_frame)
@@ -100,6 +107,7 @@ class AgentSession(Session):
                 delivery.resolve("lost")
             self.pending.clear()
             record = self.record
+            probes.forget(record, self)
             if record.link is self:
                 sv.registry.disconnected(record, sv.clock.wall())
             await self.out.aclose()
@@ -161,6 +169,10 @@ class AgentSession(Session):
     async def close(self, reason: str) -> None:
         await self.ws.close(1000, reason)
 
+    def probe(self, probe_id: int) -> bool:
+        """Send a ``probe`` frame (gateway.probing times the answer); False once closing."""
+        return self.out.post(p.dump(_Probe(id=probe_id)))
+
     # ------------------------------------------------------------ frames from the agent
 
     def _on_frame(self, frame: Any) -> None:
@@ -196,6 +208,13 @@ class AgentSession(Session):
                 delivery.chunk(frame.seq, frame.data)
         elif kind == "deregister":
             sv.registry.deregister(self.record, sv.clock.wall())
+        elif kind == "probe_result":
+            if not sv.gateway.probes.answered(self.record, self, frame.id, frame.ok,
+                                              frame.detail):
+                raise ProtocolError(
+                    f"probe_result for probe {frame.id}, which is not awaited from this agent "
+                    f"(never sent, or answered already); answer each probe once, with its id",
+                    type="probe_result", probe=frame.id)
         else:
             raise ProtocolError(f"frame type {kind!r} is not accepted from an agent; an agent "
                                 f"sends {', '.join(AGENT_SENDS)}", type=kind,

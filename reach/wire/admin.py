@@ -37,6 +37,19 @@ class BreakerDetail(_Object):
     next_probe_in_s: float | None = None
 
 
+class ProbeView(_Object):
+    """An agent's active probes (reach.core.probes): its interval and its last answer."""
+
+    interval_s: float
+    last_ms: float | None = None  # null: none answered yet, or the last went unanswered
+    last_ok: bool | None = None
+    ago_s: float | None = None
+    slow_streak: int = 0
+    sent: int = 0
+    slow: int = 0
+    unanswered: int = 0
+
+
 class AgentView(_Object):
     name: str
     agent_id: str
@@ -57,6 +70,10 @@ class AgentView(_Object):
     last_beat: float = 0.0
     connected: bool = False
     draining: bool = False
+    # why a suspected agent is: probe | heartbeat | disconnected | draining (null otherwise)
+    suspected_by: str | None = None
+    heartbeat_interval_s: float | None = None  # its own (docs/protocol.md §3)
+    probe: ProbeView | None = None  # null: not probed (it did not say probes: true)
 
 
 class TraceSummary(_Object):

@@ -3,8 +3,8 @@
 Each frame is one JSON object (a websocket text message) with ``v`` (protocol version, now 1)
 and ``type``. docs/protocol.md documents the encoding for agents written without the SDK.
 
-    agent  → reach : register, heartbeat, ack, result, error, chunk, deregister
-    reach  → agent : welcome, invoke, cancel, error
+    agent  → reach : register, heartbeat, ack, result, error, chunk, deregister, probe_result
+    reach  → agent : welcome, invoke, cancel, error, probe
     caller → reach : hello, submit, status, result (await a task's outcome)
     reach  → caller: welcome, accepted, task, result, chunk, error
     admin  → reach : admin, command          reach → admin: snapshot, delta, reply, error
@@ -61,7 +61,8 @@ __all__ = [
     "FRAME_TYPES", "MAX_ATTEMPT", "MAX_CAPABILITIES", "MAX_COUNT", "MAX_DEPTH", "MAX_ID",
     "MAX_LATENCY_MS", "MAX_LOAD", "MAX_MESSAGE", "MAX_TIMEOUT", "SUPPORTED_VERSIONS", "VERSION",
     "Accepted", "Ack", "AdminHello", "AnyFrame", "CapabilitySpec", "Cancel", "Chunk", "Command",
-    "Deregister", "Error", "Frame", "Heartbeat", "Hello", "Invoke", "Register", "Result",
+    "Deregister", "Error", "Frame", "Heartbeat", "Hello", "Invoke", "Probe", "ProbeResult",
+    "Register", "Result",
     "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "oversize",
     "parse", "request_id", "unchecked",
 ]
@@ -122,6 +123,12 @@ class Register(Frame):
     # New for every agent process (the SDK: per Agent object). A known agent coming back with
     # another instance has lost its idempotency cache, so work it may have done is not re-sent.
     instance: Name | None = Field(default=None, max_length=200)
+    # Optional (v1 peers leave them out): the agent answers ``probe`` frames from its serving
+    # path, and the heartbeat and probe intervals it asks for (the coordinator bounds them
+    # and says what it granted in ``welcome``).
+    probes: bool = False
+    heartbeat_interval: float | None = Field(default=None, gt=0, le=86_400)
+    probe_interval: float | None = Field(default=None, gt=0, le=86_400)
 
 
 class Heartbeat(Frame):
@@ -185,6 +192,8 @@ class Welcome(Frame):
         default_factory=list, max_length=MAX_CAPABILITIES)
     warnings: list[Annotated[str, Field(max_length=2000)]] = Field(
         default_factory=list, max_length=MAX_CAPABILITIES)
+    # agents that said ``probes: true``: how often a probe comes (seconds)
+    probe_interval: float | None = Field(default=None, gt=0, le=86_400)
 
 
 class Invoke(Frame):
@@ -205,6 +214,24 @@ class Cancel(Frame):
     type: Literal["cancel"] = "cancel"
     task_id: TaskId
     attempt: Attempt = 0
+
+
+class Probe(Frame):
+    """Reach → agent: a health probe; answer it with ``probe_result`` of the same ``id`` from
+    the serving path (the same slots and threads as real work), not the heartbeat task."""
+
+    type: Literal["probe"] = "probe"
+    id: RequestId
+
+
+class ProbeResult(Frame):
+    """Agent → reach: the answer to ``probe`` ``id``; ``ok: false`` when the agent's own health
+    check failed (``detail`` says why, at most 2000 characters)."""
+
+    type: Literal["probe_result"] = "probe_result"
+    id: RequestId
+    ok: bool = True
+    detail: Annotated[str, AfterValidator(clean_message)] = Field(default="", max_length=2000)
 
 
 # ---------------------------------------------------------------- caller side
@@ -280,7 +307,8 @@ class TaskInfo(Frame):
 
 AnyFrame = Annotated[
     Register | Heartbeat | Ack | Result | Error | Chunk | Deregister | Welcome | Invoke
-    | Cancel | Hello | Submit | Status | Accepted | TaskInfo | AdminHello | Command,
+    | Cancel | Hello | Submit | Status | Accepted | TaskInfo | AdminHello | Command | Probe
+    | ProbeResult,
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyFrame)

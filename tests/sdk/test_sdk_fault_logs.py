@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from reach import TaskFailed
-from reach.sdk import serving
+from reach.sdk import faults
 from reach.testing import Cluster
 from reach.wire import protocol as p
 
@@ -44,9 +44,8 @@ async def test_a_call_retried_three_times_logs_one_traceback_and_three_lines(
 
 def test_the_memory_of_logged_tasks_is_bounded(monkeypatch: pytest.MonkeyPatch,
                                                caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(serving, "FAULTS_KEPT", 2)
-    s = serving.Serving(max_concurrency=1, cache_size=1, ack_grace=0.0)
-    s.name = "w"
+    monkeypatch.setattr(faults, "FAULTS_KEPT", 2)
+    log = faults.FaultLog()
 
     def invoke(task: str, attempt: int = 1) -> p.Invoke:
         return p.Invoke(task_id=task, attempt=attempt, capability="x.run",
@@ -54,8 +53,8 @@ def test_the_memory_of_logged_tasks_is_bounded(monkeypatch: pytest.MonkeyPatch,
 
     with caplog.at_level(logging.ERROR, logger="reach.agent"):
         for task in ("t1", "t2", "t3"):
-            s._log_fault(invoke(task), RuntimeError("boom"))
-        s._log_fault(invoke("t1", 2), RuntimeError("boom"))  # forgotten: traceback again
-        s._log_fault(invoke("t3", 2), RuntimeError("boom"))  # remembered: one line
-    assert list(s._faulted) == ["t3", "t1"]
+            log.fault("w", invoke(task), RuntimeError("boom"))
+        log.fault("w", invoke("t1", 2), RuntimeError("boom"))  # forgotten: traceback again
+        log.fault("w", invoke("t3", 2), RuntimeError("boom"))  # remembered: one line
+    assert list(log.logged) == ["t3", "t1"]
     assert [bool(r.exc_info) for r in caplog.records] == [True, True, True, True, False]
