@@ -28,6 +28,11 @@ class Settings:
     max_retries: int = 2
     backoff: Backoff = field(default_factory=Backoff)
     breaker_open_for: float = 5.0
+    # a capability that declares no latency_ms (docs/protocol.md §8): `default_timeout` until
+    # it has `timeout_samples` successes, then its own P95 x 1.5, never below `timeout_floor`
+    default_timeout: float = 30.0
+    timeout_floor: float = 1.0
+    timeout_samples: int = 20
     # retries may add at most this share on top of first attempts (plus a small minimum)
     # over a sliding window: a mass failure must not become a retry storm
     retry_budget: float = 0.2
@@ -71,6 +76,9 @@ class Settings:
                 raise ValueError(f"{name} must be positive")
         if not 0 <= self.retry_budget <= 100 or self.retry_budget_min < 0:
             raise ValueError("retry_budget must be in 0..100 and retry_budget_min >= 0")
+        if self.default_timeout <= 0 or self.timeout_floor <= 0 or self.timeout_samples < 1:
+            raise ValueError("default_timeout and timeout_floor must be positive and "
+                             "timeout_samples at least 1")
         if self.queue_wait < 0 or self.max_retries < 0:
             raise ValueError("queue_wait and max_retries must not be negative")
         for name in ("max_capabilities", "max_schema_bytes", "max_connections",

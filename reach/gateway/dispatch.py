@@ -21,7 +21,13 @@ from reach.core import policy
 from reach.core.agents import AgentRecord
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
-from reach.core.resilience import BreakerState, LatencyWindow, RetryBudget, completion_timeout
+from reach.core.resilience import (
+    BreakerState,
+    LatencyWindow,
+    RetryBudget,
+    TimeoutRule,
+    completion_timeout,
+)
 from reach.core.routing import Router, Saturated
 from reach.core.tasks import Attempt, Outcome, Task, TaskState
 from reach.errors import Unavailable
@@ -73,6 +79,8 @@ class Dispatcher:
         # capability that is failing as a whole from agents whose breakers tripped on noise
         self.health: dict[str, deque[bool]] = {}
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
+        self.timeouts = TimeoutRule(settings.default_timeout, settings.timeout_floor,
+                                    settings.timeout_samples)
 
     async def attempt(self, task: Task, record: AgentRecord, deadline: float | None) -> Ended:
         env = task.envelope
@@ -82,10 +90,10 @@ class Dispatcher:
         window = self.latency.setdefault(env.capability, LatencyWindow())
         # The caller's deadline, when given, overrides the adaptive completion timeout.
         left = None if deadline is None else max(0.0, deadline - clock.now())
-        completion = completion_timeout(cap.spec.latency_ms, window, left)
+        completion = completion_timeout(cap.spec.latency_ms, window, left, self.timeouts)
         # (The capability's own timeout is only worked out when the caller gave a deadline.)
         caller_bound = left is not None and policy.caller_bound(
-            left, completion_timeout(cap.spec.latency_ms, window, None))
+            left, completion_timeout(cap.spec.latency_ms, window, None, self.timeouts))
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
                           agent=record.name, started_at=now, instance=record.instance)
         task.attempts.append(attempt)

@@ -77,7 +77,7 @@ class Agent(Serving):
     # ------------------------------------------------------------ declaring
 
     def capability(self, name: str, params: Any = None, *, scope: str = "read",
-                   latency_ms: float = 1000.0, weight: float = 50.0, idempotent: bool = False,
+                   latency_ms: float | None = None, weight: float = 50.0, idempotent: bool = False,
                    intents: list[str] | tuple[str, ...] = (),
                    tags: list[str] | tuple[str, ...] = (),
                    description: str | None = None, hedge: bool = False

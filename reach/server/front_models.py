@@ -202,7 +202,8 @@ class CapabilityView(_Out):
     scope: str
     streaming: bool
     idempotent: bool
-    latency_ms: float
+    latency_ms: float | None = Field(description="the declared typical latency; null: not "
+                                                 "declared (docs/protocol.md §8)")
     intents: list[str]
     description: str
     agent_count: int = Field(description="agents declaring it (agents lists at most 100)")

@@ -74,8 +74,11 @@ class CapabilitySpec(BaseModel):
     name: Name = Field(min_length=1, max_length=200)
     params: dict[str, Any] = Field(default_factory=dict, description="JSON schema of the params")
     scope: Literal["read", "write"] = "read"
-    latency_ms: float = Field(default=1000.0, gt=0, le=MAX_LATENCY_MS,
-                              description="expected latency, finite, at most 1e9 ms")
+    latency_ms: float | None = Field(
+        default=None, gt=0, le=MAX_LATENCY_MS,
+        description="expected latency, finite, at most 1e9 ms; null: not declared (the "
+                    "completion timeout is then the coordinator's default_timeout until the "
+                    "capability has a record of successes, docs/protocol.md §8)")
     weight: float = Field(default=50.0, gt=0, le=1000)
     idempotent: bool = False
     streaming: bool = False
