@@ -73,6 +73,9 @@ class CapabilitySpec(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     name: Name = Field(min_length=1, max_length=200)
     params: dict[str, Any] = Field(default_factory=dict, description="JSON schema of the params")
+    returns: dict[str, Any] | None = Field(
+        default=None, description="JSON schema every result must fit (null: not checked); a "
+                                  "result that breaks it is the agent's fault (bad_result)")
     scope: Literal["read", "write"] = "read"
     latency_ms: float | None = Field(
         default=None, gt=0, le=MAX_LATENCY_MS,
