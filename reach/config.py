@@ -33,6 +33,9 @@ class Settings:
     default_timeout: float = 30.0
     timeout_floor: float = 1.0
     timeout_samples: int = 20
+    # last good results kept for `last_good` fallbacks (reach.core.fallback), by count and size
+    last_good_entries: int = 10_000
+    last_good_bytes: int = 64 << 20
     # retries may add at most this share on top of first attempts (plus a small minimum)
     # over a sliding window: a mass failure must not become a retry storm
     retry_budget: float = 0.2
@@ -84,7 +87,8 @@ class Settings:
         for name in ("max_capabilities", "max_schema_bytes", "max_connections",
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
-                     "dead_letter_retention", "idempotency_keys_max"):
+                     "dead_letter_retention", "idempotency_keys_max", "last_good_entries",
+                     "last_good_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.tokens is None and not self.insecure and not loopback(self.host):

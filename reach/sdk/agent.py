@@ -81,7 +81,7 @@ class Agent(Serving):
                    intents: list[str] | tuple[str, ...] = (),
                    tags: list[str] | tuple[str, ...] = (),
                    description: str | None = None, hedge: bool = False,
-                   returns: Any = None
+                   returns: Any = None, fallback: dict[str, Any] | None = None
                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a capability served by the decorated function (async, sync or async
         generator). ``params`` is a JSON schema dict or a pydantic model. ``hedge`` (for
@@ -89,7 +89,9 @@ class Agent(Serving):
         first runs past the capability's P95, and take whichever answers first. ``returns``
         (a JSON schema dict or a pydantic model, like ``params``) is checked by the
         coordinator on every result: one that breaks it is this agent's fault (``bad_result``),
-        retried elsewhere when idempotent."""
+        retried elsewhere when idempotent. ``fallback`` is what callers get when no agent can
+        answer: ``{"value": v}``, ``{"last_good": {"max_age_s": s}}`` (add ``"shared": True``
+        for a read whose results do not depend on the caller) or ``{"capability": name}``."""
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             model = params if isinstance(params, type) and issubclass(params, BaseModel) else None
             streaming = inspect.isasyncgenfunction(fn)
@@ -98,7 +100,7 @@ class Agent(Serving):
                 latency_ms=latency_ms, weight=weight, idempotent=idempotent, hedge=hedge,
                 streaming=streaming, intents=list(intents), tags=list(tags),
                 description=description or (inspect.getdoc(fn) or "").split("\n")[0],
-                returns=None if returns is None else schema_of(returns))
+                returns=None if returns is None else schema_of(returns), fallback=fallback)
             ctx_param, accepts = inspect_handler(fn)
             self.handlers[name] = Handler(spec, fn, model, ctx_param, accepts, streaming,
                                            inspect.iscoroutinefunction(fn) or streaming)

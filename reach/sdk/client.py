@@ -34,7 +34,8 @@ from reach.errors import (
     from_wire,
 )
 from reach.sdk.connection import dial
-from reach.sdk.handle import Handle
+from reach.sdk.fallback import answer_of, outcome_of, unwrap
+from reach.sdk.handle import Handle, consume
 from reach.sdk.opening import Opening
 from reach.sdk.streams import End, chunks
 from reach.sdk.submits import submit_frame
@@ -201,7 +202,7 @@ class Client:
                 fut.set_result(frame)
         elif kind == "result":
             self._accept_with_outcome(frame)
-            self._settle(frame.id, frame.result, None)
+            self._settle(frame.id, outcome_of(frame), None)
         elif kind == "error":
             err = from_wire(frame.error.model_dump())
             if isinstance(err, Rejected):
@@ -239,7 +240,7 @@ class Client:
         entry = self._outcomes.pop(req_id or -1, None)
         queue = self._streams.get(req_id or -1)
         if queue is not None:
-            queue.put_nowait(err if err is not None else End(result))
+            queue.put_nowait(err if err is not None else End(unwrap(result)[0]))
         if entry is None or entry[1].done():
             return
         if err is not None:
@@ -278,7 +279,7 @@ class Client:
         req_id = next(self._ids)
         loop = asyncio.get_running_loop()
         outcome: asyncio.Future[Any] = loop.create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         if stream:
             self._streams[req_id] = asyncio.Queue()
         # Registered before sending: the outcome may arrive right behind the acceptance.
@@ -307,38 +308,43 @@ class Client:
                      idempotency_key: str | None = None, priority: int = 5,
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
-                     traceparent: str | None = None, hedge: bool | None = None) -> Handle:
-        """Hand a task over; returns once the coordinator has durably accepted it.
-        ``hedge`` overrides the capability's own hedging of slow idempotent reads."""
+                     traceparent: str | None = None, hedge: bool | None = None,
+                     fallback: dict[str, Any] | None = None) -> Handle:
+        """Hand a task over; returns once the coordinator has durably accepted it. ``hedge``
+        and ``fallback`` override the capability's own (``handle.fallback`` tells, later)."""
         handle, _ = await self._submit(SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge))
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge,
+            fallback=fallback))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
                    timeout: float | None = None, idempotency_key: str | None = None,
                    priority: int = 5, max_retries: int | None = None,
                    trace_id: str | None = None, parent_task_id: str | None = None,
-                   traceparent: str | None = None, hedge: bool | None = None) -> Any:
+                   traceparent: str | None = None, hedge: bool | None = None,
+                   fallback: dict[str, Any] | None = None, detail: bool = False) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
+        ``detail=True`` returns an ``Answer`` (the value, and its ``Fallback`` if it is one).
 
         Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
         folds its acknowledgement into the answer (``defer_ack``)."""
         request = SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge)
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge,
+            fallback=fallback)
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         self._outcomes[req_id] = ("", outcome)
         try:
             self._send(self._submit_frame(req_id, request, defer_ack=True))
             async with asyncio.timeout(None if timeout is None else timeout + OUTCOME_GRACE):
-                return await outcome
+                return answer_of(await outcome, detail)
         except ReachError:
             raise  # the task's own error (a remote timeout included), not our wait's
         except TimeoutError:
@@ -382,7 +388,7 @@ class Client:
     async def _subscribe(self, task_id: str) -> asyncio.Future[Any]:
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        outcome.add_done_callback(_consume)
+        outcome.add_done_callback(consume)
         self._outcomes[req_id] = (task_id, outcome)
         self._send(p.Result(task_id=task_id, id=req_id))
         return outcome
@@ -391,9 +397,3 @@ class Client:
         """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
         handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
         return await handle.result(timeout)
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    # An outcome nobody awaited must not log "exception was never retrieved".
-    if not fut.cancelled():
-        fut.exception()

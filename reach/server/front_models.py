@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reach.wire import bounds
+from reach.wire.fallbacks import Fallback
 
 
 def _pattern(bad: tuple[tuple[int, int], ...], needs: str = "") -> str:
@@ -67,6 +68,9 @@ class SubmitBody(_In):
                                               "included")
     max_retries: int | None = Field(default=None, ge=0, le=100)
     hedge: bool | None = Field(default=None, description="None: as the capability declares")
+    fallback: Fallback = Field(default=None, description="what to answer if no agent can: "
+                               "{\"value\": v}, {\"last_good\": {\"max_age_s\": s}} or "
+                               "{\"capability\": name} (docs/protocol.md §7)")
 
     @model_validator(mode="after")
     def _names_the_work(self) -> SubmitBody:
@@ -123,6 +127,9 @@ class CallResult(_Out):
     trace_id: str
     capability: str
     result: Any = Field(description="what the capability returned (any JSON value)")
+    fallback: dict[str, Any] | None = Field(
+        default=None, description="set when the result is a fallback, not an agent's answer: "
+                                  "kind (value, last_good, capability), reason, age_s, ...")
 
 
 class TaskAccepted(_Out):
@@ -186,6 +193,9 @@ class TaskStatus(_Out):
     attempts: list[AttemptView]
     history: list[Transition]
     updated_at: float
+    fallback: dict[str, Any] | None = Field(
+        default=None, description="set when the result is a fallback, not an agent's answer: "
+                                  "kind (value, last_good, capability), reason, age_s, ...")
 
 
 class AgentOffer(_Out):

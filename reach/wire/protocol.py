@@ -48,13 +48,14 @@ from reach.wire.bounds import (
     clean_message,
 )
 from reach.wire.explain import explain, not_an_object, request_id, starts_object
+from reach.wire.fallbacks import Fallback, fallback_of
 
 __all__ = [
     "FRAME_TYPES", "MAX_ATTEMPT", "MAX_CAPABILITIES", "MAX_COUNT", "MAX_DEPTH", "MAX_ID",
     "MAX_LATENCY_MS", "MAX_LOAD", "MAX_MESSAGE", "MAX_TIMEOUT", "SUPPORTED_VERSIONS", "VERSION",
     "Accepted", "Ack", "AdminHello", "AnyFrame", "CapabilitySpec", "Cancel", "Chunk", "Command",
     "Deregister", "Error", "Frame", "Heartbeat", "Hello", "Invoke", "Register", "Result",
-    "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "oversize",
+    "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "fallback_of", "oversize",
     "parse", "request_id", "unchecked",
 ]
 
@@ -76,6 +77,8 @@ class CapabilitySpec(BaseModel):
     returns: dict[str, Any] | None = Field(
         default=None, description="JSON schema every result must fit (null: not checked); a "
                                   "result that breaks it is the agent's fault (bad_result)")
+    fallback: Fallback = Field(default=None, description="what callers get when no agent can "
+                                                         "answer (reach.core.fallback)")
     scope: Literal["read", "write"] = "read"
     latency_ms: float | None = Field(
         default=None, gt=0, le=MAX_LATENCY_MS,
@@ -147,6 +150,7 @@ class Result(Frame):
     id: RequestId | None = None
     trace_id: TaskId | None = None  # set when this frame also acknowledges the submit
     result: Any = None
+    fallback: dict[str, Any] | None = None  # R→C: this result is a fallback (kind, reason…)
 
 
 class Error(Frame):
@@ -248,6 +252,7 @@ class Submit(Frame):
     wait: bool = True
     defer_ack: bool = False  # only the outcome matters: skip `accepted` if the outcome is quick
     hedge: bool | None = None  # None: as the capability declares
+    fallback: Fallback = None  # this call's fallback (over the capability's own)
 
 
 class Status(Frame):
