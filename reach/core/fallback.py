@@ -97,9 +97,8 @@ def reason(dead: bool, error: Mapping[str, Any] | None) -> str | None:
 def key_of(capability: str, params: Any, caller: str, shared: bool) -> str:
     """The cache key of a result: the capability, the params (canonical JSON) and the caller
     principal, or everyone for a shared entry."""
-    text = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return json.dumps([capability, _ANYONE if shared else caller, text],
-                      ensure_ascii=False)
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return json.dumps([capability, _ANYONE if shared else caller, text])
 
 
 def label(plan: Plan, why: str, *, age_s: float | None = None,
