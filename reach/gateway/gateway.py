@@ -329,7 +329,9 @@ class Gateway:
         self._spawn(task)
 
     def replay(self, task: Task) -> None:
-        """Run a dead letter again with a fresh retry budget; it leaves the list on success."""
+        """Run a dead letter again with a fresh retry budget; it leaves the list on success.
+        A replay is meant to do the work: it never ends in a fallback."""
+        task.envelope.fallback = False
         self.move(task, S.PENDING, "replayed")
         self.book.recent.pop(task.task_id, None)
         self.book.track(task)

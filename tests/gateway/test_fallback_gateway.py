@@ -144,3 +144,24 @@ async def test_the_plan_of_a_request(rig: Rig) -> None:
     assert plans.plan(SubmitRequest("x.work", fallback={"value": 2}), "x.work",
                       declaring) == fb.Plan("value", 2)
     assert plans.declared("z.none", {}) == (None, "read")
+
+
+async def test_a_replayed_letter_does_the_work_or_stays_a_letter(rig: Rig) -> None:
+    """A letter of a capability whose fallback could not help (nothing kept yet): replayed
+    while the capability still fails, it stays a dead letter rather than ending in a
+    fallback now that one would apply (the operator wants the work done)."""
+    up = {"ok": False}
+
+    def flaky(work: Work) -> tuple[str, Any]:
+        return ok(work) if up["ok"] else fault(work)
+
+    rig.agent("a", flaky, fallback={"last_good": {"max_age_s": 600}})
+    letter = await rig.outcome(await rig.submit(params={"n": 1}))
+    assert letter.state is S.DEAD
+    up["ok"] = True
+    assert (await rig.submit(params={"n": 1})).result == {"echo": {"n": 1}}  # now kept
+    up["ok"] = False
+    rig.gateway.replay(letter)
+    await rig.outcome(letter)
+    assert letter.state is S.DEAD and letter.fallback is None
+    assert letter.task_id in rig.gateway.dead
