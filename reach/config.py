@@ -34,6 +34,14 @@ class Settings:
     max_retries: int = 2
     backoff: Backoff = field(default_factory=Backoff)
     breaker_open_for: float = 5.0
+    # a capability that declares no latency_ms (docs/protocol.md §8): `default_timeout` until
+    # it has `timeout_samples` successes, then its own P95 x 1.5, never below `timeout_floor`
+    default_timeout: float = 30.0
+    timeout_floor: float = 1.0
+    timeout_samples: int = 20
+    # last good results kept for `last_good` fallbacks (reach.core.fallback), by count and size
+    last_good_entries: int = 10_000
+    last_good_bytes: int = 64 << 20
     # retries may add at most this share on top of first attempts (plus a small minimum)
     # over a sliding window: a mass failure must not become a retry storm
     retry_budget: float = 0.2
@@ -82,12 +90,16 @@ class Settings:
                 raise ValueError(f"{name} must be positive")
         if not 0 <= self.retry_budget <= 100 or self.retry_budget_min < 0:
             raise ValueError("retry_budget must be in 0..100 and retry_budget_min >= 0")
+        if self.default_timeout <= 0 or self.timeout_floor <= 0 or self.timeout_samples < 1:
+            raise ValueError("default_timeout and timeout_floor must be positive and "
+                             "timeout_samples at least 1")
         if self.queue_wait < 0 or self.max_retries < 0:
             raise ValueError("queue_wait and max_retries must not be negative")
         for name in ("max_capabilities", "max_schema_bytes", "max_connections",
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
-                     "dead_letter_retention", "idempotency_keys_max"):
+                     "dead_letter_retention", "idempotency_keys_max", "last_good_entries",
+                     "last_good_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if not self.store.startswith("sqlite:"):

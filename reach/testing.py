@@ -62,8 +62,8 @@ class Cluster:
                         max_concurrency: int = 20, token: str | None = None,
                         **capability: Any) -> Agent:
         """Connect an agent serving ``{capability name: function}``; extra keywords
-        (``params``, ``idempotent``, ``latency_ms``, ``weight``, ``scope``, ``intents``) apply
-        to every capability."""
+        (``params``, ``returns``, ``fallback``, ``idempotent``, ``latency_ms``, ``weight``,
+        ``scope``, ``intents``) apply to every capability."""
         agent = Agent(name, token=token, max_concurrency=max_concurrency, reconnect_base=0.02)
         for cap_name, fn in handlers.items():
             agent.capability(cap_name, **capability)(fn)

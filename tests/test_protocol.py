@@ -118,7 +118,7 @@ def test_capability_spec_defaults():
     spec = p.parse('{"type": "register", "name": "a", "capabilities": [{"name": "x"}]}'
                    ).capabilities[0]
     assert (spec.scope, spec.latency_ms, spec.weight, spec.idempotent, spec.streaming) == (
-        "read", 1000.0, 50.0, False, False)
+        "read", None, 50.0, False, False)  # latency_ms: not declared
     assert spec.params == {} and spec.tags == [] and spec.intents == []
 
 

@@ -425,4 +425,5 @@ def test_schema_text_is_canonical():
 def test_exported_names():
     assert set(schemas.__all__) == {
         "MAX_CHECK_SECONDS", "MAX_PATTERN_WORK", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH",
-        "SchemaError", "Validator", "check", "compile_schema", "schema_of", "schema_text"}
+        "SchemaError", "Validator", "check", "compile_schema", "schema_of", "schema_text",
+        "violation"}

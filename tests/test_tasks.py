@@ -48,12 +48,14 @@ def test_table_covers_every_state_and_names_only_states():
 def test_table_is_exactly_the_documented_machine():
     # Pinned so a change to the machine is a deliberate, reviewed change.
     assert TRANSITIONS == {
-        S.PENDING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD},
-        S.QUEUED: {S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD},
+        # succeeded without a dispatch: answered by the task's fallback (issue 13)
+        S.PENDING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD},
+        S.QUEUED: {S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD},
         S.DISPATCHED: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED,
                        S.DISPATCHED},
         S.RUNNING: {S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED},
-        S.RETRYING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD},  # another backoff
+        S.RETRYING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED,
+                     S.DEAD},  # another backoff; or a fallback
         S.SUCCEEDED: set(),
         S.FAILED: set(),
         S.DEAD: {S.PENDING},

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from reach.core import names
 from reach.core.agents import AgentRecord
+from reach.core.schemas import schema_of
 from reach.core.traces import child_traceparent
 from reach.ports import Clock, Reply, Work
 from reach.wire.protocol import CapabilitySpec
@@ -93,6 +94,12 @@ def declare(agent: str, capabilities: Mapping[str, Any] | Iterable[Any],
                 f"{sorted((_SPEC_FIELDS | own) - {'name'})}")
         spec_part = {k: v for k, v in entry.items() if k in _SPEC_FIELDS}
         spec_part["name"] = name
+        if spec_part.get("returns") is not None:  # a pydantic model, as the SDK takes
+            try:
+                spec_part["returns"] = schema_of(spec_part["returns"])
+            except TypeError as exc:
+                raise ValueError(f"agent {agent!r}, capability {name!r}: returns: "
+                                 f"{str(exc).replace('params', 'returns', 1)}") from None
         try:
             spec = CapabilitySpec.model_validate(spec_part)
         except ValidationError as exc:

@@ -47,6 +47,8 @@ MAX_MESSAGE = 500  # characters of a worker's error text kept in the wire error
 # completion timeout (which cancels the request) normally ends a silent call long before.
 BACKSTOP_FACTOR = 10.0
 BACKSTOP_MIN = 30.0
+# no latency_ms declared: past the gateway's default_timeout (30 s) and a P95 that grew a lot
+BACKSTOP_UNDECLARED = 120.0
 
 
 def _client_class() -> type[Client]:
@@ -65,10 +67,11 @@ class NatsAgent(Adapter):
     each capability's ``subject`` defaults to its name. Liveness: connected to NATS and, when
     ``health_subject`` is set, a request to it answered; else, when ``service`` names a NATS
     micro service, its ``$SRV.PING.<service>`` answered. ``request_timeout`` bounds a call that
-    has no caller deadline (default: 10 × latency_ms, at least 30 s; the gateway's completion
-    timeout normally ends it first). ``connect_timeout`` bounds the wait for NATS in ``open``:
-    when NATS is down then, the agent is attached as suspected and comes online once the client
-    connects (it keeps trying every ``reconnect_wait`` seconds, as it does after a disconnect).
+    has no caller deadline (default: 10 × latency_ms, at least 30 s; 120 s when undeclared;
+    the gateway's completion timeout normally ends it first). ``connect_timeout`` bounds the
+    wait for NATS in ``open``: when NATS is down then, the agent is attached as suspected and
+    comes online once the client connects (it keeps trying every ``reconnect_wait`` seconds, as
+    it does after a disconnect).
     """
 
     kind: ClassVar[str] = "nats"
@@ -229,8 +232,9 @@ class NatsAgent(Adapter):
         (or the caller's deadline), so this only has to be later than both: a caller's
         deadline plus a little, else the backstop."""
         declared = self._routed[work.capability]
-        backstop = self.request_timeout or max(
-            BACKSTOP_MIN, declared.spec.latency_ms / 1000 * BACKSTOP_FACTOR)
+        latency_ms = declared.spec.latency_ms
+        backstop = self.request_timeout or (BACKSTOP_UNDECLARED if latency_ms is None else max(
+            BACKSTOP_MIN, latency_ms / 1000 * BACKSTOP_FACTOR))
         if work.deadline_ms is None:
             return backstop
         left = max(work.deadline_ms, 0.0) / 1000

@@ -32,6 +32,7 @@ class Capability:
     name: str
     spec: CapabilitySpec
     validator: Validator
+    returns: Validator | None = None  # the declared result schema (reach.core.results)
 
 
 @dataclass(slots=True, eq=False)

@@ -8,6 +8,7 @@ only when somebody reads them. ``reach.metrics()``, the admin feed and the Prome
     succeeded   attempts that returned       faults      agent faults, timeouts, lost connections
     retries     retries that send work again, and hedges
     rejections  tasks refused for back-pressure
+    fallbacks   tasks answered by their fallback (reach.core.fallback) instead of an agent
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Series:
     faults: int = 0
     retries: int = 0
     rejections: int = 0
+    fallbacks: int = 0
     inflight: int = 0
     latencies: Window = field(default_factory=lambda: Window(WINDOW))  # seconds
 
@@ -41,7 +43,7 @@ class Series:
         out: dict[str, Any] = {
             "calls": self.calls, "succeeded": self.succeeded, "answers": self.answers,
             "faults": self.faults, "retries": self.retries, "rejections": self.rejections,
-            "inflight": self.inflight}
+            "fallbacks": self.fallbacks, "inflight": self.inflight}
         for name, q in QUANTILES:
             out[name] = self.quantile(q)
         return out
@@ -92,6 +94,11 @@ class Metrics:
     def rejected(self, capability: str) -> None:
         for s in self._all(capability, None):
             s.rejections += 1
+
+    def fell_back(self, capability: str) -> None:
+        """A task of ``capability`` was answered by its fallback."""
+        for s in self._all(capability, None):
+            s.fallbacks += 1
 
     # ------------------------------------------------------------ reading
 

@@ -55,10 +55,10 @@ def bounded(asked: float | None, default: float, low: float, high: float) -> flo
     return min(max(asked, default * low), default * high)
 
 
-def slow_call(took: float, latency_ms: float, timed_out: bool, factor: float) -> bool:
+def slow_call(took: float, latency_ms: float | None, timed_out: bool, factor: float) -> bool:
     """Whether a call says the agent may be wedged: it timed out, or took more than
-    ``factor`` times its capability's declared latency."""
-    return timed_out or took * 1000.0 > latency_ms * factor
+    ``factor`` times its capability's declared latency (undeclared: only a timeout tells)."""
+    return timed_out or (latency_ms is not None and took * 1000.0 > latency_ms * factor)
 
 
 @dataclass(frozen=True, slots=True)

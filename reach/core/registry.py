@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from reach.core import intent, names
 from reach.core.agents import AgentRecord, Capability, Declared
 from reach.core.liveness import Liveness, LivenessPolicy, bounded_interval, deadline, judge
+from reach.core.results import compile_returns
 from reach.core.schemas import MAX_SCHEMA_BYTES, compile_schema
 from reach.ports import AgentLink
 from reach.wire.protocol import CapabilitySpec
@@ -119,7 +120,8 @@ class Registry:
             if not theirs(canonical):
                 mine.append(canonical)
             caps[canonical] = Capability(canonical, spec, compile_schema(
-                spec.params, max_bytes=self.max_schema_bytes))
+                spec.params, max_bytes=self.max_schema_bytes), compile_returns(
+                spec.returns, max_bytes=self.max_schema_bytes))
         if unsaid:
             warnings.append(f"... and {unsaid} more warnings")
         record = previous

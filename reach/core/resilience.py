@@ -109,10 +109,38 @@ class LatencyWindow(Window):
         return self.quantile(0.95)
 
 
-def completion_timeout(latency_ms: float, window: LatencyWindow, override: float | None) -> float:
-    """max(declared latency × 1.2, P95 of recent successes × 1.5); a caller's override wins."""
+@dataclass(frozen=True, slots=True)
+class TimeoutRule:
+    """How long an attempt of a capability that declared no ``latency_ms`` may run.
+
+    Until such a capability has ``samples`` successes on record its completion timeout is
+    ``default``: guessing a latency it never declared killed ordinary work (a 1.5 s handler
+    got 1.2 s, ran, and was dead-lettered anyway). With that much history its own P95 × 1.5
+    rules, never below ``floor`` (a run of fast successes must not make the next ordinary
+    call a timeout)."""
+
+    default: float = 30.0
+    floor: float = 1.0
+    samples: int = 20
+
+
+DEFAULT_RULE = TimeoutRule()
+
+
+def completion_timeout(latency_ms: float | None, window: LatencyWindow, override: float | None,
+                       rule: TimeoutRule = DEFAULT_RULE) -> float:
+    """One attempt's completion timeout; a caller's ``override`` (its time left) wins.
+
+    - declared: max(latency × 1.2, P95 of recent successes × 1.5);
+    - not declared (None), fewer than ``rule.samples`` successes: ``rule.default``;
+    - not declared, with that history: max(P95 × 1.5, ``rule.floor``)."""
     if override is not None:
         return override
+    if latency_ms is None:
+        if len(window) < rule.samples:
+            return rule.default
+        p95 = window.p95()
+        return rule.default if p95 is None else max(p95 * 1.5, rule.floor)
     declared = latency_ms / 1000.0 * 1.2
     p95 = window.p95()
     return declared if p95 is None else max(declared, p95 * 1.5)

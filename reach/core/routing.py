@@ -266,8 +266,8 @@ class Router:
             return lambda r: (r.inflight / (r.max_concurrency * weight(
                 capability, r.name, r.capabilities[capability].spec.weight)), 0.0)
         if self.strategy == "lowest_latency":
-            return lambda r: (latency.get(
-                r.agent_id, r.capabilities[capability].spec.latency_ms / 1000.0), 0.0)
+            return lambda r: (latency.get(  # undeclared (None), unobserved: taken as 1 s
+                r.agent_id, (r.capabilities[capability].spec.latency_ms or 1e3) / 1e3), 0.0)
         # weighted: declared weight scaled by free capacity; ties broken at random so equal
         # agents share the work instead of the first one taking it all.
         rng = self.rng

@@ -47,6 +47,7 @@ from fastjsonschema.ref_resolver import RefResolver
 __all__ = [
     "MAX_CHECK_SECONDS", "MAX_PATTERN_WORK", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH",
     "SchemaError", "Validator", "check", "compile_schema", "schema_of", "schema_text",
+    "violation",
 ]
 
 MAX_SCHEMA_BYTES = 8 * 1024  # of compact JSON text; compiling that much takes ~25 ms (see report)
@@ -140,6 +141,25 @@ def check(validator: Validator, params: Any, *,
         return str(exc)
     except ArithmeticError as exc:  # e.g. multipleOf on a huge number
         return f"params cannot be validated: {exc}"
+    return None
+
+
+def violation(validator: Validator, value: Any, *,
+              max_seconds: float = MAX_CHECK_SECONDS) -> tuple[str, str] | None:
+    """None when ``value`` fits, else where and why it does not: (a JSON path such as
+    ``$.items[1].q``, a one-line reason). For results (``returns``); never raises for a bad
+    value. The compiled validator stops at the first violation, so there is one."""
+    try:
+        validator(value, max_seconds=max_seconds)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        name = exc.name or "data"
+        return "$" + name[4:] if name.startswith("data") else name, str(exc.message)
+    except RecursionError:
+        return "$", "nested too deeply to validate"
+    except _Overrun as exc:
+        return "$", str(exc)
+    except ArithmeticError as exc:
+        return "$", f"cannot be validated: {exc}"
     return None
 
 
@@ -467,7 +487,8 @@ class _Bounded(CodeGeneratorDraft04):
             arg += " + (" + append_to_msg + ")"
         node = self._definition
         rule_value = node.get(rule) if isinstance(node, dict) and rule else None
-        self.l("raise JsonSchemaValueException(" + arg + ")", *args,
+        # name: where in the value it failed ("data.items[1].q"), for ``violation``'s path.
+        self.l("raise JsonSchemaValueException(" + arg + ', name="{name}")', *args,
                definition_rule=self.e(rule_value))
 
     def generate_pattern(self) -> None:

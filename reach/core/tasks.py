@@ -8,6 +8,7 @@
                  ↺ (another backoff round while no agent is available)
                                                     │
                          replay: dead ──► pending ◄─┘
+    (any state before an outcome ──► succeeded: answered by the task's fallback)
 
 ``pending`` means committed to the store and acknowledged. Every transition is recorded with
 the time it happened (the time is passed in; nothing here reads a clock).
@@ -39,12 +40,14 @@ TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.DEAD})
 _ACTIVE = (S.QUEUED, S.DISPATCHED, S.RUNNING, S.RETRYING)
 
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    S.PENDING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD}),
-    S.QUEUED: frozenset({S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD}),
+    # ... → succeeded without a dispatch: answered by its fallback (reach.core.fallback)
+    S.PENDING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD}),
+    S.QUEUED: frozenset({S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD}),
     S.DISPATCHED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED,
                              S.DISPATCHED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED}),
-    S.RETRYING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.FAILED, S.DEAD}),
+    S.RETRYING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED,
+                           S.DEAD}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.DEAD: frozenset({S.PENDING}),
@@ -92,6 +95,7 @@ class SubmitRequest:
     intent: str | None = None
     hedge: bool | None = None
     tags: Mapping[str, str | bool] | None = None  # only agents declaring them (core.tags)
+    fallback: dict[str, Any] | None = None  # this call's fallback (reach.core.fallback)
 
 
 @dataclass(slots=True)
@@ -113,6 +117,10 @@ class Envelope:
     hedge: bool | None = None  # None: as the capability declares (not stored: a resumed task
     #                            hedges as its capability declares)
     tags: dict[str, str | bool] | None = None  # routing tags (not stored yet, see docs)
+    # The fallback it follows if it cannot be answered: a reach.core.fallback.Plan, None (none
+    # chosen at submit) or False (a fallback's own task: none, ever). Not stored: a resumed
+    # task falls back as its capability declares.
+    fallback: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,6 +168,7 @@ class Task:
     attempts: list[Attempt] = field(default_factory=list)
     history: list[tuple[str, float, str]] = field(default_factory=list)
     updated_at: float = 0.0
+    fallback: dict[str, Any] | None = None  # set when its result is a fallback (its label)
 
     @property
     def task_id(self) -> str:
@@ -187,6 +196,7 @@ class Task:
             "attempts": [a.to_dict() for a in self.attempts],
             "history": [{"state": s, "at": t, "note": n} for s, t, n in self.history],
             "updated_at": self.updated_at,
+            "fallback": self.fallback,
         }
 
 

@@ -18,12 +18,19 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from reach.config import Settings
-from reach.core import policy
+from reach.core import policy, results
 from reach.core.agents import AgentRecord
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
-from reach.core.resilience import BreakerState, LatencyWindow, RetryBudget, completion_timeout
+from reach.core.resilience import (
+    BreakerState,
+    LatencyWindow,
+    RetryBudget,
+    TimeoutRule,
+    completion_timeout,
+)
 from reach.core.routing import Router, Saturated
+from reach.core.schemas import Validator
 from reach.core.tasks import Attempt, Outcome, Task, TaskState
 from reach.errors import Unavailable
 from reach.gateway.clock import within
@@ -75,7 +82,9 @@ class Dispatcher:
         self.health: dict[str, deque[bool]] = {}
         self.observed: dict[str, float] = {}  # agent id → smoothed latency (s)
         # told of every judged attempt's time (the gateway's probes: a slow call → a probe)
-        self.call_ended: Callable[[AgentRecord, float, float, bool], None] | None = None
+        self.call_ended: Callable[[AgentRecord, float | None, float, bool], None] | None = None
+        self.timeouts = TimeoutRule(settings.default_timeout, settings.timeout_floor,
+                                    settings.timeout_samples)
 
     async def attempt(self, task: Task, record: AgentRecord, deadline: float | None) -> Ended:
         env = task.envelope
@@ -85,19 +94,23 @@ class Dispatcher:
         window = self.latency.setdefault(env.capability, LatencyWindow())
         # The caller's deadline, when given, overrides the adaptive completion timeout.
         left = None if deadline is None else max(0.0, deadline - clock.now())
-        completion = completion_timeout(cap.spec.latency_ms, window, left)
+        completion = completion_timeout(cap.spec.latency_ms, window, left, self.timeouts)
         # (The capability's own timeout is only worked out when the caller gave a deadline.)
         caller_bound = left is not None and policy.caller_bound(
-            left, completion_timeout(cap.spec.latency_ms, window, None))
+            left, completion_timeout(cap.spec.latency_ms, window, None, self.timeouts))
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
                           agent=record.name, started_at=now, instance=record.instance)
         task.attempts.append(attempt)
         book.move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}")
         tid = env.task_id
-        delivery = Delivery(clock, self.settings.ack_timeout, completion,
-                            lambda seq, data: book.emit_chunk(tid, seq, data),
-                            lambda: self._acknowledged(task),
-                            lambda result: self._answer(task, attempt, result))
+        # A declared result schema is checked before the caller is answered; a result that
+        # breaks it is held here and judged as the agent's fault below (reach.core.results).
+        returns, bad = cap.returns, list[dict[str, Any]]()
+        delivery = Delivery(
+            clock, self.settings.ack_timeout, completion,
+            lambda seq, data: book.emit_chunk(tid, seq, data), lambda: self._acknowledged(task),
+            (lambda result: self._answer(task, attempt, result)) if returns is None else
+            (lambda result: self._checked(task, attempt, record, returns, result, bad)))
         record.inflight += 1
         record.calls += 1
         before = record.breaker.state
@@ -120,6 +133,8 @@ class Dispatcher:
             if link is None or not link.deliver(work, delivery):
                 delivery.resolve("lost")
             kind, payload = await delivery.fut
+            if bad:
+                kind, payload = "error", bad[0]
             finished = True
         finally:
             record.inflight -= 1
@@ -179,6 +194,17 @@ class Dispatcher:
             self.book.answered(task, result)
         except Exception:  # runs in an agent link's reader: a bug must not end it
             log.exception("answering task %s failed; its driver finishes it", task.task_id)
+
+    def _checked(self, task: Task, attempt: Attempt, record: AgentRecord,
+                 returns: Validator | None, result: Any, bad: list[dict[str, Any]]) -> None:
+        """``_answer`` for a capability with a ``returns`` schema: a result that fits is the
+        answer; one that breaks it is kept in ``bad`` (the attempt then ends as a fault)."""
+        error = results.bad_result(returns, result, capability=task.envelope.capability,
+                                   agent=record.name, version=record.version)
+        if error is None:
+            self._answer(task, attempt, result)
+        else:
+            bad.append(error)
 
     def mostly_healthy(self, capability: str) -> bool:
         return policy.mostly_healthy(self.health.get(capability, ()))

@@ -107,6 +107,10 @@ class Driver:
                     try:
                         record = await self._acquire(task, frozenset(exclude), deadline)
                     except Unavailable as exc:
+                        if env.fallback and recovering_until <= clock.now():
+                            # Degrade at once: the fallback answers now (Gateway.finish).
+                            self.g.finish(task, S.DEAD, error=exc)
+                            return
                         step = policy.when_unavailable(
                             tries, recovering_for=recovering_until - clock.now(),
                             breaker_wait=self._breaker_wait(env.capability)

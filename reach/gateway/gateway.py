@@ -41,6 +41,7 @@ from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
 from reach.gateway.events import BREAKER, TASK, EventBus
+from reach.gateway.fallback import FOLLOWED, Fallbacks
 from reach.gateway.probing import Probes
 from reach.gateway.slots import SlotQueue
 from reach.ports import Clock, TaskStore
@@ -73,6 +74,7 @@ class Gateway:
         self.driver = Driver(settings, registry, router, store, clock, self.rng, self.book,
                              self.slots, self.dispatch, self.metrics, self.budget, self)
         self._drivers = Crew()
+        self.fallbacks = Fallbacks(settings, clock, self.metrics, self._drivers, self)
         self.accepting = True
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         registry.listen(lambda _record: self.agents_changed())
@@ -170,9 +172,11 @@ class Gateway:
         tags = tagging.check(req.tags) if req.tags else None
         self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags,
                           typed=capability)
-        # Declared but nobody healthy right now: say so at once rather than accept and wait.
-        if not any(r.reachable for r in declaring.values()) or (
-                tags and not admission.any_tagged(declaring, tags)):
+        plan = self.fallbacks.plan(req, cap, declaring)
+        # Declared but nobody healthy right now: say so at once rather than accept and wait
+        # (unless there is a fallback to answer with: the driver serves it at once).
+        if plan is None and (not any(r.reachable for r in declaring.values()) or (
+                tags and not admission.any_tagged(declaring, tags))):
             pool = [r for r in declaring.values() if not tags or tagging.matches(
                 tagging.parse(r.capabilities[cap].spec.tags), tags)]
             why = reasons.none_can(cap, pool, self.clock.wall())
@@ -200,7 +204,7 @@ class Gateway:
             else req.max_retries,
             created_at=now, parent_task_id=req.parent_task_id,
             traceparent=traces.child_traceparent(trace_id, task_id, req.traceparent),
-            hedge=req.hedge, tags=tags,
+            hedge=req.hedge, tags=tags, fallback=False if req.fallback is FOLLOWED else plan,
         )
         task = new_task(env, now)
         self.book.track(task)
@@ -314,13 +318,23 @@ class Gateway:
             self.finish(task, S.SUCCEEDED, result=result)
 
     def finish(self, task: Task, state: TaskState, *, result: Any = None,
-               error: ReachError | None = None, wire_error: dict[str, Any] | None = None
-               ) -> None:
+               error: ReachError | None = None, wire_error: dict[str, Any] | None = None,
+               fall_back: bool = True) -> None:
+        """End a task. One that would be dead may be answered by its fallback instead
+        (``fall_back``; reach.gateway.fallback), now or once another capability answers."""
         if error is not None:
             wire_error = error.to_wire()
+        if state is S.DEAD and fall_back and task.envelope.fallback is not False and \
+                self.fallbacks.serve(task, wire_error,
+                                     self.registry.declaring(task.envelope.capability)):
+            return
+        if state is S.SUCCEEDED and task.envelope.fallback:
+            self.fallbacks.remember(task, result)
         task.result = result
         task.error = wire_error
         note = "" if wire_error is None else str(wire_error.get("message", ""))[:200]
+        if task.fallback is not None:
+            note = f"fallback: {task.fallback['kind']} ({task.fallback['reason']})"
         self.move(task, state, note)
         self.book.release(task)  # the answer first (a caller waits on it), the rest after
         self.store.update(task)
@@ -344,7 +358,9 @@ class Gateway:
         self._spawn(task)
 
     def replay(self, task: Task) -> None:
-        """Run a dead letter again with a fresh retry budget; it leaves the list on success."""
+        """Run a dead letter again with a fresh retry budget; it leaves the list on success.
+        A replay is meant to do the work: it never ends in a fallback."""
+        task.envelope.fallback = False
         self.move(task, S.PENDING, "replayed")
         self.book.recent.pop(task.task_id, None)
         self.book.track(task)

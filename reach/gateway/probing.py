@@ -92,7 +92,7 @@ class Probes:
         self._wake.set()
         return True
 
-    def call_ended(self, record: AgentRecord, latency_ms: float, took: float,
+    def call_ended(self, record: AgentRecord, latency_ms: float | None, took: float,
                    timed_out: bool) -> None:
         """A call at ``record`` ended after ``took`` s: a slow one makes a probe due now."""
         if record.agent_id in self.links and slow_call(took, latency_ms, timed_out,

@@ -92,15 +92,21 @@ class Agent(Serving):
     # ------------------------------------------------------------ declaring
 
     def capability(self, name: str, params: Any = None, *, scope: str = "read",
-                   latency_ms: float = 1000.0, weight: float = 50.0, idempotent: bool = False,
+                   latency_ms: float | None = None, weight: float = 50.0, idempotent: bool = False,
                    intents: list[str] | tuple[str, ...] = (),
                    tags: list[str] | tuple[str, ...] = (),
-                   description: str | None = None, hedge: bool = False
+                   description: str | None = None, hedge: bool = False,
+                   returns: Any = None, fallback: dict[str, Any] | None = None
                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a capability served by the decorated function (async, sync or async
         generator). ``params`` is a JSON schema dict or a pydantic model. ``hedge`` (for
         idempotent reads) lets the coordinator send a second copy to another agent when the
-        first runs past the capability's P95, and take whichever answers first."""
+        first runs past the capability's P95, and take whichever answers first. ``returns``
+        (a JSON schema dict or a pydantic model, like ``params``) is checked by the
+        coordinator on every result: one that breaks it is this agent's fault (``bad_result``),
+        retried elsewhere when idempotent. ``fallback`` is what callers get when no agent can
+        answer: ``{"value": v}``, ``{"last_good": {"max_age_s": s}}`` (add ``"shared": True``
+        for a read whose results do not depend on the caller) or ``{"capability": name}``."""
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             model = params if isinstance(params, type) and issubclass(params, BaseModel) else None
             streaming = inspect.isasyncgenfunction(fn)
@@ -108,7 +114,8 @@ class Agent(Serving):
                 name=name, params=schema_of(params), scope=scope,  # type: ignore[arg-type]
                 latency_ms=latency_ms, weight=weight, idempotent=idempotent, hedge=hedge,
                 streaming=streaming, intents=list(intents), tags=list(tags),
-                description=description or (inspect.getdoc(fn) or "").split("\n")[0])
+                description=description or (inspect.getdoc(fn) or "").split("\n")[0],
+                returns=None if returns is None else schema_of(returns), fallback=fallback)
             ctx_param, accepts = inspect_handler(fn)
             self.handlers[name] = Handler(spec, fn, model, ctx_param, accepts, streaming,
                                            inspect.iscoroutinefunction(fn) or streaming)

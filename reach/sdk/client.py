@@ -34,6 +34,7 @@ from reach.errors import (
     from_wire,
 )
 from reach.sdk.connection import dial, redial
+from reach.sdk.fallback import answer_of, outcome_of, unwrap
 from reach.sdk.handle import Handle, consume
 from reach.sdk.opening import Opening
 from reach.sdk.streams import End, chunks
@@ -193,7 +194,7 @@ class Client:
                 fut.set_result(frame)
         elif kind == "result":
             self._accept_with_outcome(frame)
-            self._settle(frame.id, frame.result, None)
+            self._settle(frame.id, outcome_of(frame), None)
         elif kind == "error":
             err = from_wire(frame.error.model_dump())
             if isinstance(err, Rejected):
@@ -231,7 +232,7 @@ class Client:
         entry = self._outcomes.pop(req_id or -1, None)
         queue = self._streams.get(req_id or -1)
         if queue is not None:
-            queue.put_nowait(err if err is not None else End(result))
+            queue.put_nowait(err if err is not None else End(unwrap(result)[0]))
         if entry is None or entry[1].done():
             return
         if err is not None:
@@ -300,14 +301,16 @@ class Client:
                      tags: Mapping[str, str | bool] | None = None,
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
-                     traceparent: str | None = None, hedge: bool | None = None) -> Handle:
-        """Hand a task over; returns once the coordinator has durably accepted it.
-        ``hedge`` overrides the capability's own hedging of slow idempotent reads; ``tags``
-        (``{"region": "eu"}``) keeps the task to agents declaring them (docs/protocol.md §7)."""
+                     traceparent: str | None = None, hedge: bool | None = None,
+                     fallback: dict[str, Any] | None = None) -> Handle:
+        """Hand a task over; returns once the coordinator has durably accepted it. ``hedge``
+        and ``fallback`` override the capability's own (``handle.fallback`` tells, later);
+        ``tags`` (``{"region": "eu"}``) keeps the task to agents declaring them (§7)."""
         handle, _ = await self._submit(SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags))
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
+            fallback=fallback))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
@@ -315,15 +318,18 @@ class Client:
                    priority: int = 5, tags: Mapping[str, str | bool] | None = None,
                    max_retries: int | None = None,
                    trace_id: str | None = None, parent_task_id: str | None = None,
-                   traceparent: str | None = None, hedge: bool | None = None) -> Any:
+                   traceparent: str | None = None, hedge: bool | None = None,
+                   fallback: dict[str, Any] | None = None, detail: bool = False) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
+        ``detail=True`` returns an ``Answer`` (the value, and its ``Fallback`` if it is one).
 
         Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
         folds its acknowledgement into the answer (``defer_ack``)."""
         request = SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
-            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags)
+            parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
+            fallback=fallback)
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
@@ -333,7 +339,7 @@ class Client:
         try:
             self._send(self._submit_frame(req_id, request, defer_ack=True))
             async with asyncio.timeout(None if timeout is None else timeout + OUTCOME_GRACE):
-                return await outcome
+                return answer_of(await outcome, detail)
         except ReachError:
             raise  # the task's own error (a remote timeout included), not our wait's
         except TimeoutError:

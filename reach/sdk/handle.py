@@ -10,6 +10,7 @@ import asyncio
 from typing import Any, Protocol
 
 from reach.errors import ReachError, ReachTimeout
+from reach.sdk.fallback import Fallback, unwrap
 
 
 class Tasks(Protocol):
@@ -30,6 +31,7 @@ class Handle:
         self.trace_id = trace_id
         self.duplicate = duplicate
         self._outcome = outcome
+        self.fallback: Fallback | None = None  # set by result() when the result is a fallback
 
     async def result(self, timeout: float | None = None) -> Any:
         """The task's result; raises its ``ReachError`` if it failed, ``ReachTimeout`` if late."""
@@ -37,7 +39,8 @@ class Handle:
             self._outcome = await self.client._subscribe(self.task_id)
         try:
             async with asyncio.timeout(timeout):
-                return await asyncio.shield(self._outcome)
+                value, self.fallback = unwrap(await asyncio.shield(self._outcome))
+                return value
         except ReachError:
             raise  # the task's own error (a remote timeout included), not our wait's
         except TimeoutError:

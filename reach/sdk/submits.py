@@ -27,7 +27,8 @@ def submit_frame(req_id: int, r: SubmitRequest, *, defer_ack: bool, limit: int) 
         idempotency_key=r.idempotency_key or os.urandom(16).hex(), priority=r.priority,
         timeout=r.timeout, max_retries=r.max_retries, trace_id=r.trace_id,
         parent_task_id=r.parent_task_id, traceparent=r.traceparent, wait=True,
-        intent=r.intent, defer_ack=defer_ack, hedge=r.hedge, tags=tagging.check(r.tags)))
+        intent=r.intent, defer_ack=defer_ack, hedge=r.hedge, tags=tagging.check(r.tags),
+        fallback=r.fallback))
     size = p.oversize(text, limit)
     if size is not None:
         raise ProtocolError(f"the submit is {size} bytes, over the {limit}-byte frame limit; "
@@ -51,4 +52,8 @@ def check(r: SubmitRequest) -> None:
         raise ReachTimeout(f"the deadline has already passed (timeout={r.timeout})")
     if r.max_retries is not None and not 0 <= r.max_retries <= 100:
         raise InvalidParams(f"max_retries must be 0..100, not {r.max_retries}")
-
+    if r.fallback is not None:
+        try:
+            p.fallback_of(r.fallback)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise InvalidParams(f"bad fallback {r.fallback!r}: {exc}") from None

@@ -23,6 +23,7 @@ from pydantic_core import from_json
 from websockets.asyncio.server import ServerConnection
 
 from reach.core import names
+from reach.core.results import compile_returns
 from reach.core.schemas import SchemaError, compile_schema
 from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable
 from reach.gateway.delivery import Delivery
@@ -312,6 +313,7 @@ def precompile_named(specs: list[p.CapabilitySpec], max_bytes: int) -> None:
     for spec in specs:
         try:
             compile_schema(spec.params, max_bytes=max_bytes)
+            compile_returns(spec.returns, max_bytes=max_bytes)
         except SchemaError as exc:
             raise InvalidParams(f"registration refused: {exc}", capability=spec.name,
                                 reason=str(exc)) from None

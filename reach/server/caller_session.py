@@ -144,7 +144,7 @@ class CallerSession(Session):
             admission = self.services.gateway.accept(SubmitRequest(
                 f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
                 f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent,
-                f.hedge, f.tags), sink)
+                f.hedge, f.tags, f.fallback), sink)
         except ReachError as exc:
             self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
             return
@@ -244,7 +244,8 @@ class CallerSession(Session):
         trace_id = task.envelope.trace_id if accepts else None
         if task.state is TaskState.SUCCEEDED:
             text = p.dump(_Result(task_id=task.task_id, attempt=0, id=req_id,
-                                  trace_id=trace_id, result=task.result))
+                                  trace_id=trace_id, result=task.result,
+                                  fallback=task.fallback))
             limit = self.services.settings.max_frame_bytes
             size = p.oversize(text, limit)
             if size is None:

@@ -194,7 +194,8 @@ class FrontDoor:
         env, headers = task.envelope, self._trace(task)
         if task.state is TaskState.SUCCEEDED:
             return _json(CallResult(task_id=env.task_id, trace_id=env.trace_id,
-                                    capability=env.capability, result=task.result),
+                                    capability=env.capability, result=task.result,
+                                    fallback=task.fallback),
                          headers=headers)
         return problem(task.error or {"code": "task_failed", "message": "task failed"},
                        task_id=env.task_id, trace_id=env.trace_id, headers=headers)
@@ -249,7 +250,7 @@ class FrontDoor:
         req = SubmitRequest(body.capability or "", body.params, caller, h.idempotency_key,
                             body.priority, body.timeout, body.max_retries,
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
-                            tags=body.tags)
+                            tags=body.tags, fallback=body.fallback)
         task, duplicate = await self._admit(req, self.chunks.sink)
         self._forget_when_done(task)
         env = task.envelope

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from reach.wire import bounds
+from reach.wire.fallbacks import Fallback
 
 
 def _pattern(bad: tuple[tuple[int, int], ...], needs: str = "") -> str:
@@ -93,6 +94,9 @@ class SubmitBody(_In):
     max_retries: int | None = Field(default=None, ge=0, le=100)
     hedge: bool | None = Field(default=None, description="None: as the capability declares")
     tags: Tags = None
+    fallback: Fallback = Field(default=None, description="what to answer if no agent can: "
+                               "{\"value\": v}, {\"last_good\": {\"max_age_s\": s}} or "
+                               "{\"capability\": name} (docs/protocol.md §7)")
 
     @model_validator(mode="after")
     def _names_the_work(self) -> SubmitBody:
@@ -150,6 +154,9 @@ class CallResult(_Out):
     trace_id: str
     capability: str
     result: Any = Field(description="what the capability returned (any JSON value)")
+    fallback: dict[str, Any] | None = Field(
+        default=None, description="set when the result is a fallback, not an agent's answer: "
+                                  "kind (value, last_good, capability), reason, age_s, ...")
 
 
 class TaskAccepted(_Out):
@@ -213,6 +220,9 @@ class TaskStatus(_Out):
     attempts: list[AttemptView]
     history: list[Transition]
     updated_at: float
+    fallback: dict[str, Any] | None = Field(
+        default=None, description="set when the result is a fallback, not an agent's answer: "
+                                  "kind (value, last_good, capability), reason, age_s, ...")
 
 
 class AgentOffer(_Out):
@@ -229,7 +239,8 @@ class CapabilityView(_Out):
     scope: str
     streaming: bool
     idempotent: bool
-    latency_ms: float
+    latency_ms: float | None = Field(description="the declared typical latency; null: not "
+                                                 "declared (docs/protocol.md §8)")
     intents: list[str]
     description: str
     agent_count: int = Field(description="agents declaring it (agents lists at most 100)")

@@ -26,6 +26,7 @@ _COUNTERS = (
     ("faults", "agent faults, timeouts and lost connections"),
     ("retries", "retries and hedges started"),
     ("rejections", "tasks refused for back-pressure"),
+    ("fallbacks", "tasks answered by their fallback instead of an agent"),
 )
 _BREAKER_VALUE = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 

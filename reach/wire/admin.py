@@ -118,6 +118,7 @@ class Series(_Object):
     faults: int = 0
     retries: int = 0
     rejections: int = 0
+    fallbacks: int = 0
     inflight: int = 0
     p50_ms: float | None = None
     p90_ms: float | None = None

@@ -56,6 +56,7 @@ from reach.wire.bounds import (
     clean_message,
 )
 from reach.wire.explain import explain, not_an_object, request_id, starts_object
+from reach.wire.fallbacks import Fallback, fallback_of
 
 __all__ = [
     "FRAME_TYPES", "MAX_ATTEMPT", "MAX_CAPABILITIES", "MAX_COUNT", "MAX_DEPTH", "MAX_ID",
@@ -63,7 +64,7 @@ __all__ = [
     "Accepted", "Ack", "AdminHello", "AnyFrame", "CapabilitySpec", "Cancel", "Chunk", "Command",
     "Deregister", "Error", "Frame", "Heartbeat", "Hello", "Invoke", "Probe", "ProbeResult",
     "Register", "Result",
-    "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "oversize",
+    "Status", "Submit", "TaskInfo", "Welcome", "WireError", "dump", "fallback_of", "oversize",
     "parse", "request_id", "unchecked",
 ]
 
@@ -82,9 +83,17 @@ class CapabilitySpec(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
     name: Name = Field(min_length=1, max_length=200)
     params: dict[str, Any] = Field(default_factory=dict, description="JSON schema of the params")
+    returns: dict[str, Any] | None = Field(
+        default=None, description="JSON schema every result must fit (null: not checked); a "
+                                  "result that breaks it is the agent's fault (bad_result)")
+    fallback: Fallback = Field(default=None, description="what callers get when no agent can "
+                                                         "answer (reach.core.fallback)")
     scope: Literal["read", "write"] = "read"
-    latency_ms: float = Field(default=1000.0, gt=0, le=MAX_LATENCY_MS,
-                              description="expected latency, finite, at most 1e9 ms")
+    latency_ms: float | None = Field(
+        default=None, gt=0, le=MAX_LATENCY_MS,
+        description="expected latency, finite, at most 1e9 ms; null: not declared (the "
+                    "completion timeout is then the coordinator's default_timeout until the "
+                    "capability has a record of successes, docs/protocol.md §8)")
     weight: float = Field(default=50.0, gt=0, le=1000)
     idempotent: bool = False
     streaming: bool = False
@@ -156,6 +165,7 @@ class Result(Frame):
     id: RequestId | None = None
     trace_id: TaskId | None = None  # set when this frame also acknowledges the submit
     result: Any = None
+    fallback: dict[str, Any] | None = None  # R→C: this result is a fallback (kind, reason…)
 
 
 class Error(Frame):
@@ -281,6 +291,7 @@ class Submit(Frame):
     # "key": "value" needs the tag "key=value", "key": true the tag "key" (any value).
     tags: dict[Tag, Annotated[Tag, Strict()] | Annotated[bool, Strict()]] | None = Field(
         default=None, max_length=16)
+    fallback: Fallback = None  # this call's fallback (over the capability's own)
 
 
 class Status(Frame):

@@ -1,6 +1,7 @@
 """docs/protocol.md §7, the capability spec: names are normalized (and warned about), the
 params schema is checked on every submit, and ``latency_ms`` sets the completion timeout —
-by default 1000 ms, so a handler gets 1.2 s (the page's first screen says so)."""
+left out, the handler gets the coordinator's ``default_timeout`` (the page's first screen says
+so; test_conf_08_timeout_default.py proves the rest of that rule)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ async def test_names_are_normalized_when_registering_and_submitting(reach: Reach
     assert (await boss.outcome(1))["result"] == "normalized"
 
 
-async def test_the_default_latency_ms_gives_a_handler_1_2_seconds() -> None:
-    """completion timeout = latency_ms × 1.2 from the ack: 1.2 s for the default 1000 ms."""
+async def test_no_latency_ms_gives_a_handler_the_default_timeout() -> None:
+    """Undeclared, no history: the completion timeout is ``default_timeout`` from the ack (a
+    handler past the old 1.2 s is not cut off)."""
     clock = ManualClock()
-    async with Reach.start(clock=clock, heartbeat_interval=60) as reach:
+    async with Reach.start(clock=clock, heartbeat_interval=60, default_timeout=3.0) as reach:
         worker = await agent(reach.url, "default-latency", [{"name": "conf.slow"}])
         boss = await caller(reach.url)
         await boss.send(submit(1, "conf.slow"))
@@ -41,8 +43,8 @@ async def test_the_default_latency_ms_gives_a_handler_1_2_seconds() -> None:
                            "attempt": 1})
         await boss.expect("accepted", id=1)
         await asyncio.sleep(0.02)  # the ack is read
-        await clock.advance(1.19)
-        await boss.silent(0.05)  # still running at 1.19 s
+        await clock.advance(2.99)
+        await boss.silent(0.05)  # still running at 2.99 s
         await clock.advance(0.02)
         error = (await boss.outcome(1))["error"]
         assert error["code"] == "timeout" and error["details"]["agent"] == "default-latency"

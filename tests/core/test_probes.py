@@ -36,6 +36,8 @@ def test_bounds_and_slow_calls() -> None:
     assert not slow_call(0.3, 100.0, False, 3.0)  # exactly 3×: not over it
     assert slow_call(0.3001, 100.0, False, 3.0)
     assert not slow_call(0.05, 100.0, False, 3.0)
+    assert not slow_call(99.0, None, False, 3.0)  # undeclared latency: only a timeout tells
+    assert slow_call(99.0, None, True, 3.0)
 
 
 def test_first_probe_after_one_interval_then_every_interval_when_fast() -> None:
