@@ -434,7 +434,9 @@ def _child(job: Job) -> int:
     import pytest
 
     importlib.invalidate_caches()
-    args = ["-x", "-q", "-p", "no:cacheprovider", "-p", "_mutate_plugin",
+    # -o timeout=0: pytest-timeout's per-test limit is wall-clock time (a loaded machine
+    # would fail tests for any mutant); the CPU-time limit above stands in for it.
+    args = ["-x", "-q", "-p", "no:cacheprovider", "-p", "_mutate_plugin", "-o", "timeout=0",
             "-W", "ignore::pytest.PytestAssertRewriteWarning", *job.tests]
     if not job.coverage:
         return int(pytest.main(args))
