@@ -161,3 +161,20 @@ def test_the_registry_defaults_agree_with_the_settings() -> None:
     defaults say (Settings.breaker_open_for)."""
     record = register(Registry(POLICY), "x", ["work.do"]).record
     assert record.breaker.open_for == Settings().breaker_open_for == 5.0
+
+
+def test_a_dropped_capability_never_gets_the_agent_back_on_its_shelves() -> None:
+    """Re-registered without a capability, the agent leaves that capability's routing groups
+    for good: a later slot or liveness change must not shelve it there again (routing would
+    send it work it no longer declares)."""
+    reg = Registry(POLICY)
+    register(reg, "o", ["a.work"])  # keeps a.work's group alive
+    record = register(reg, "x", ["a.work"]).record
+    register(reg, "x", ["b.work"], now=1.0)
+    assert [g.capability for g in record.groups] == ["b.work"]
+    record.inflight = 1
+    record.inflight = 0
+    reg.heartbeat(record, 2.0, inflight=0, queue_depth=0, load=0.0)
+    reg.disconnected(record, 3.0)
+    (group,) = reg.declaring("a.work").groups.values()
+    assert record not in group.where and list(reg.declaring("a.work")) == ["o"]
