@@ -10,11 +10,14 @@ registration tells the listeners, and the defaults agree with ``Settings``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from reach.config import Settings
 from reach.core.agents import AgentRecord
 from reach.core.liveness import LivenessPolicy
 from reach.core.registry import Registration, Registry
 from reach.core.resilience import BreakerState
+from reach.ports import AgentLink
 from reach.wire.protocol import CapabilitySpec
 
 POLICY = LivenessPolicy(interval=10.0, suspect_after=2.0, offline_after=3.0)
@@ -178,3 +181,32 @@ def test_a_dropped_capability_never_gets_the_agent_back_on_its_shelves() -> None
     reg.disconnected(record, 3.0)
     (group,) = reg.declaring("a.work").groups.values()
     assert record not in group.where and list(reg.declaring("a.work")) == ["o"]
+
+
+class _Link:
+    """An AgentLink that carries nothing (only its identity matters here)."""
+
+    def deliver(self, work: object, reply: object) -> bool:
+        return False
+
+    def cancel(self, task_id: str, attempt: int) -> None:
+        return None
+
+    def close(self, reason: str) -> Awaitable[None]:
+        raise AssertionError("the registry never closes a link")
+
+
+def test_a_disconnected_agent_keeps_no_link_and_a_new_connection_brings_one() -> None:
+    """After a disconnect nothing may be sent down the old link: the record drops it, and
+    only the next registration (a new connection) gives it one again."""
+    reg = Registry(POLICY)
+    link: AgentLink = _Link()
+    record = reg.register(agent_id="x", name="x", version="1", max_concurrency=1,
+                          specs=[CapabilitySpec(name="a.work")], link=link, now=0.0).record
+    assert record.link is link and record.connected
+    reg.disconnected(record, 1.0)
+    assert record.link is None and not record.connected and not record.reachable
+    again: AgentLink = _Link()
+    reg.register(agent_id="x", name="x", version="1", max_concurrency=1,
+                 specs=[CapabilitySpec(name="a.work")], link=again, now=2.0)
+    assert record.link is again and record.reachable
