@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 
 from reach.config import Settings
 from reach.core.agents import AgentRecord
-from reach.core.liveness import LivenessPolicy
+from reach.core.liveness import Liveness, LivenessPolicy
 from reach.core.registry import Registration, Registry
 from reach.core.resilience import BreakerState
 from reach.ports import AgentLink
@@ -210,3 +210,17 @@ def test_a_disconnected_agent_keeps_no_link_and_a_new_connection_brings_one() ->
     reg.register(agent_id="x", name="x", version="1", max_concurrency=1,
                  specs=[CapabilitySpec(name="a.work")], link=again, now=2.0)
     assert record.link is again and record.reachable
+
+
+def test_an_agent_that_stops_draining_is_online_again_and_says_so() -> None:
+    """An operator's undrain puts the agent back in service at once, and the change is
+    returned (and told to the listeners) like every liveness change."""
+    reg = Registry(POLICY)
+    record = register(reg, "x", ["a.work"]).record
+    heard: list[Liveness] = []
+    reg.listen(lambda r: heard.append(r.state))
+    assert reg.deregister(record, 1.0) is Liveness.SUSPECTED and record.draining
+    assert reg.undrain(record, 2.0) is Liveness.ONLINE
+    assert not record.draining and record.reachable
+    assert heard == [Liveness.SUSPECTED, Liveness.ONLINE]
+    assert reg.undrain(record, 3.0) is None  # nothing changed
