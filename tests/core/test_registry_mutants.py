@@ -224,3 +224,28 @@ def test_an_agent_that_stops_draining_is_online_again_and_says_so() -> None:
     assert not record.draining and record.reachable
     assert heard == [Liveness.SUSPECTED, Liveness.ONLINE]
     assert reg.undrain(record, 3.0) is None  # nothing changed
+
+
+def test_the_look_alike_named_is_another_agents_not_this_agents_previous_name() -> None:
+    """An agent renaming its capability while another agent has a look-alike is warned about
+    the other agent's name, not about the name it is leaving behind."""
+    reg = Registry(POLICY)
+    register(reg, "x", ["w1.w2.w3"])
+    register(reg, "o", ["w3.w2.w1"])
+    out = register(reg, "x", ["w2.w1.w3"], now=1.0)
+    assert out.warnings == ["capability 'w2.w1.w3' looks like existing 'w3.w2.w1'; callers "
+                            "asking for one will not reach the other"]
+
+
+def test_a_stale_look_on_the_wheel_does_not_hide_the_looks_after_it() -> None:
+    """Two agents due in the same slot of the wheel, the first entry stale (its agent was
+    re-registered since): the second agent is still judged when its time comes. Dropping it
+    would leave a silent agent online for ever."""
+    reg = Registry(POLICY)
+    a = register(reg, "a", ["x.work"]).record  # looked at 20 s: that look goes stale below
+    b = register(reg, "b", ["x.work"]).record  # looked at 20 s, after a's entry
+    reg.register(agent_id="a", name="a", version="1", max_concurrency=1,
+                 specs=[CapabilitySpec(name="x.work")], link=None, now=5.0, heard=False)
+    assert reg.sweep(16.0) == [(a, Liveness.OFFLINE)]
+    assert reg.sweep(21.0) == [(b, Liveness.SUSPECTED)]
+    assert reg.sweep(31.0) == [(b, Liveness.OFFLINE)]
