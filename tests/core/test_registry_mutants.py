@@ -249,3 +249,16 @@ def test_a_stale_look_on_the_wheel_does_not_hide_the_looks_after_it() -> None:
     assert reg.sweep(16.0) == [(a, Liveness.OFFLINE)]
     assert reg.sweep(21.0) == [(b, Liveness.SUSPECTED)]
     assert reg.sweep(31.0) == [(b, Liveness.OFFLINE)]
+
+
+def test_a_look_not_due_yet_does_not_hide_a_due_one_after_it_in_its_slot() -> None:
+    """Entries of one slot are in filing order, not time order: one not due yet is put back
+    and the sweep goes on to the next, which is due (else that agent would never be judged)."""
+    reg = Registry(POLICY)
+    a = register(reg, "a", ["x.work"], now=0.5).record  # looked at 20.5 s
+    b = reg.register(agent_id="b", name="b", version="1", max_concurrency=1,
+                     specs=[CapabilitySpec(name="x.work")], link=None, now=10.1,
+                     heard=False).record  # offline look at 20.1 s, filed after a's
+    assert b.due is not None and a.due is not None and b.due < 20.2 < a.due
+    assert reg.sweep(20.2) == [(b, Liveness.OFFLINE)]
+    assert reg.sweep(20.6) == [(a, Liveness.SUSPECTED)]
