@@ -262,3 +262,16 @@ def test_a_look_not_due_yet_does_not_hide_a_due_one_after_it_in_its_slot() -> No
     assert b.due is not None and a.due is not None and b.due < 20.2 < a.due
     assert reg.sweep(20.2) == [(b, Liveness.OFFLINE)]
     assert reg.sweep(20.6) == [(a, Liveness.SUSPECTED)]
+
+
+def test_an_agent_that_beat_since_its_look_is_looked_at_again_later() -> None:
+    """The common case of a sweep: the agent beat since its look was filed, so it is filed
+    again for its new deadline (not dropped: it would never be suspected once it goes
+    silent), and the sweep goes on with the slot's other entries."""
+    reg = Registry(POLICY)
+    a = register(reg, "a", ["x.work"]).record  # looked at 20 s
+    b = register(reg, "b", ["x.work"]).record  # looked at 20 s, after a
+    assert reg.heartbeat(a, 10.0, inflight=0, queue_depth=0, load=0.0) is None
+    assert reg.sweep(21.0) == [(b, Liveness.SUSPECTED)]
+    assert a.state is Liveness.ONLINE
+    assert reg.sweep(31.0) == [(a, Liveness.SUSPECTED), (b, Liveness.OFFLINE)]
