@@ -275,3 +275,16 @@ def test_an_agent_that_beat_since_its_look_is_looked_at_again_later() -> None:
     assert reg.sweep(21.0) == [(b, Liveness.SUSPECTED)]
     assert a.state is Liveness.ONLINE
     assert reg.sweep(31.0) == [(a, Liveness.SUSPECTED), (b, Liveness.OFFLINE)]
+
+
+def test_a_registration_records_what_carries_the_work_and_which_process_it_is() -> None:
+    """``kind`` picks how work is sent and ``instance`` tells a restart from a second copy:
+    both follow the latest registration."""
+    reg = Registry(POLICY)
+    record = reg.register(agent_id="x", name="x", version="1", max_concurrency=1,
+                          specs=[CapabilitySpec(name="a.work")], link=None, now=0.0,
+                          instance="i-1", kind="http").record
+    assert (record.kind, record.instance) == ("http", "i-1")
+    reg.register(agent_id="x", name="x", version="1", max_concurrency=1,
+                 specs=[CapabilitySpec(name="a.work")], link=None, now=1.0, instance="i-2")
+    assert (record.kind, record.instance) == ("websocket", "i-2")
