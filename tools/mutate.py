@@ -17,6 +17,9 @@ first on the path, so it shadows the editable install (a canary mutant checks it
 anything is counted). The worker imports pytest, its plugins and reach's third-party
 dependencies once and forks a child per mutant, so a mutant costs its tests, not an interpreter
 start. A failing test or a timeout kills the mutant (a timeout is an observable change).
+The timeout is CPU time (three times the unchanged module's tests, plus 5 s), enforced with
+``RLIMIT_CPU``, so a loaded machine does not turn slow survivors into kills; a mutant that hangs
+without spending CPU is stopped at ``WALL_FACTOR`` times that in wall-clock time.
 A mutant on a line the mapped tests never run survives without being run.
 
 The score is killed / (mutants − declared equivalents): equivalents are left out of the
@@ -32,9 +35,11 @@ import argparse
 import ast
 import contextlib
 import json
+import math
 import multiprocessing
 import multiprocessing.pool
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -49,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "reach" / "core"
 CONFIG = ROOT / "tools" / "mutants.toml"
 GATE = 95.0
+WALL_FACTOR = 6  # wall-clock limit of a mutant's run, as a multiple of its CPU-time limit
 PRAGMA = "pragma: no mutate"
 LOGGERS = {"log", "logger", "logging", "_log", "LOG"}
 
@@ -304,6 +310,7 @@ class Mutant:
     stmt_lines: tuple[int, int]
     status: str = "pending"  # killed | timeout | survived | uncovered | equivalent | error
     seconds: float = 0.0
+    cpu: float = 0.0
 
 
 def mutants_of(module: str) -> list[Mutant]:
@@ -344,7 +351,7 @@ class Job:
     module: str
     index: int  # -1: the unchanged module; -2: the canary
     tests: list[str]
-    timeout: float
+    timeout: float  # CPU seconds
     coverage: bool = False
 
 
@@ -356,6 +363,7 @@ class Outcome:
     seconds: float
     lines: list[int] = field(default_factory=list)
     coverage: bool = False
+    cpu: float = 0.0
 
 
 _COPY: Path | None = None
@@ -409,6 +417,8 @@ def _write(module: str, text: str) -> None:
 def _child(job: Job) -> int:
     assert _COPY is not None
     os.setpgid(0, 0)
+    limit = math.ceil(job.timeout)  # the kernel sends SIGXCPU past it
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 5))
     for name in [m for m in sys.modules if m == "reach" or m.startswith("reach.")]:
         del sys.modules[name]
     sys.path.insert(0, str(_COPY))
@@ -424,7 +434,9 @@ def _child(job: Job) -> int:
     import pytest
 
     importlib.invalidate_caches()
-    args = ["-x", "-q", "-p", "no:cacheprovider", "-p", "_mutate_plugin",
+    # -o timeout=0: pytest-timeout's per-test limit is wall-clock time (a loaded machine
+    # would fail tests for any mutant); the CPU-time limit above stands in for it.
+    args = ["-x", "-q", "-p", "no:cacheprovider", "-p", "_mutate_plugin", "-o", "timeout=0",
             "-W", "ignore::pytest.PytestAssertRewriteWarning", *job.tests]
     if not job.coverage:
         return int(pytest.main(args))
@@ -465,17 +477,20 @@ def run_job(job: Job) -> Outcome:
         finally:
             os._exit(code)
     code = -9
-    while time.monotonic() - start < job.timeout:
-        done, status = os.waitpid(pid, os.WNOHANG)
+    while time.monotonic() - start < job.timeout * WALL_FACTOR:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
         if done:
             code = os.waitstatus_to_exitcode(status)
+            if code == -signal.SIGXCPU:  # past its CPU-time limit
+                code = -9
             break
         time.sleep(0.02)
     else:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _, _, usage = os.wait4(pid, 0)
     seconds = time.monotonic() - start
+    cpu = usage.ru_utime + usage.ru_stime
     _write(job.module, (CORE / f"{job.module}.py").read_text())
     lines: list[int] = []
     if job.coverage:
@@ -483,7 +498,7 @@ def run_job(job: Job) -> Outcome:
         if path.exists():
             lines = json.loads(path.read_text())
             path.unlink()
-    return Outcome(job.module, job.index, code, seconds, lines, job.coverage)
+    return Outcome(job.module, job.index, code, seconds, lines, job.coverage, cpu)
 
 
 # ----------------------------------------------------------------------------- config, report
@@ -562,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
             checks = [Job(m, -1, config[m].tests, 600.0, coverage=c)
                       for m in modules for c in (True, False)]
             plain: dict[str, Outcome] = {}
-            took: dict[str, float] = {}  # the unchanged module's tests, without coverage
+            took: dict[str, float] = {}  # CPU s of the unchanged module's tests (no coverage)
             broken: set[str] = set()
             for o in pool.imap_unordered(run_job, checks):
                 if o.code != 0:
@@ -574,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                 if o.coverage:
                     plain[o.module] = o
                 else:
-                    took[o.module] = o.seconds
+                    took[o.module] = o.cpu
             modules = [m for m in modules if m not in broken]
             if not modules:
                 return 2
@@ -592,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             total = len(jobs)
             for n, out in enumerate(pool.imap_unordered(run_job, jobs), 1):
                 mutant = found[out.module][out.index]
-                mutant.seconds = round(out.seconds, 2)
+                mutant.seconds, mutant.cpu = round(out.seconds, 2), round(out.cpu, 2)
                 mutant.status = {0: "survived", -9: "timeout", 1: "killed", 2: "killed",
                                  3: "killed"}.get(out.code, "error")
                 if sys.stderr.isatty():

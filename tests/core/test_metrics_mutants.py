@@ -1,0 +1,67 @@
+"""reach.core.metrics, pinned where mutation testing found it loose (issue 17).
+
+The latency window covers the last 1000 successes (older ones are forgotten, so a bad hour
+does not haunt the P95 forever), every percentile of the view, milliseconds rounded to the
+microsecond, which outcomes count as faults, and that a retry or a rejection without an agent
+counts for the capability and the totals only.
+"""
+
+from __future__ import annotations
+
+from reach.core.metrics import WINDOW, Metrics, Series
+
+
+def test_the_latency_window_is_the_last_thousand_successes() -> None:
+    """Twenty slow calls, then a thousand fast ones: the slow ones are out of the window."""
+    assert WINDOW == 1000
+    s = Series()
+    for _ in range(20):
+        s.latencies.add(10.0)
+    for _ in range(999):
+        s.latencies.add(0.001)
+    assert len(s.latencies) == 1000
+    assert s.quantile(1.0) == 10000.0  # the last slow one is still in
+    s.latencies.add(0.001)
+    assert s.quantile(1.0) == 1.0
+
+
+def test_the_view_has_every_percentile_in_milliseconds_to_the_microsecond() -> None:
+    s = Series()
+    assert s.view() == {"calls": 0, "succeeded": 0, "answers": 0, "faults": 0, "retries": 0,
+                        "rejections": 0, "inflight": 0, "p50_ms": None, "p90_ms": None,
+                        "p95_ms": None, "p99_ms": None}
+    for ms in range(1, 101):
+        s.latencies.add(ms / 1000 + 0.0000004)
+    view = s.view()
+    assert [view[k] for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms")] == \
+        [51.0, 91.0, 96.0, 100.0]
+    s = Series()
+    s.latencies.add(0.0012346)
+    assert s.view()["p50_ms"] == s.view()["p99_ms"] == 1.235
+
+
+def test_only_agent_faults_count_as_faults() -> None:
+    """A caller's own deadline or a cancelled hedge is not the agent's fault; a timeout, a
+    lost link or an exception is."""
+    m = Metrics()
+    for outcome in ("caller_deadline", "cancelled", "answer", "ok", "timeout", "lost", "fault"):
+        m.dispatched("c.get", "one")
+        m.ended("c.get", "one", outcome, 0.5)
+    one = m.snapshot()["agents"]["one"]
+    assert (one["calls"], one["faults"], one["answers"], one["succeeded"]) == (7, 3, 1, 1)
+    assert one["inflight"] == 0 and m.p95_ms("one") == 500.0
+
+
+def test_a_retry_or_rejection_without_an_agent_counts_for_the_capability_and_totals() -> None:
+    m = Metrics()
+    m.retried("c.get", None)
+    m.rejected("c.get")
+    snap = m.snapshot()
+    assert snap["agents"] == {}
+    assert (snap["capabilities"]["c.get"]["retries"], snap["totals"]["retries"]) == (1, 1)
+    assert (snap["capabilities"]["c.get"]["rejections"], snap["totals"]["rejections"]) == (1, 1)
+    m.retried("c.get", "one")
+    m.retried("b.get", "one")
+    snap = m.snapshot()
+    assert list(snap["capabilities"]) == ["b.get", "c.get"]
+    assert snap["agents"]["one"]["retries"] == 2 and snap["totals"]["retries"] == 3
