@@ -5,7 +5,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from os import PathLike
 
+from reach.alert_rules import AlertConfig
 from reach.core.backoff import Backoff
 
 
@@ -64,6 +66,8 @@ class Settings:
     # observation
     json_logs: bool = False  # one JSON line per task transition and admin action (logger reach)
     recent_traces: int = 200  # traces in the admin feed's snapshot
+    # alert rules and webhooks (docs/alerts.md): a rules file's path, or one already loaded
+    alerts: str | PathLike[str] | AlertConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "ack_timeout", "max_frame_bytes"):

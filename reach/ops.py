@@ -41,6 +41,7 @@ class Ops:
         self.url = ""  # set once the coordinator listens
         self.started_at = 0.0
         self._auto_replayed: set[str] = set()
+        self.alerting: Any = None  # reach.server.alerting.Alerting, with alert rules
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
@@ -89,6 +90,10 @@ class Ops:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
         capability, per agent and in total (docs/admin-feed.md, "Metrics")."""
         return self.gateway.metrics.snapshot()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Alerts firing now, as the admin feed's ``AlertView`` (docs/alerts.md)."""
+        return [] if self.alerting is None else list(self.alerting.active())
 
     # ------------------------------------------------------------ dead letters and replay
 

@@ -24,6 +24,7 @@ from typing import Any
 from websockets.asyncio.server import Server
 
 from reach.adapters.base import Adapter, Membership
+from reach.alert_rules import AlertConfig, load_alerts
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
@@ -37,6 +38,7 @@ from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
 from reach.server.agent_session import precompile
+from reach.server.alerting import Alerting
 from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
 from reach.server.front import FrontDoor
@@ -81,6 +83,14 @@ class Reach:
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
         if s.json_logs:
             self.events.listen(_log_json)
+        # Alert rules (docs/alerts.md): a bad rules file fails here, before anything starts.
+        self.alerting: Alerting | None = None
+        if s.alerts is not None:
+            rules = s.alerts if isinstance(s.alerts, AlertConfig) else load_alerts(s.alerts)
+            self.alerting = Alerting(rules, self.gateway, self.registry, self.clock,
+                                     random.Random(None if seed is None else seed + 1),
+                                     lambda: self.url)
+        self.ops.alerting = self.alerting
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
         self.adapters: dict[str, Adapter] = {}  # attached agents, by name
@@ -149,6 +159,8 @@ class Reach:
         loop = asyncio.get_running_loop()
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
+        if self.alerting is not None:
+            self.alerting.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()
         self.started = True
@@ -178,6 +190,8 @@ class Reach:
         for loop_task in self._loops:
             loop_task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        if self.alerting is not None:
+            await self.alerting.close()
         await self.gateway.stop(self.settings.drain_timeout)
         await asyncio.gather(*(a.close("coordinator stopping") for a in self.adapters.values()),
                              return_exceptions=True)
@@ -302,6 +316,10 @@ class Reach:
 
     def metrics(self) -> dict[str, Any]:
         return self.ops.metrics()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Alerts firing now (docs/alerts.md), oldest first; [] without alert rules."""
+        return self.ops.alerts()
 
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
                      error: str | None = None, since: float | None = None,
