@@ -62,8 +62,10 @@ class WebhookSender:
         if len(self._queue) >= self.maxlen:
             self._queue.popleft()
             self.counts.dropped += 1
-            log.warning("alert webhook %s: queue full (%d), dropped the oldest notification "
-                        "(%d dropped so far)", self.hook.name, self.maxlen, self.counts.dropped)
+            dropped = self.counts.dropped
+            if dropped & (dropped - 1) == 0:  # at 1, 2, 4, 8, ... drops: a log line, not a flood
+                log.warning("alert webhook %s: queue full (%d), dropped the oldest notification "
+                            "(%d dropped so far)", self.hook.name, self.maxlen, dropped)
         self._queue.append(body)
         self._ready.set()
 
