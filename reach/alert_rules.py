@@ -62,6 +62,20 @@ class AlertConfig:
     interval: float = 1.0
     queue: int = 1000
 
+    def __post_init__(self) -> None:
+        # (a file is checked line by line first; this catches a configuration built in code)
+        names = [r.name for r in self.rules]
+        hooks = {h.name for h in self.webhooks}
+        if len(set(names)) != len(names) or len(hooks) != len(self.webhooks):
+            raise AlertsFileError("rule names and webhook names must be unique")
+        for rule in self.rules:
+            if rule.kind not in KINDS or set(rule.notify) - hooks:
+                raise AlertsFileError(f"rule {rule.name!r}: kind {rule.kind!r} (expected one "
+                                      f"of {list(KINDS)}) or notify {list(rule.notify)} "
+                                      f"(webhooks: {sorted(hooks)}) is wrong")
+        if self.interval <= 0 or self.queue < 1:
+            raise AlertsFileError("interval must be positive and queue at least 1")
+
 
 _RULE_KEYS = {
     DEAD_LETTERS: {"threshold", "window", "capability", "agent"},
@@ -251,8 +265,6 @@ def _expand(value: Any, env: Any, where: str) -> Any:
                                       f"set (used as ${{{m.group(1)}}})")
             return str(env[m.group(1)])
         return _VAR.sub(sub, value)
-    if isinstance(value, dict):
+    if isinstance(value, dict):  # (a webhook's values are strings, numbers and tables)
         return {k: _expand(v, env, where) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_expand(v, env, where) for v in value]
     return value

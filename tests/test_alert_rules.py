@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reach.alert_rules import AlertConfig, AlertsFileError, load_alerts, parse_alerts
+from reach.alert_rules import AlertConfig, AlertsFileError, Webhook, load_alerts, parse_alerts
 from reach.core import alerts as al
 from reach.core.backoff import Backoff
 
@@ -175,3 +175,20 @@ def test_env_expansion_reaches_lists_and_keeps_other_values() -> None:
     config = parse_alerts('[[webhook]]\nname = "h"\nurl = "http://${H}:9/"\ntimeout = 3\n'
                           '[[rule]]\nname = "n"\nkind = "no_agent"\n', "a", {"H": "10.0.0.1"})
     assert config.webhooks[0].url == "http://10.0.0.1:9/"
+
+
+@pytest.mark.parametrize("kw,expected", [
+    ({"rules": (al.Rule("a", al.NO_AGENT), al.Rule("a", al.NO_AGENT))}, "must be unique"),
+    ({"rules": (al.Rule("a", al.NO_AGENT),),
+      "webhooks": (Webhook("h", "http://a/"), Webhook("h", "http://b/"))}, "must be unique"),
+    ({"rules": (al.Rule("a", "cpu"),)}, "rule 'a': kind 'cpu'"),
+    ({"rules": (al.Rule("a", al.NO_AGENT, notify=("h",)),)}, r"notify \['h'\]"),
+    ({"rules": (al.Rule("a", al.NO_AGENT),), "interval": 0}, "interval must be positive"),
+    ({"rules": (al.Rule("a", al.NO_AGENT),), "queue": 0}, "queue at least 1"),
+])
+def test_a_configuration_built_in_code_is_checked_too(kw: dict[str, object],
+                                                       expected: str) -> None:
+    with pytest.raises(AlertsFileError, match=expected):
+        AlertConfig(**kw)  # type: ignore[arg-type]
+    ok = AlertConfig((al.Rule("a", al.NO_AGENT, notify=("h",)),), (Webhook("h", "http://a/"),))
+    assert ok.rules[0].notify == ("h",)

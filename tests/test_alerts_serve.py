@@ -97,7 +97,7 @@ async def broken() -> None:
 async def test_p95_and_dead_letter_rules_read_the_coordinators_numbers(
         caplog: pytest.LogCaptureFixture) -> None:
     rules = (al.Rule("slow", al.P95_LATENCY),  # each capability's declared latency
-             al.Rule("slow-any", al.P95_LATENCY, threshold=5000.0),
+             al.Rule("slow-any", al.P95_LATENCY, threshold=5000.0, capabilities=("x.quick",)),
              al.Rule("letters", al.DEAD_LETTERS, threshold=1, capabilities=("x.*",)),
              al.Rule("letters-w2", al.DEAD_LETTERS, threshold=0, agents=("w2",)))
     cluster = await Cluster.start(alerts=AlertConfig(rules, interval=0.01))
@@ -139,6 +139,13 @@ async def test_p95_and_dead_letter_rules_read_the_coordinators_numbers(
         await wait_until(lambda: alerting.ticks > ticks + 3)
         assert "alert evaluation failed" in caplog.text
         assert len(reach.alerts()) == 3  # still judged, nothing resolved by the bug
+        # Calls counted for a capability nobody declares now (say, its agents forgotten):
+        # no declared latency, so only a rule with its own threshold judges it.
+        reach.gateway.metrics.dispatched("ghost.cap", "gone")
+        reach.gateway.metrics.ended("ghost.cap", "gone", "ok", 9.0)
+        seen = alerting.observe(reach.clock.wall())
+        assert sorted(r.capability or "" for r in seen["slow"]) == ["x.quick", "x.slow"]
+        assert [r.capability for r in seen["slow-any"]] == ["x.quick"]
     finally:
         await cluster.close()
 
@@ -168,6 +175,7 @@ async def test_stopping_with_pages_queued_says_how_many_were_not_delivered(
     await wait_until(lambda: alerting.stats()[0]["attempts"] == 1)
     assert alerting.stats()[0]["queued"] == 2
     await cluster.close()
+    await alerting.close()  # twice: nothing left to stop
     release.set()
     await runner.cleanup()
     assert "2 alert notification(s) not delivered: the coordinator stopped" in caplog.text

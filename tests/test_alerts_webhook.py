@@ -225,3 +225,33 @@ async def test_a_dead_receiver_costs_a_bounded_queue_not_the_coordinator(
         f"{n} dropped so far)" for n in (1, 2, 4, 8, 16)]
     assert any("ConnectionRefused" in r.getMessage() or "Cannot connect" in r.getMessage()
                for r in caplog.records if "gave up" in r.getMessage())
+
+
+async def test_a_receiver_slower_than_the_timeout_is_retried_then_given_up(
+        caplog: pytest.LogCaptureFixture) -> None:
+    release = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/hook", hang)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    cluster = await cluster_with(al.Rule("u", al.NO_AGENT, capabilities=("a.b",)),
+                                 hooks=(hook(f"http://127.0.0.1:{port}/hook", timeout=0.05,
+                                             attempts=2),))
+    try:
+        alerting = cluster.reach.alerting
+        assert alerting is not None
+        await wait_until(lambda: alerting.stats()[0]["failed"] == 1)
+        assert alerting.stats()[0]["attempts"] == 2
+    finally:
+        await cluster.close()
+        release.set()
+        await runner.cleanup()
+    assert "gave up on firing u/a.b/* after 2 attempt(s): " in caplog.text
