@@ -105,11 +105,12 @@ class Track:
     capability: str | None
     agent: str | None
     phase: Phase = Phase.OK
-    bad_since: float = 0.0
-    good_since: float = 0.0
-    fired_at: float = 0.0
-    value: float = 0.0
-    threshold: float = 0.0
+    # (placeholders: each is set by the transition or the reading that first needs it)
+    bad_since: float = 0.0  # pragma: no mutate — set on entering pending, before any read
+    good_since: float = 0.0  # pragma: no mutate — set on entering clearing, before any read
+    fired_at: float = 0.0  # pragma: no mutate — set on firing; alert() is read only after
+    value: float = 0.0  # pragma: no mutate — a track is made for a reading and fed it at once
+    threshold: float = 0.0  # pragma: no mutate — as value
 
     def bad(self, value: float, threshold: float) -> bool:
         return value > threshold if self.rule.above else value < threshold

@@ -109,11 +109,11 @@ def test_the_alert_of_a_track_carries_its_last_reading() -> None:
 # ---------------------------------------------------------------- alerts as read
 
 def test_alert_views_and_summaries() -> None:
-    a = Alert("b", al.BREAKER_OPEN, None, "ledger-writer", 61.23456, 30, 1000.0, 1030.0)
+    a = Alert("b", al.BREAKER_OPEN, None, "ledger-writer", 61.23456, 30.00049, 1000.0, 1030.0)
     assert a.id == "b/*/ledger-writer"
     assert a.to_dict(1061.4) == {
         "id": "b/*/ledger-writer", "rule": "b", "kind": "breaker_open", "state": "firing",
-        "capability": None, "agent": "ledger-writer", "value": 61.235, "threshold": 30,
+        "capability": None, "agent": "ledger-writer", "value": 61.235, "threshold": 30.0,
         "unit": "s", "since": 1000.0, "fired_at": 1030.0, "resolved_at": None,
         "summary": "breaker open 61 s on ledger-writer"}
     assert Alert("n", al.NO_AGENT, "ledger.write", None, 0, 1, 5.0, 6.0).summary(17.0) == (
@@ -155,6 +155,10 @@ def test_a_rule_left_out_of_the_readings_is_not_judged() -> None:
     ev.evaluate(0, {"r": [reading(150)]})
     assert ev.evaluate(1, {}) == []
     assert len(ev.active()) == 1
+    two = Evaluator((rule(name="first"), rule(name="second")))
+    [t] = two.evaluate(0, {"second": [reading(150)]})  # the rules after one left out, too
+    assert t.alert.rule == "second"
+    assert (FIRING, RESOLVED) == ("firing", "resolved")
 
 
 def test_unobserved_subjects_resolve_and_are_forgotten() -> None:
@@ -202,7 +206,8 @@ def test_open_spells_keep_the_first_opening_until_the_breaker_closes() -> None:
 
 def test_breaker_readings_filter_agents_and_their_capabilities() -> None:
     r = rule(kind=al.BREAKER_OPEN, threshold=30.0, agents=("led*",), capabilities=("l.*",))
-    got = al.breaker_readings(r, {"ledger": 10.0, "other": 10.0, "led2": 12.0},
+    # (an agent each filter skips comes before one that passes: skipping is not stopping)
+    got = al.breaker_readings(r, {"other": 10.0, "led2": 12.0, "ledger": 10.0},
                               {"ledger": ["l.write"], "led2": ["m.read"]}, 50.0)
     assert got == [Reading(None, "ledger", 40.0, 30.0, 10.0)]
     anyone = rule(kind=al.BREAKER_OPEN, threshold=5)
@@ -222,12 +227,12 @@ def test_dead_letter_readings_count_within_the_window_and_filters() -> None:
 
 def test_latency_readings_use_the_rule_threshold_or_the_declared_latency() -> None:
     declared = rule(threshold=None, capabilities=("a.*",))
-    p95 = {"a.x": 150.0, "a.none": None, "a.undeclared": 900.0, "b.x": 999.0}
+    p95 = {"a.undeclared": 900.0, "a.none": None, "b.x": 999.0, "a.x": 150.0}
     got = al.latency_readings(declared, p95, {"a.x": 120, "a.none": 10, "b.x": 1})
     assert got == [Reading("a.x", None, 150.0, 120.0)]
     explicit = rule(threshold=50.0)
     assert [(x.capability, x.threshold) for x in al.latency_readings(explicit, p95, {})] == [
-        ("a.x", 50.0), ("a.undeclared", 50.0), ("b.x", 50.0)]
+        ("a.undeclared", 50.0), ("b.x", 50.0), ("a.x", 50.0)]
 
 
 def test_agent_readings_watch_known_and_spelled_out_capabilities() -> None:
@@ -246,7 +251,7 @@ values = st.one_of(st.none(), st.floats(0, 200))
 steps = st.lists(st.tuples(st.floats(0.0, 3.0), values), max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(steps, st.floats(0, 2), st.floats(0, 2), st.floats(0, 0.5))
 def test_pages_alternate_firing_then_resolved(seq: list[tuple[float, float | None]],
                                               hold: float, clear: float, hys: float) -> None:
@@ -261,7 +266,7 @@ def test_pages_alternate_firing_then_resolved(seq: list[tuple[float, float | Non
     assert t.alerting == (len(moved) % 2 == 1)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.floats(0.0, 0.2), min_size=1, max_size=80), st.floats(0.05, 0.5))
 def test_a_value_flapping_across_the_threshold_in_the_band_pages_once(
         gaps: list[float], hys: float) -> None:
@@ -275,7 +280,7 @@ def test_a_value_flapping_across_the_threshold_in_the_band_pages_once(
         assert t.step(now, reading(100.5 if i % 2 else 100 * (1 - hys / 2))) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(st.floats(0.01, 0.4), min_size=1, max_size=80))
 def test_a_value_bad_for_less_than_the_hold_at_a_time_never_pages(gaps: list[float]) -> None:
     t = Track(rule(hold=1.0), "x.y", None)
