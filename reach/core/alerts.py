@@ -20,14 +20,15 @@ a value hovering at the threshold pages once, not every evaluation. A subject no
 observed (an agent forgotten) counts as good.
 
 Nothing here reads a clock: ``Evaluator.evaluate(now, readings)`` takes the time and what the
-edge observed (the ``*_readings`` helpers build those from plain values) and returns the
-transitions; the edge (reach.server.alerting) logs and delivers them.
+edge observed (``Deaths`` and the ``*_readings`` helpers build those from plain values) and
+returns the transitions; the edge (reach.server.alerting) logs and delivers them.
 """
 
 from __future__ import annotations
 
 import enum
 import fnmatch
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -300,19 +301,37 @@ def breaker_readings(rule: Rule, open_since: Mapping[str, float],
     return out
 
 
-def dead_letter_readings(rule: Rule, letters: Iterable[tuple[str, tuple[str, ...], float]],
-                         now: float) -> list[Reading]:
-    """One reading: how many letters (capability, agents that tried it, when it died) died
-    within the rule's window, among those its filters match."""
-    count = 0
-    for capability, agents, died in letters:
-        if died < now - rule.window or not rule.capability_matches(capability):
-            continue
-        if rule.agents and not any(rule.agent_matches(a) for a in agents):
-            continue
-        count += 1
-    label = ",".join(rule.capabilities) or "*"
-    return [Reading(label, None, float(count), _threshold(rule))]
+class Deaths:
+    """Dead letters each ``dead_letters`` rule has seen die within its window, fed one letter
+    at a time as the edge finds new ones (so a reading costs what died or expired since the
+    last, not a pass over every letter)."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = [r for r in rules if r.kind == DEAD_LETTERS]
+        self.times: dict[str, deque[float]] = {r.name: deque() for r in self.rules}
+
+    @property
+    def window(self) -> float:
+        """The longest window of any rule: letters older than this matter to none."""
+        return max((r.window for r in self.rules), default=0.0)
+
+    def add(self, capability: str, agents: Iterable[str], died: float) -> None:
+        """One letter, oldest first: ``agents`` made attempts at it, ``died`` is when."""
+        tried = tuple(agents)
+        for rule in self.rules:
+            if not rule.capability_matches(capability):
+                continue
+            if rule.agents and not any(rule.agent_matches(a) for a in tried):
+                continue
+            self.times[rule.name].append(died)
+
+    def readings(self, rule: Rule, now: float) -> list[Reading]:
+        """One reading: how many letters the rule's filters match died within its window."""
+        times = self.times[rule.name]
+        while times and times[0] < now - rule.window:
+            times.popleft()
+        label = ",".join(rule.capabilities) or "*"
+        return [Reading(label, None, float(len(times)), _threshold(rule))]
 
 
 def latency_readings(rule: Rule, p95_ms: Mapping[str, float | None],

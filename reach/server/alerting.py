@@ -2,11 +2,12 @@
 
 Every ``interval`` (the rules file's ``[alerts]``) ``tick`` reads what the coordinator already
 knows — dead letters, breakers, per-capability P95 and declared latencies, which agents are
-reachable — into plain readings, lets the pure ``reach.core.alerts.Evaluator`` decide, and
+reachable — into plain readings (dead letters incrementally: only those new since the last
+evaluation are read), lets the pure ``reach.core.alerts.Evaluator`` decide, and
 for each transition: logs one line (logger ``reach.alerts``), publishes an ``alert`` event
 (so ``json_logs`` writes it as a JSON line and the admin feed sends a delta at once) and
-queues a webhook notification per target (``reach.server.alerts_out``). Reading costs one
-pass over the dead letters and the agents; nothing here awaits while it reads.
+queues a webhook notification per target (``reach.server.alerts_out``). Reading costs a pass
+over the agents and the new dead letters; nothing here awaits while it reads.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class Alerting:
         self.url = url
         self.evaluator = al.Evaluator(config.rules)
         self.spells = al.OpenSpells()
+        self.deaths = al.Deaths(config.rules)
+        self._recorded: dict[str, float] = {}  # letter → when it died, as counted
         self.senders = {h.name: WebhookSender(h, clock, rng, config.queue)
                         for h in config.webhooks}
         self._session: aiohttp.ClientSession | None = None
@@ -100,7 +103,6 @@ class Alerting:
         out: dict[str, list[al.Reading]] = {}
         spells: dict[str, float] = {}
         declared: dict[str, list[str]] = {}
-        letters: list[tuple[str, tuple[str, ...], float]] = []
         reachable: dict[str, int] = {}
         if al.BREAKER_OPEN in kinds:
             spells = self.spells.update({
@@ -108,9 +110,7 @@ class Alerting:
                 for r in records})
             declared = {r.name: list(r.capabilities) for r in records}
         if al.DEAD_LETTERS in kinds:
-            letters = [(t.envelope.capability, tuple(a.agent for a in t.attempts if a.agent),
-                        t.updated_at)
-                       for t in self.gateway.dead.values() if t.state is TaskState.DEAD]
+            self._count_deaths(now)
         if al.NO_AGENT in kinds:
             reachable = dict.fromkeys(self.gateway.known, 0)
             for record in records:
@@ -121,12 +121,38 @@ class Alerting:
             if rule.kind == al.BREAKER_OPEN:
                 out[rule.name] = al.breaker_readings(rule, spells, declared, now)
             elif rule.kind == al.DEAD_LETTERS:
-                out[rule.name] = al.dead_letter_readings(rule, letters, now)
+                out[rule.name] = self.deaths.readings(rule, now)
             elif rule.kind == al.NO_AGENT:
                 out[rule.name] = al.agent_readings(rule, reachable)
             else:
                 out[rule.name] = self._latency(rule)
         return out
+
+    def _count_deaths(self, now: float) -> None:
+        """Feed ``deaths`` the letters that died since the last evaluation. New letters join
+        the end of the gateway's (insertion-ordered) map, so the scan walks back from the end
+        and stops at the first letter already counted at the same time, or one older than
+        every window: a few letters a tick, not all 10,000. A letter replayed and dead again
+        in its old place is not counted twice; one being replayed is passed over."""
+        horizon = now - self.deaths.window
+        fresh = []
+        for task in reversed(self.gateway.dead.values()):
+            if task.state is not TaskState.DEAD:
+                continue
+            died = task.updated_at
+            if died < horizon or self._recorded.get(task.task_id) == died:
+                break
+            fresh.append(task)
+        for task in reversed(fresh):
+            self._recorded.pop(task.task_id, None)  # (re-inserted: the map stays in order)
+            self._recorded[task.task_id] = task.updated_at
+            self.deaths.add(task.envelope.capability,
+                            [a.agent for a in task.attempts if a.agent], task.updated_at)
+        while self._recorded:
+            first = next(iter(self._recorded))
+            if self._recorded[first] >= horizon:
+                break
+            del self._recorded[first]
 
     def _latency(self, rule: al.Rule) -> list[al.Reading]:
         # Percentiles sort a window: only for the capabilities this rule can judge.

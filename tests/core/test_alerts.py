@@ -214,15 +214,32 @@ def test_breaker_readings_filter_agents_and_their_capabilities() -> None:
     assert [x.agent for x in al.breaker_readings(anyone, {"a": 1.0}, {}, 2.0)] == ["a"]
 
 
-def test_dead_letter_readings_count_within_the_window_and_filters() -> None:
-    r = rule(kind=al.DEAD_LETTERS, threshold=2, window=60.0)
-    letters = [("a.b", ("w1",), 40.0), ("a.b", (), 39.9), ("c.d", ("w2",), 100.0)]
-    assert al.dead_letter_readings(r, letters, 100.0) == [Reading("*", None, 2.0, 2.0)]
-    caps = rule(kind=al.DEAD_LETTERS, threshold=0, capabilities=("a.*", "z.z"))
-    assert al.dead_letter_readings(caps, letters, 100.0) == [
-        Reading("a.*,z.z", None, 1.0, 0.0)]
-    by_agent = rule(kind=al.DEAD_LETTERS, threshold=0, agents=("w2",))
-    assert al.dead_letter_readings(by_agent, letters, 100.0)[0].value == 1.0
+def test_deaths_count_within_each_rules_window_and_filters() -> None:
+    every = rule(name="every", kind=al.DEAD_LETTERS, threshold=2)  # window 60 s
+    caps = rule(name="caps", kind=al.DEAD_LETTERS, threshold=0, window=10.0,
+                capabilities=("a.*", "z.z"))
+    by_agent = rule(name="w2", kind=al.DEAD_LETTERS, threshold=0, agents=("w2",))
+    deaths = al.Deaths([every, rule(), caps, by_agent])
+    assert [r.name for r in deaths.rules] == ["every", "caps", "w2"]  # not the p95 rule
+    assert deaths.window == 60.0
+    for capability, agents, died in [("c.d", ("w2",), 30.0), ("a.b", ("w1",), 39.5),
+                                     ("a.b", (), 40.0), ("c.d", iter(["w1", "w2"]), 95.0)]:
+        deaths.add(capability, agents, died)
+    assert deaths.readings(every, 99.5) == [Reading("*", None, 3.0, 2.0)]  # 39.5, 40, 95
+    assert deaths.readings(caps, 100.0) == [Reading("a.*,z.z", None, 0.0, 0.0)]
+    assert deaths.readings(by_agent, 100.0)[0].value == 1.0  # 30.0 is past its window
+    assert deaths.readings(every, 100.0)[0].value == 2.0
+    assert deaths.readings(every, 100.0)[0].value == 2.0  # reading twice changes nothing
+    assert deaths.readings(every, 100.0001)[0].value == 1.0  # 40.0 is past now
+    assert al.Deaths([rule()]).window == 0.0
+
+
+def test_deaths_at_the_window_edge_count_until_past_it() -> None:
+    r = rule(kind=al.DEAD_LETTERS, threshold=0)
+    deaths = al.Deaths([r])
+    deaths.add("x", (), 40.0)
+    assert deaths.readings(r, 100.0)[0].value == 1.0
+    assert deaths.readings(r, 100.5)[0].value == 0.0
 
 
 def test_latency_readings_use_the_rule_threshold_or_the_declared_latency() -> None:

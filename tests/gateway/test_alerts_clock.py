@@ -15,6 +15,7 @@ from reach.core.backoff import Backoff
 from reach.core.liveness import LivenessPolicy
 from reach.core.registry import Registry
 from reach.core.routing import Router
+from reach.core.tasks import Attempt, Envelope, Task, TaskState
 from reach.gateway.gateway import Gateway
 from reach.server.alerting import Alerting
 from reach.testing import FakeAgentLink, ManualClock, MemoryStore
@@ -108,3 +109,43 @@ async def _until(predicate: Callable[[], bool]) -> None:
     async with asyncio.timeout(5):
         while not predicate():
             await asyncio.sleep(0.005)
+
+
+def letter(task_id: str, capability: str, died: float, agent: str | None = None) -> Task:
+    task = Task(Envelope(task_id, "trace", capability, {}, "caller", f"key-{task_id}"),
+                state=TaskState.DEAD, updated_at=died)
+    if agent is not None:
+        task.attempts.append(Attempt(1, "id-" + agent, agent, died - 1.0))
+    return task
+
+
+async def test_dead_letters_are_counted_once_as_they_die_not_rescanned() -> None:
+    alerting, clock, _ = rig(al.Rule("letters", al.DEAD_LETTERS, threshold=2, window=10.0),
+                             al.Rule("w2", al.DEAD_LETTERS, threshold=0, window=10.0,
+                                     agents=("w2",)))
+    dead = alerting.gateway.dead
+    t0 = clock.wall()
+    dead["old"] = letter("old", "a.b", t0 - 30.0)  # before every window: the scan stops here
+    dead["l1"] = letter("l1", "a.b", t0 - 1.0, agent="w2")
+    dead["l2"] = letter("l2", "a.b", t0 - 0.5)
+    assert [len(alerting.observe(t0)[r][0:1]) for r in ("letters", "w2")] == [1, 1]
+    assert alerting.deaths.times == {"letters": al.deque([t0 - 1.0, t0 - 0.5]),
+                                     "w2": al.deque([t0 - 1.0])}
+    assert alerting.observe(t0)["letters"][0].value == 2.0  # the same letters: not again
+    replaying = letter("l3", "a.b", t0 + 0.2)
+    replaying.state = TaskState.RUNNING  # a letter being replayed is passed over
+    dead["l3"] = replaying
+    dead["l4"] = letter("l4", "a.b", t0 + 0.1)
+    assert alerting.observe(t0 + 1.0)["letters"][0].value == 3.0
+    # l1 replayed, resolved (it leaves the map) and dead again: it joins the end, counted anew
+    del dead["l1"]
+    dead["l1"] = letter("l1", "a.b", t0 + 2.0)
+    dead["l5"] = letter("l5", "a.b", t0 + 2.5)
+    assert alerting.observe(t0 + 3.0)["letters"][0].value == 5.0
+    assert list(alerting._recorded) == ["l2", "l4", "l1", "l5"]
+    assert alerting.observe(t0 + 10.4)["letters"][0].value == 2.0  # t0+0.1 and before: past
+    assert list(alerting._recorded) == ["l1", "l5"]
+    dead["l6"] = letter("l6", "a.b", t0 + 3.0)
+    [moved] = alerting.tick()  # three letters in the window now: more than 2
+    assert (moved.alert.rule, moved.alert.state, moved.alert.value) == ("letters", "firing",
+                                                                         3.0)
