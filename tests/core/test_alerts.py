@@ -219,8 +219,9 @@ def test_deaths_count_within_each_rules_window_and_filters() -> None:
     caps = rule(name="caps", kind=al.DEAD_LETTERS, threshold=0, window=10.0,
                 capabilities=("a.*", "z.z"))
     by_agent = rule(name="w2", kind=al.DEAD_LETTERS, threshold=0, agents=("w2",))
-    deaths = al.Deaths([every, rule(), caps, by_agent])
-    assert [r.name for r in deaths.rules] == ["every", "caps", "w2"]  # not the p95 rule
+    # (the filtering rules come first: a letter one rule skips still reaches the next)
+    deaths = al.Deaths([caps, by_agent, rule(), every])
+    assert [r.name for r in deaths.rules] == ["caps", "w2", "every"]  # not the p95 rule
     assert deaths.window == 60.0
     for capability, agents, died in [("c.d", ("w2",), 30.0), ("a.b", ("w1",), 39.5),
                                      ("a.b", (), 40.0), ("c.d", iter(["w1", "w2"]), 95.0)]:
