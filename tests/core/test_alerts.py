@@ -208,7 +208,8 @@ def test_breaker_readings_filter_agents_and_their_capabilities() -> None:
     r = rule(kind=al.BREAKER_OPEN, threshold=30.0, agents=("led*",), capabilities=("l.*",))
     # (an agent each filter skips comes before one that passes: skipping is not stopping)
     got = al.breaker_readings(r, {"other": 10.0, "led2": 12.0, "ledger": 10.0},
-                              {"ledger": ["l.write"], "led2": ["m.read"]}, 50.0)
+                              {"ledger": ["l.write"], "led2": ["m.read"],
+                               "other": ["l.write"]}, 50.0)
     assert got == [Reading(None, "ledger", 40.0, 30.0, 10.0)]
     anyone = rule(kind=al.BREAKER_OPEN, threshold=5)
     assert [x.agent for x in al.breaker_readings(anyone, {"a": 1.0}, {}, 2.0)] == ["a"]
