@@ -227,6 +227,8 @@ def test_deaths_count_within_each_rules_window_and_filters() -> None:
     for capability, agents, died in [("c.d", ("w2",), 30.0), ("a.b", ("w1",), 39.5),
                                      ("a.b", (), 40.0), ("c.d", iter(["w1", "w2"]), 95.0)]:
         deaths.add(capability, agents, died)
+    assert list(deaths.times["w2"]) == [30.0, 95.0]  # the letters w2 made an attempt at
+    assert list(deaths.times["caps"]) == [39.5, 40.0]
     assert deaths.readings(every, 99.5) == [Reading("*", None, 3.0, 2.0)]  # 39.5, 40, 95
     assert deaths.readings(caps, 100.0) == [Reading("a.*,z.z", None, 0.0, 0.0)]
     assert deaths.readings(by_agent, 100.0)[0].value == 1.0  # 30.0 is past its window
