@@ -70,6 +70,7 @@ class Model:
         self.traces: dict[str, admin.TraceSummary] = {}
         self.dead_letters: dict[str, admin.DeadLetter] = {}
         self.metrics = admin.Metrics()
+        self.alerts: list[admin.AlertView] = []  # firing now, oldest first (docs/alerts.md)
         self.frames = 0
 
     # ------------------------------------------------------------ merging
@@ -93,6 +94,7 @@ class Model:
         self.traces = {t.trace_id: t for t in frame.traces}
         self.dead_letters = {d.task_id: d for d in frame.dead_letters}
         self.metrics = frame.metrics
+        self.alerts = list(frame.alerts)
         self._trim_traces()
         return Change(snapshot=True, agents=True, traces=True, dead_letters=True, metrics=True)
 
@@ -115,6 +117,8 @@ class Model:
         metrics = "metrics" in frame.model_fields_set
         if metrics:
             self.metrics = frame.metrics
+        if "alerts" in frame.model_fields_set:  # a complete list, like metrics
+            self.alerts = list(frame.alerts)
         return Change(
             agents=bool(frame.agents) or ticked,
             traces=bool(frame.traces) or ticked,

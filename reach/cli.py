@@ -14,6 +14,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="a TOML file of agents that don't speak Reach (HTTP services, "
                             "command-line tools, NATS workers) for the coordinator to attach "
                             "and drive; see docs/adapters.md")
+    serve.add_argument("--alerts", type=Path, default=None, metavar="FILE",
+                       help="a TOML file of alert rules and the webhooks they page (dead "
+                            "letters, open breakers, slow capabilities, capabilities without "
+                            "an agent); see docs/alerts.md")
     serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
     demo = sub.add_parser("demo", help="a coordinator, three agents and a mix of calls, live",
@@ -126,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             events.propagate = False
         try:
             settings = _settings(args)
+            if args.alerts is not None:  # validated now: a bad rule is one line, rc 2
+                from reach.alert_rules import load_alerts
+                settings = replace(settings, alerts=load_alerts(args.alerts))
             adapters = _agents(args.agents)
         except ValueError as exc:
             print(f"reach: {exc}", file=sys.stderr)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from os import PathLike
 
+from reach.alert_rules import AlertConfig
 from reach.core.backoff import Backoff
 
 
@@ -82,6 +84,8 @@ class Settings:
     # action, appended to this file ("-": only to the logger reach.audit); None: none kept
     audit_log: str | None = None
     audit_params: bool = False  # also record params and intent text (see the risk in the doc)
+    # alert rules and webhooks (docs/alerts.md): a rules file's path, or one already loaded
+    alerts: str | PathLike[str] | AlertConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "ack_timeout", "max_frame_bytes", "probe_interval",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from reach._version import __version__
 from reach.config import Settings
@@ -26,7 +26,6 @@ from reach.ports import Clock
 from reach.server.display import AgentList, TraceView
 
 Command = Callable[["Ops", dict[str, Any]], Awaitable[Any]]
-T = TypeVar("T")
 FILTERS = frozenset({"capability", "agent", "error", "since", "until"})
 
 
@@ -42,6 +41,7 @@ class Ops:
         self.url = ""  # set once the coordinator listens
         self.started_at = 0.0
         self._auto_replayed: set[str] = set()
+        self.alerting: Any = None  # reach.server.alerting.Alerting, with alert rules
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
@@ -130,6 +130,10 @@ class Ops:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
         capability, per agent and in total (docs/admin-feed.md, "Metrics")."""
         return self.gateway.metrics.snapshot()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Alerts firing now, as the admin feed's ``AlertView`` (docs/alerts.md)."""
+        return [] if self.alerting is None else list(self.alerting.active())
 
     # ------------------------------------------------------------ dead letters and replay
 
@@ -248,10 +252,11 @@ class Ops:
             raise InvalidParams(f"unknown admin action {action!r}; see docs/admin-feed.md")
         return await handler(self, args)
 
-    def act(self, action: str, args: dict[str, Any], run: Callable[[], T]) -> T:
-        """Run an operator action called from Python and record it as the feed's would be."""
+    def act(self, action: str, **args: Any) -> dict[str, Any]:
+        """Run the operator method ``action`` for a Python caller, recorded as the admin feed's
+        command of that name would be."""
         try:
-            result = run()
+            result: dict[str, Any] = getattr(self, action)(**args)
         except BaseException:
             self.record(action, args, False)
             raise

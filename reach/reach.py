@@ -24,6 +24,7 @@ from typing import Any
 from websockets.asyncio.server import Server
 
 from reach.adapters.base import Adapter, Membership
+from reach.alert_rules import AlertConfig, load_alerts
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
@@ -38,6 +39,7 @@ from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
 from reach.server.agent_session import precompile
+from reach.server.alerting import Alerting
 from reach.server.audit import AuditWriter
 from reach.server.channel import Channel
 from reach.server.display import AgentList, TraceView, reach_html
@@ -87,6 +89,14 @@ class Reach:
         if self.audit is not None:
             self.gateway.audit = Audit(self.clock, self.audit.put, self.registry,
                                        include_params=s.audit_params)
+        # Alert rules (docs/alerts.md): a bad rules file fails here, before anything starts.
+        self.alerting: Alerting | None = None
+        if s.alerts is not None:
+            rules = s.alerts if isinstance(s.alerts, AlertConfig) else load_alerts(s.alerts)
+            self.alerting = Alerting(rules, self.gateway, self.registry, self.clock,
+                                     random.Random(None if seed is None else seed + 1),
+                                     lambda: self.url)
+        self.ops.alerting = self.alerting
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
         self.adapters: dict[str, Adapter] = {}  # attached agents, by name
@@ -160,6 +170,8 @@ class Reach:
         self._loops.append(loop.create_task(self._sweep_loop(), name="reach-liveness"))
         self._loops.append(loop.create_task(self.channel.watch_lag(), name="reach-lag"))
         self._loops.append(loop.create_task(self.gateway.probes.run(), name="reach-probes"))
+        if self.alerting is not None:
+            self.alerting.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()
         self.started = True
@@ -189,6 +201,8 @@ class Reach:
         for loop_task in self._loops:
             loop_task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        if self.alerting is not None:
+            await self.alerting.close()
         await self.gateway.stop(self.settings.drain_timeout)
         await asyncio.gather(*(a.close("coordinator stopping") for a in self.adapters.values()),
                              return_exceptions=True)
@@ -317,28 +331,24 @@ class Reach:
         return self.ops.reset_breaker(agent)
 
     def overrides(self) -> dict[str, Any]:
-        """An operator's weight overrides and pins (reach.core.overrides)."""
         return self.ops.overrides()
 
     def set_weight(self, agent: str, weight: float | None, capability: str | None = None
                    ) -> dict[str, Any]:
-        """Route by ``weight`` instead of the declared one (None: back to it); an admin event."""
-        return self.ops.act("set_weight", {"agent": agent, "weight": weight,
-                                           "capability": capability},
-                            lambda: self.ops.set_weight(agent, weight, capability))
+        return self.ops.act("set_weight", agent=agent, weight=weight, capability=capability)
 
     def pin(self, agent: str, capability: str) -> dict[str, Any]:
-        """Route ``capability`` only to ``agent`` (and others pinned for it); an admin event."""
-        return self.ops.act("pin", {"agent": agent, "capability": capability},
-                            lambda: self.ops.pin(agent, capability))
+        return self.ops.act("pin", agent=agent, capability=capability)
 
     def unpin(self, capability: str, agent: str | None = None) -> dict[str, Any]:
-        """Undo ``pin`` (for ``agent``, or every pin of ``capability``); an admin event."""
-        return self.ops.act("unpin", {"capability": capability, "agent": agent},
-                            lambda: self.ops.unpin(capability, agent))
+        return self.ops.act("unpin", capability=capability, agent=agent)
 
     def metrics(self) -> dict[str, Any]:
         return self.ops.metrics()
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Alerts firing now (docs/alerts.md), oldest first; [] without alert rules."""
+        return self.ops.alerts()
 
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
                      error: str | None = None, since: float | None = None,

@@ -1,4 +1,5 @@
-"""The status line: the feed connection's state and a one-line summary of the coordinator."""
+"""The status line: the feed connection's state, the alerts firing now (in red, first, so a
+narrow terminal still shows them) and a one-line summary of the coordinator."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
+
+from reach.core import alerts
+from reach.wire import admin
 
 from ..model import Model
 from ..rows import age, millis, plural
@@ -41,10 +45,28 @@ def summary(model: Model) -> str:
     return " · ".join(parts)
 
 
+def alert_line(model: Model) -> str:
+    """``2 alerts: breaker open 61 s on ledger-writer; no agent for ledger.write for 12 s``
+    (ages against the coordinator's clock of the last frame); empty with none firing."""
+    if not model.alerts:
+        return ""
+    parts = [summary_of(a, model.at) for a in model.alerts]
+    return f"{plural(len(parts), 'alert')}: " + "; ".join(parts)
+
+
+def summary_of(view: admin.AlertView, at: float) -> str:
+    """One alert's text, its age brought up to ``at`` (a breaker stays open as time passes)."""
+    return alerts.summary(view.kind, view.capability, view.agent, view.value, view.threshold,
+                          at - view.since)
+
+
 def status_text(link: Link, url: str, model: Model, note: str) -> Text:
     icon, style = LINK_LOOK.get(link.state, ("?", ""))
     text = Text()
     text.append(f"{icon} {link.detail or link.state}", style=style)
+    firing = alert_line(model)
+    if firing:
+        text.append(f"  ⚠ {firing}", style="bold red")
     text.append(f"  {url}", style="grey50")
     line = summary(model)
     if line:

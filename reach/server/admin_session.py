@@ -65,7 +65,8 @@ class AdminSession(Session):
         op: Any = self.services.operator  # its views are the dicts the frame's models describe
         return a.dump_admin(_Snapshot(
             at=self.services.clock.wall(), coordinator=op.coordinator(), agents=op.agents(),
-            traces=op.traces(), dead_letters=op.dead_letters(), metrics=op.metrics()))
+            traces=op.traces(), dead_letters=op.dead_letters(), metrics=op.metrics(),
+            alerts=op.alerts()))
 
     async def _pump(self, sub: Subscription) -> None:
         clock = self.services.clock
@@ -113,7 +114,7 @@ class AdminSession(Session):
         return a.dump_admin(_Delta(
             at=self.services.clock.wall(), agents=agents,
             traces=[op.trace_summary(t) for t in traces], dead_letters=letters,
-            resolved=list(resolved), metrics=op.metrics(), dropped=0))
+            resolved=list(resolved), metrics=op.metrics(), dropped=0, alerts=op.alerts()))
 
     # ------------------------------------------------------------ commands
 

@@ -165,6 +165,24 @@ class Timeline(_Object):
     hops: list[Hop] = Field(default_factory=list)
 
 
+class AlertView(_Object):
+    """An alert firing now (docs/alerts.md): which rule, about what, since when."""
+
+    id: str
+    rule: str
+    kind: str  # dead_letters | breaker_open | p95_latency | no_agent
+    state: str = "firing"
+    capability: str | None = None
+    agent: str | None = None
+    value: float = 0.0
+    threshold: float = 0.0
+    unit: str = ""
+    since: float = 0.0
+    fired_at: float = 0.0
+    resolved_at: float | None = None
+    summary: str = ""
+
+
 class Coordinator(_Object):
     url: str
     version: str
@@ -184,6 +202,7 @@ class Snapshot(Frame):
     traces: list[TraceSummary] = Field(default_factory=list)
     dead_letters: list[DeadLetter] = Field(default_factory=list)
     metrics: Metrics = Field(default_factory=Metrics)
+    alerts: list[AlertView] = Field(default_factory=list)  # firing now (docs/alerts.md)
 
 
 class Delta(Frame):
@@ -197,6 +216,7 @@ class Delta(Frame):
     resolved: list[str] = Field(default_factory=list)
     metrics: Metrics = Field(default_factory=Metrics)
     dropped: int = 0
+    alerts: list[AlertView] = Field(default_factory=list)  # every alert firing now
 
 
 class Reply(Frame):

@@ -1,0 +1,110 @@
+"""Alert delivery: each webhook gets a bounded queue and one worker that POSTs with retries.
+
+``post`` never blocks and never grows memory without bound: past ``maxlen`` waiting
+notifications the oldest is dropped and counted (a dead receiver costs the coordinator one
+queue, never its loop). The worker sends one notification at a time, in order (a subject's
+``firing`` before its ``resolved``), and retries a connection error, a timeout, a 408, 425,
+429 or 5xx answer after a jittered backoff (``reach.core.backoff``, on the coordinator's
+clock), up to the webhook's ``attempts``; any other answer is final. Every outcome is
+counted (``stats``) and a notification given up on is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from reach._version import __version__
+from reach.alert_rules import Webhook
+from reach.ports import Clock
+
+log = logging.getLogger("reach.alerts")
+RETRYABLE = frozenset({408, 425, 429})
+
+
+@dataclass(slots=True)
+class Counts:
+    """What happened to one webhook's notifications so far."""
+
+    delivered: int = 0
+    failed: int = 0  # given up: attempts spent, or a final refusal
+    dropped: int = 0  # pushed out of a full queue before a try
+    attempts: int = 0  # POSTs made, retries included
+
+
+class WebhookSender:
+    """One webhook's queue and worker (``run``, owned by ``reach.server.alerting``)."""
+
+    def __init__(self, hook: Webhook, clock: Clock, rng: random.Random, maxlen: int) -> None:
+        self.hook = hook
+        self.clock = clock
+        self.rng = rng
+        self.maxlen = maxlen
+        self.counts = Counts()
+        self._queue: deque[dict[str, Any]] = deque()
+        self._ready = asyncio.Event()
+        self._headers = {"Content-Type": "application/json",
+                         "User-Agent": f"agent-reach/{__version__}", **dict(hook.headers)}
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def post(self, body: dict[str, Any]) -> None:
+        """Queue one notification; returns at once."""
+        if len(self._queue) >= self.maxlen:
+            self._queue.popleft()
+            self.counts.dropped += 1
+            dropped = self.counts.dropped
+            if dropped & (dropped - 1) == 0:  # at 1, 2, 4, 8, ... drops: a log line, not a flood
+                log.warning("alert webhook %s: queue full (%d), dropped the oldest notification "
+                            "(%d dropped so far)", self.hook.name, self.maxlen, dropped)
+        self._queue.append(body)
+        self._ready.set()
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counts
+        return {"webhook": self.hook.name, "url": self.hook.url, "queued": self.queued,
+                "delivered": c.delivered, "failed": c.failed, "dropped": c.dropped,
+                "attempts": c.attempts}
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        """Deliver queued notifications until cancelled."""
+        while True:
+            await self._ready.wait()
+            while self._queue:
+                await self._deliver(session, self._queue.popleft())
+            self._ready.clear()
+
+    async def _deliver(self, session: aiohttp.ClientSession, body: dict[str, Any]) -> None:
+        data = json.dumps(body, default=str, ensure_ascii=False).encode()
+        hook, problem = self.hook, ""
+        for attempt in range(hook.attempts):
+            if attempt:
+                await self.clock.sleep(hook.backoff.delay(attempt - 1, self.rng))
+            self.counts.attempts += 1
+            try:
+                async with session.post(hook.url, data=data, headers=self._headers,
+                                        timeout=aiohttp.ClientTimeout(total=hook.timeout),
+                                        allow_redirects=False) as response:
+                    await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                continue
+            if 200 <= status < 300:
+                self.counts.delivered += 1
+                return
+            problem = f"HTTP {status}"
+            if status not in RETRYABLE and status < 500:
+                break  # the receiver refused this notification: trying again won't help
+        self.counts.failed += 1
+        log.warning("alert webhook %s: gave up on %s %s after %d attempt(s): %s", hook.name,
+                    body.get("state"), body.get("id"), attempt + 1, problem)
