@@ -67,7 +67,7 @@ class Reach:
         self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
         self.gateway = Gateway(s, self.registry, self.router, self.store, self.clock, rng)
         self.events = self.gateway.events
-        self.ops = Ops(s, self.gateway, self.registry, self.clock)
+        self.ops = Ops(s, self.gateway, self.registry, self.clock, store=self.store)
         self.identities = Identities(self.registry, self.gateway, self.store, self.clock)
         # Without a configured token the admin feed still needs one: a random one, readable
         # here and printed by `reach serve`, so an open port never means an open admin feed.
@@ -136,6 +136,7 @@ class Reach:
         for key, task_id, created in await self.store.keys_since(
                 now - s.idempotency_ttl, s.idempotency_keys_max):
             self.gateway.remember_key(key, task_id, created)
+        await self.ops.lookup.restore_traces()  # the trace list survives a restart
         # Unfinished tasks are live again before anyone can connect and ask about them.
         unfinished = await self.store.unfinished()
         for task in unfinished:
@@ -332,6 +333,14 @@ class Reach:
 
     async def task(self, task_id: str) -> dict[str, Any] | None:
         return await self.ops.task(task_id)
+
+    async def find_trace(self, trace_id: str) -> TraceView:
+        """``trace()`` for any trace the store has, also one memory no longer holds."""
+        return await self.ops.find_trace(trace_id)
+
+    async def find(self, ident: str) -> dict[str, Any]:
+        """A task or trace by id, or by a head of one: its trace's summary and timeline."""
+        return await self.ops.find(ident)
 
     async def admin_command(self, action: str, args: dict[str, Any]) -> Any:
         return await self.ops.command(action, args)

@@ -34,7 +34,7 @@ from reach.errors import (
 )
 from reach.gateway import admission
 from reach.gateway.admission import Admission
-from reach.gateway.book import ChunkSink, TaskBook
+from reach.gateway.book import ChunkSink, TaskBook, replay_note
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
@@ -316,7 +316,7 @@ class Gateway:
 
     def replay(self, task: Task) -> None:
         """Run a dead letter again with a fresh retry budget; it leaves the list on success."""
-        self.move(task, S.PENDING, "replayed")
+        self.move(task, S.PENDING, replay_note(task.error))
         self.book.recent.pop(task.task_id, None)
         self.book.track(task)
         self.budget.first(self.clock.wall())
