@@ -83,11 +83,12 @@ class ReachDashboard(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "reach-dash"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "show_tab('agents')", "Agents"),
-        Binding("2", "show_tab('traces')", "Traces"),
-        Binding("3", "show_tab('breakers')", "Breakers"),
-        Binding("4", "show_tab('dead-letters')", "Dead letters"),
-        Binding("5", "show_tab('capabilities')", "Capabilities"),
+        # One footer entry for the five tab keys: the tab bar names the tabs.
+        Binding("1", "show_tab('agents')", "Tabs", key_display="1-5"),
+        Binding("2", "show_tab('traces')", "Traces", show=False),
+        Binding("3", "show_tab('breakers')", "Breakers", show=False),
+        Binding("4", "show_tab('dead-letters')", "Dead letters", show=False),
+        Binding("5", "show_tab('capabilities')", "Capabilities", show=False),
         Binding("g", "goto", "Go to id"),
         Binding("slash", "filter", "Filter"),
         Binding("question_mark", "help", "Keys"),

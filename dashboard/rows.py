@@ -206,7 +206,7 @@ def fault_rate(detail: admin.BreakerDetail | None, state: str) -> Text:
 def opened(detail: admin.BreakerDetail | None, state: str, at: float) -> Text:
     """How long a breaker that is not closed has been open (since it last opened)."""
     if state == "closed" or detail is None or not detail.opened_at:
-        return Text(DASH)
+        return Text(DASH, justify="right")
     return Text(age(at - detail.opened_at), justify="right")
 
 

@@ -132,11 +132,12 @@ def _attempt(n: int, agent: str, started: float, took: float, outcome: str,
 
 
 def _letter(n: int, cap: str, agent: str | None, code: str, message: str, age: float,
-            attempts: list[JSON], caller: str = "planner") -> JSON:
+            attempts: list[JSON], caller: str = "planner",
+            earlier: list[JSON] | None = None) -> JSON:
     task_id = f"{n:02x}" * 16
     return {"task_id": task_id, "capability": cap, "caller": caller, "agent": agent,
             "state": "dead", "error": {"code": code, "message": message}, "attempts": attempts,
-            "dead_since": AT - age,
+            "dead_since": AT - age, "earlier_errors": earlier or [],
             "envelope": {"task_id": task_id, "capability": cap, "params": {"order": n},
                          "caller": caller, "idempotency_key": f"key-{n}", "priority": 5,
                          "max_retries": 2}}
@@ -152,7 +153,8 @@ DEAD_LETTERS = [
              _attempt(2, "orders-1", AT - 12.7, 190.0, "fault", "RuntimeError: db locked")],
             caller="checkout"),
     _letter(0x33, "billing.refund", None, "unavailable", "no healthy agent for billing.refund",
-            3.0, [], caller="support"),
+            3.0, [], caller="support",  # replayed while no agent could take it
+            earlier=[{"at": AT - 3.1, "error": "task_failed: RuntimeError: refunds API 503"}]),
 ]
 
 

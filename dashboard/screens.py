@@ -14,7 +14,7 @@ from textual.widgets import Input, Static
 
 KEYS = (
     ("1 2 3 4 5", "Agents · Traces · Breakers · Dead letters · Capabilities"),
-    ("g", "go to a task or trace id (or its first characters), also an old one"),
+    ("g", "go to a task or trace by its id (or its first 6+ characters)"),
     ("/", "filter this table (words, field:value); enter keeps, esc clears"),
     ("  fields", "agent state breaker capability error caller root trace task"),
     ("↑ ↓ pgup pgdn", "move the cursor; the detail pane follows it"),
