@@ -130,3 +130,84 @@ async def test_find_says_what_it_could_not_find(tmp_path: Path) -> None:
         assert task.error is not None and task.error.code == "invalid_params"
     finally:
         await reach.stop()
+
+
+class Matches:
+    """A store whose id-head lookup answers what the test says (the rest is the real one)."""
+
+    def __init__(self, store: Any, tasks: list[str], trace_ids: list[str]) -> None:
+        self.store = store
+        self.answer = (tasks, trace_ids)
+
+    async def trace_tasks(self, trace_ids: list[str]) -> list[Any]:
+        return list(await self.store.trace_tasks(trace_ids))
+
+    async def recent_traces(self, limit: int, scan: int = 5_000) -> list[Any]:
+        return list(await self.store.recent_traces(limit, scan))
+
+    async def match(self, prefix: str, limit: int = 2) -> tuple[list[str], list[str]]:
+        return self.answer
+
+
+async def test_find_by_a_head_in_memory_and_what_is_ambiguous() -> None:
+    cluster = await Cluster.start(admin_token="t")
+    try:
+        async def ok() -> int:
+            return 1
+
+        await cluster.add_agent("one", {"x.ok": ok})
+        client = await cluster.client()
+        first = await client.submit("x.ok", {})
+        second = await client.submit("x.ok", {})
+        await first.result(5)
+        await second.result(5)
+        reach = cluster.reach
+        found = await reach.find(first.task_id[:7])  # memory only: no store lookup needed
+        assert (found["task_id"], found["trace_id"]) == (first.task_id, first.trace_id)
+        assert (await reach.find(first.trace_id))["task_id"] is None
+        lookup = reach.ops.lookup
+        real = lookup.store
+        lookup.store = Matches(real, [first.task_id, second.task_id], [])
+        with pytest.raises(ReachError, match="starts more than one id"):
+            await reach.find("abcdef")
+        lookup.store = Matches(real, [first.task_id], [second.trace_id])
+        with pytest.raises(ReachError, match="a task id and a trace id of another trace"):
+            await reach.find("abcdef")
+        lookup.store = Matches(real, ["f" * 32], [])  # listed, but no such task
+        with pytest.raises(ReachError, match="no task or trace id starts with 'abcdef'"):
+            await reach.find("abcdef")
+        lookup.store = None  # memory only: an old trace is not found, and nothing breaks
+        assert await lookup.restore_traces() == 0
+        assert list(await reach.find_trace("0" * 32)) == []
+    finally:
+        await cluster.close()
+
+
+async def test_the_store_reads_for_traces_at_their_edges(tmp_path: Path) -> None:
+    from reach.gateway.book import replay_note
+    from reach.store.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'edges.db'}")
+    await store.open()
+    try:
+        assert await store.recent_traces(0) == [] and await store.recent_traces(5) == []
+        assert await store.trace_tasks([]) == []
+        assert await store.match("abcdef") == ([], [])
+    finally:
+        await store.close()
+    assert replay_note(None) == "replayed"  # a letter without an error: nothing to keep
+    long = replay_note({"code": "task_failed", "message": "x" * 500})
+    assert long.startswith("replayed; was task_failed: xxx") and len(long) == 300
+
+
+async def test_restoring_a_task_twice_lists_it_once(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'reach.db'}"
+    trace_id, root_task, _ = await run_calls(store)
+    reach = await Reach.start(store=store, admin_token="t")
+    try:
+        before = list(reach.gateway.traces[trace_id])
+        assert await reach.ops.lookup.restore_traces() == 2  # again: nothing doubles
+        assert reach.gateway.traces[trace_id] == before and root_task in before
+        assert reach.trace_summary(trace_id)["tasks"] == 2
+    finally:
+        await reach.stop()
