@@ -78,3 +78,12 @@ def test_view_rounds_to_the_millisecond_and_shelves_count_their_records():
     assert r.view(now=20.0 + 2 / 3)["breaker_detail"]["next_probe_in_s"] == 4.333
     group = Declared(CAP).join(r)
     assert len(group.held) == 1 and len(group.ready) == 0 and r in group.held  # open
+
+
+def test_the_tripping_rate_is_rounded_to_a_thousandth() -> None:
+    r = record()
+    r.breaker.threshold = 0.65
+    for ok in (False, True, False, True, False, False):  # 3/5 stays closed, 4/6 opens
+        r.breaker.record(ok, 10.0)
+    detail = r.view(now=10.5)["breaker_detail"]
+    assert (detail["tripped_rate"], detail["tripped_calls"]) == (0.667, 6)
