@@ -73,3 +73,21 @@ async def test_a_refused_token_is_one_line_and_a_failure(cluster: Cluster,
                                      "--screenshot", str(tmp_path / "x.svg"))
     assert rc == 1
     assert stderr.count("\n") == 1 and "admin token refused" in stderr
+
+
+def test_a_bad_size_is_refused_before_connecting(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    from dashboard.__main__ import main, size_of
+
+    assert size_of("160x40") == (160, 40) and size_of("200X50") == (200, 50)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--token", "t", "--screenshot", str(tmp_path / "x.svg"), "--size", "wide"])
+    assert exit_.value.code == 2
+    assert "--size takes COLSxROWS" in capsys.readouterr().err
+
+
+async def test_an_unknown_tab_is_said(tmp_path: Path) -> None:
+    from dashboard.screenshots import ScreenshotFailed, live
+
+    with pytest.raises(ScreenshotFailed, match="no tab 'nope'; the tabs are agents, traces"):
+        await live("ws://127.0.0.1:9", "t", tmp_path / "x.svg", tab="nope")
