@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check bench install clean mutate
+.PHONY: demo test check bench install clean mutate screenshots
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,12 @@ bench: $(STAMP)
 
 mutate: $(STAMP)
 	$(BIN)/python tools/mutate.py --jobs 2    # reach/core mutation score per module; gate 95 %
+
+# The dashboard pictures in README.md and docs/screenshots, drawn on the built-in sample state
+# (tests/dashboard/test_dash_cli.py fails when they are stale). A live coordinator's picture:
+# `reach-dash --url ws://127.0.0.1:8765 --token T --screenshot out.svg`.
+screenshots: $(STAMP)
+	$(BIN)/python -m dashboard.screenshots docs/screenshots
 
 clean:
 	rm -rf $(VENV) .pytest_cache

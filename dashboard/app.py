@@ -33,9 +33,10 @@ from .feed import (
 )
 from .model import JSON, Change, Model
 from .rows import plural, short
-from .screens import ConfirmScreen, HelpScreen
+from .screens import ConfirmScreen, GotoScreen, HelpScreen
 from .views.agents import AgentsView, AgentTableView, BreakersView
 from .views.base import TableView
+from .views.capabilities import CapabilitiesView
 from .views.filter_box import FilterBox
 from .views.letters import DeadLettersView
 from .views.status import Link, StatusLine
@@ -44,8 +45,9 @@ from .views.traces import TracesView
 TABS: dict[str, tuple[str, type[TableView]]] = {
     "agents": ("Agents", AgentsView), "traces": ("Traces", TracesView),
     "breakers": ("Breakers", BreakersView), "dead-letters": ("Dead letters", DeadLettersView),
+    "capabilities": ("Capabilities", CapabilitiesView),
 }
-"""Tab id → title and view; keys 1-4 in this order."""
+"""Tab id → title and view; keys 1-5 in this order."""
 REPLAY_WAIT_S = 30.0
 """How long one replay command waits for the replayed task's outcome."""
 BULK_REPLAY_WAIT_S = 10.0
@@ -81,10 +83,13 @@ class ReachDashboard(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "reach-dash"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "show_tab('agents')", "Agents"),
-        Binding("2", "show_tab('traces')", "Traces"),
-        Binding("3", "show_tab('breakers')", "Breakers"),
-        Binding("4", "show_tab('dead-letters')", "Dead letters"),
+        # One footer entry for the five tab keys: the tab bar names the tabs.
+        Binding("1", "show_tab('agents')", "Tabs", key_display="1-5"),
+        Binding("2", "show_tab('traces')", "Traces", show=False),
+        Binding("3", "show_tab('breakers')", "Breakers", show=False),
+        Binding("4", "show_tab('dead-letters')", "Dead letters", show=False),
+        Binding("5", "show_tab('capabilities')", "Capabilities", show=False),
+        Binding("g", "goto", "Go to id"),
         Binding("slash", "filter", "Filter"),
         Binding("question_mark", "help", "Keys"),
         Binding("q", "quit", "Quit"),
@@ -135,7 +140,8 @@ class ReachDashboard(App[None]):
         """Merge one feed frame and bring the tabs that it touched up to date."""
         change = self.model.apply(frame)
         touched = {"agents": change.agents, "breakers": change.agents,
-                   "traces": change.traces, "dead-letters": change.dead_letters}
+                   "traces": change.traces, "dead-letters": change.dead_letters,
+                   "capabilities": change.agents or change.metrics}
         # query, not query_one: a worker may finish while the app is shutting down.
         for view in self.query(TableView):
             if touched.get((view.id or "").removesuffix("-view")):
@@ -216,6 +222,52 @@ class ReachDashboard(App[None]):
             return
         view.show_timeline(timeline)
 
+    # ------------------------------------------------------------ go to a task or trace
+
+    def action_goto(self) -> None:
+        """Ask for a task or trace id (or a head of one) and show what it names."""
+        def chosen(ident: str | None) -> None:
+            if ident and ident.strip():
+                self.goto(ident.strip())
+
+        self.push_screen(GotoScreen(), chosen)
+
+    @work(exclusive=True, group="goto")
+    async def goto(self, ident: str) -> None:
+        """The coordinator finds the id among every task its store has (``find``); a dead
+        letter opens on its tab, anything else as its trace's waterfall."""
+        try:
+            found = await self.command("find", {"id": ident})
+            summary = admin.TraceSummary.model_validate(found["summary"])
+            timeline = admin.Timeline.model_validate(found["timeline"])
+        except CommandFailed as exc:
+            self.report(f"go to {ident}: {exc.message}", error=True)
+            return
+        except (FeedError, TimeoutError) as exc:
+            self.report(f"go to {ident} failed: {exc or 'timed out'}", error=True)
+            return
+        except (ValidationError, KeyError, TypeError):
+            self.report(f"go to {ident}: not a find result", error=True)
+            return
+        task_id = found.get("task_id")
+        if found.get("dead_letter") and task_id in self.model.dead_letters:
+            self.action_show_tab("dead-letters")
+            letters = self.query_one(DeadLettersView)
+            letters.filter_text = ""
+            letters.table.select(task_id)
+            self.report(f"dead letter {short(task_id)}")
+            return
+        self.model.add_found(summary)
+        view = self.query_one(TracesView)
+        self.action_show_tab("traces")
+        view.filter_text = ""
+        view.show(self.model)
+        view.table.select(summary.trace_id)
+        view.show_timeline(timeline)
+        what = f"task {short(task_id)} in trace" if task_id else "trace"
+        self.report(f"{what} {short(summary.trace_id)}: {summary.root or '?'}, "
+                    f"{summary.state}")
+
     # ------------------------------------------------------------ agents and breakers
 
     @on(AgentTableView.AgentCommand)
@@ -285,7 +337,8 @@ class ReachDashboard(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Tab, filter and help keys wait while a question or the help is open over the
         tables (the app's keys would otherwise reach through the modal screen)."""
-        if action in ("show_tab", "filter", "help") and isinstance(self.screen, ModalScreen):
+        if (action in ("show_tab", "filter", "help", "goto")
+                and isinstance(self.screen, ModalScreen)):
             return False
         return True
 

@@ -45,6 +45,16 @@ def decode(frame: JSON) -> admin.Snapshot | admin.Delta:
 
 
 @dataclass(frozen=True)
+class CapabilityView:
+    """One capability as the feed shows it: its metrics (None before any call) and the
+    agents that declare it."""
+
+    name: str
+    series: admin.Series | None
+    agents: tuple[admin.AgentView, ...]
+
+
+@dataclass(frozen=True)
 class Change:
     """What one frame changed, so the UI re-syncs only the tables that need it."""
 
@@ -72,6 +82,8 @@ class Model:
         self.metrics = admin.Metrics()
         self.alerts: list[admin.AlertView] = []  # firing now, oldest first (docs/alerts.md)
         self.frames = 0
+        self.found: set[str] = set()
+        """Traces the operator went to by id (``g``): kept past the newest 200."""
 
     # ------------------------------------------------------------ merging
 
@@ -91,7 +103,8 @@ class Model:
         self.at = frame.at
         self.coordinator = frame.coordinator
         self.agents = {a.agent_id: a for a in frame.agents}
-        self.traces = {t.trace_id: t for t in frame.traces}
+        kept = {t: self.traces[t] for t in self.found if t in self.traces}
+        self.traces = {**kept, **{t.trace_id: t for t in frame.traces}}
         self.dead_letters = {d.task_id: d for d in frame.dead_letters}
         self.metrics = frame.metrics
         self.alerts = list(frame.alerts)
@@ -127,11 +140,17 @@ class Model:
             dropped=frame.dropped,
         )
 
+    def add_found(self, summary: admin.TraceSummary) -> None:
+        """A trace the operator went to by id: listed (and kept) even if it is old."""
+        self.traces[summary.trace_id] = summary
+        self.found.add(summary.trace_id)
+
     def _trim_traces(self) -> None:
-        if len(self.traces) <= TRACE_LIMIT:
+        if len(self.traces) <= TRACE_LIMIT + len(self.found):
             return
-        keep = self.traces_newest_first()[:TRACE_LIMIT]
-        self.traces = {t.trace_id: t for t in keep}
+        newest = [t for t in self.traces_newest_first() if t.trace_id not in self.found]
+        keep = set(self.found) | {t.trace_id for t in newest[:TRACE_LIMIT]}
+        self.traces = {k: t for k, t in self.traces.items() if k in keep}
 
     # ------------------------------------------------------------ ordered views
 
@@ -147,6 +166,17 @@ class Model:
     def letters_oldest_first(self) -> list[admin.DeadLetter]:
         """Unresolved dead letters by the time they died, oldest first."""
         return sorted(self.dead_letters.values(), key=lambda d: (d.dead_since, d.task_id))
+
+    def capabilities(self) -> list[CapabilityView]:
+        """Every capability an agent declares or the metrics count, by name, with the agents
+        declaring it (by name)."""
+        serving: dict[str, list[admin.AgentView]] = {}
+        for view in self.agents_by_name():
+            for cap in view.capabilities:
+                serving.setdefault(cap, []).append(view)
+        names = sorted(set(serving) | set(self.metrics.capabilities))
+        return [CapabilityView(name, self.metrics.capabilities.get(name),
+                               tuple(serving.get(name, ()))) for name in names]
 
     def totals(self) -> admin.Series | None:
         """The coordinator-wide metrics series; None until a frame has carried one."""

@@ -15,6 +15,8 @@ from rich.text import Text
 
 from reach.wire import admin
 
+from .model import CapabilityView
+
 STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
 BREAKER_STYLE = {"closed": "green", "half_open": "yellow", "open": "bold red"}
 TRACE_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "dead": "bold red"}
@@ -26,11 +28,13 @@ DASH = "—"
 
 @dataclass(frozen=True)
 class Column:
-    """One table column: its key (used by ``update_cell``), header and fixed width."""
+    """One table column: its key (used by ``update_cell``) and header. A column is as wide as
+    its widest cell; one with ``shrink`` (names, capabilities, errors) may be cut down to that
+    many characters, marked with …, when the table is wider than the terminal."""
 
     key: str
     label: str
-    width: int | None = None
+    shrink: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,10 @@ def millis(ms: float | None) -> str:
 
 
 def plural(count: int, noun: str) -> str:
-    """``1 dead letter``, ``3 dead letters``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+    """``1 dead letter``, ``3 dead letters``, ``2 capabilities``."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun[:-1]}ies" if noun.endswith("y") else f"{count} {noun}s"
 
 
 def short(ident: str | None, width: int = 10) -> str:
@@ -119,10 +125,10 @@ def error_text(error: Any, width: int = 48) -> str:
 # ---------------------------------------------------------------- agents
 
 AGENT_COLUMNS = (
-    Column("agent", "Agent", 12), Column("state", "State", 17), Column("load", "In flight", 12),
-    Column("p95", "P95", 7), Column("calls", "Calls", 6), Column("faults", "Faults", 6),
-    Column("breaker", "Breaker", 9), Column("beat", "Beat", 5), Column("kind", "Kind", 9),
-    Column("caps", "Capabilities"),
+    Column("agent", "Agent", shrink=12), Column("state", "State"), Column("load", "In flight"),
+    Column("p95", "P95"), Column("calls", "Calls"), Column("faults", "Faults"),
+    Column("breaker", "Breaker"), Column("beat", "Beat"), Column("kind", "Kind"),
+    Column("caps", "Capabilities", shrink=14),
 )
 
 
@@ -155,35 +161,64 @@ def agent_row(view: admin.AgentView, at: float) -> Row:
 # ---------------------------------------------------------------- breakers
 
 BREAKER_COLUMNS = (
-    Column("agent", "Agent", 16), Column("breaker", "Breaker", 9),
-    Column("rate", "Fault rate", 16), Column("probe", "Next probe", 12),
-    Column("faults", "Faults", 6), Column("calls", "Calls", 7), Column("state", "Agent state", 12),
+    Column("agent", "Agent", shrink=12), Column("breaker", "Breaker"),
+    Column("rate", "Fault rate", shrink=16), Column("opened", "Open for"),
+    Column("probe", "Next probe"), Column("faults", "Faults"), Column("calls", "Calls"),
+    Column("state", "State"),
 )
 
 
-def next_probe(detail: admin.BreakerDetail | None, state: str) -> Text:
-    """When an open breaker lets its probe through; a half-open one is probing now."""
+def next_probe(detail: admin.BreakerDetail | None, state: str, at: float) -> Text:
+    """When an open breaker lets its probe through. The probe is the next call routed to the
+    agent once the wait is over, so past it the breaker waits for a call, not for time."""
     if state == "half_open":
         return Text("probing", style="yellow")
     seconds = detail.next_probe_in_s if detail is not None else None
-    if state == "open" and seconds is not None:
+    if state != "open" or seconds is None:
+        return Text(DASH)
+    if seconds > 0:
         return Text(f"in {age(seconds)}", style="red")
-    return Text(DASH)
+    ready = at - detail.probe_after if detail is not None and detail.probe_after else None
+    text = Text("next call", style="yellow")
+    if ready is not None:
+        text.append(f" · ready {age(ready)}", style="grey50")
+    return text
+
+
+def fault_rate(detail: admin.BreakerDetail | None, state: str) -> Text:
+    """The share of faults in the window; for a breaker that is not closed, the share that
+    tripped it (a failed probe empties the window, and the reason must stay in sight)."""
+    text = Text()
+    if detail is None:
+        return text
+    if state != "closed" and detail.tripped_rate is not None:
+        text.append(f"tripped {detail.tripped_rate:.0%}", style="red")
+        text.append(f" of {detail.tripped_calls}")
+        if detail.probe_failed:
+            text.append(" · probe failed", style="red")
+        return text
+    rate = detail.fault_rate
+    text.append(f"{rate:4.0%}", style="red" if rate >= 0.5 else "yellow" if rate else "")
+    text.append(f" of last {detail.window}")
+    return text
+
+
+def opened(detail: admin.BreakerDetail | None, state: str, at: float) -> Text:
+    """How long a breaker that is not closed has been open (since it last opened)."""
+    if state == "closed" or detail is None or not detail.opened_at:
+        return Text(DASH, justify="right")
+    return Text(age(at - detail.opened_at), justify="right")
 
 
 def breaker_row(view: admin.AgentView, at: float) -> Row:
     detail = view.breaker_detail
     state = detail.state if detail is not None and detail.state else view.breaker
-    rate = detail.fault_rate if detail is not None else 0.0
-    rate_text = Text()
-    rate_text.append(f"{rate:4.0%}", style="red" if rate >= 0.5 else "yellow" if rate else "")
-    rate_text.append(f" of last {detail.window}" if detail is not None else "")
     return Row(
         key=view.agent_id,
         cells=(
-            Text(view.name), breaker_text(state), rate_text,
-            next_probe(detail, state), Text(str(view.faults), justify="right"),
-            Text(str(view.calls), justify="right"),
+            Text(view.name), breaker_text(state), fault_rate(detail, state),
+            opened(detail, state, at), next_probe(detail, state, at),
+            Text(str(view.faults), justify="right"), Text(str(view.calls), justify="right"),
             styled(view.state, STATE_STYLE),
         ),
         fields={"agent": view.name, "id": view.agent_id, "breaker": state,
@@ -194,9 +229,10 @@ def breaker_row(view: admin.AgentView, at: float) -> Row:
 # ---------------------------------------------------------------- traces
 
 TRACE_COLUMNS = (
-    Column("trace", "Trace", 10), Column("root", "Root", 18), Column("caller", "Caller", 12),
-    Column("tasks", "Tasks", 5), Column("state", "State", 9), Column("duration", "Duration", 9),
-    Column("age", "Age", 7), Column("failed", "Failed at"),
+    Column("trace", "Trace"), Column("root", "Root", shrink=12),
+    Column("caller", "Caller", shrink=10), Column("tasks", "Tasks"), Column("state", "State"),
+    Column("duration", "Duration"), Column("age", "Age"),
+    Column("failed", "Failed at", shrink=12),
 )
 
 
@@ -224,9 +260,9 @@ def trace_row(summary: admin.TraceSummary, at: float) -> Row:
 # ---------------------------------------------------------------- dead letters
 
 LETTER_COLUMNS = (
-    Column("task", "Task", 10), Column("capability", "Capability", 18),
-    Column("agent", "Agent", 14), Column("error", "Error", 40),
-    Column("attempts", "Tries", 5), Column("state", "State", 9), Column("age", "Age", 7),
+    Column("task", "Task"), Column("capability", "Capability", shrink=12),
+    Column("agent", "Agent", shrink=10), Column("error", "Error", shrink=20),
+    Column("attempts", "Tries"), Column("state", "State"), Column("age", "Age"),
 )
 
 def letter_state(letter: admin.DeadLetter) -> Text:
@@ -237,17 +273,72 @@ def letter_state(letter: admin.DeadLetter) -> Text:
     return Text("replaying", style="cyan")
 
 
+def letter_error(letter: admin.DeadLetter) -> Text:
+    """The letter's error; after a replay that died again, also the one it first died with."""
+    text = Text(error_text(letter.error, width=400), style="red")
+    if letter.earlier_errors:
+        text.append(f" · was {letter.earlier_errors[0].error}", style="grey62")
+    return text
+
+
 def letter_row(letter: admin.DeadLetter, at: float) -> Row:
     return Row(
         key=letter.task_id,
         cells=(
             Text(short(letter.task_id)), Text(letter.capability),
-            Text(letter.agent or DASH), Text(error_text(letter.error, 40), style="red"),
+            Text(letter.agent or DASH), letter_error(letter),
             Text(str(len(letter.attempts)), justify="right"), letter_state(letter),
             Text(age(at - letter.dead_since), justify="right"),
         ),
         fields={"task": letter.task_id, "capability": letter.capability,
                 "agent": letter.agent or "", "caller": letter.caller,
-                "error": error_text(letter.error, width=10_000),
+                "error": " ".join([error_text(letter.error, width=10_000),
+                                   *(e.error for e in letter.earlier_errors)]),
                 "state": letter_state(letter).plain},
+    )
+
+
+# ---------------------------------------------------------------- capabilities
+
+CAPABILITY_COLUMNS = (
+    Column("capability", "Capability", shrink=14), Column("online", "Online"),
+    Column("breakers", "Breakers", shrink=10), Column("calls", "Calls"),
+    Column("faults", "Faults"), Column("inflight", "In flight"), Column("p50", "P50"),
+    Column("p95", "P95"), Column("p99", "P99"), Column("agents", "Served by", shrink=12),
+)
+
+
+def breaker_counts(agents: tuple[admin.AgentView, ...]) -> Text:
+    """``2 closed · 1 open``: the breakers of a capability's agents, worst last."""
+    text = Text()
+    for state in ("closed", "half_open", "open"):
+        count = sum(1 for a in agents if a.breaker == state)
+        if count:
+            if text:
+                text.append(" · ")
+            text.append(f"{count} {state.replace('_', '-')}", style=BREAKER_STYLE[state])
+    return text or Text(DASH)
+
+
+def capability_row(cap: CapabilityView, at: float) -> Row:
+    series = cap.series or admin.Series()
+    online = sum(1 for a in cap.agents if a.state == "online" and a.connected
+                 and not a.draining)
+    served = Text(", ").join(Text(a.name, style=STATE_STYLE.get(a.state, ""))
+                             for a in cap.agents)  # coloured by liveness, as on Agents
+    return Row(
+        key=cap.name,
+        cells=(
+            Text(cap.name),
+            Text(f"{online}/{len(cap.agents)}", justify="right",
+                 style="red" if not online else ""),
+            breaker_counts(cap.agents), Text(str(series.calls), justify="right"),
+            Text(str(series.faults), justify="right", style="red" if series.faults else ""),
+            Text(str(series.inflight), justify="right"),
+            *(Text(millis(ms), justify="right")
+              for ms in (series.p50_ms, series.p95_ms, series.p99_ms)),
+            served if cap.agents else Text("no agent declares it", style="red"),
+        ),
+        fields={"capability": cap.name, "agent": served.plain,
+                "breaker": " ".join(a.breaker for a in cap.agents)},
     )

@@ -26,7 +26,11 @@ AT = 1764430000.0
 def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: int, faults: int,
            breaker: str, rate: float, probe: float | None, p95: float | None, beat: float,
            caps: list[str], connected: bool = True, draining: bool = False,
-           kind: str = "websocket") -> JSON:
+           kind: str = "websocket", opened: float | None = None, open_for: float = 5.0
+           ) -> JSON:
+    held = {} if opened is None else {"opened_at": AT - opened,
+                                      "probe_after": AT - opened + open_for,
+                                      "tripped_rate": rate, "tripped_calls": 10}
     return {
         "name": name, "agent_id": f"ag-{n:016x}", "state": state, "kind": kind,
         "version": "1.2.0",
@@ -34,7 +38,7 @@ def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: i
         "queue_depth": 0, "calls": calls, "faults": faults, "capabilities": caps,
         "breaker": breaker,
         "breaker_detail": {"state": breaker, "fault_rate": rate, "window": 10, "window_size": 10,
-                           "next_probe_in_s": probe},
+                           "next_probe_in_s": probe, **held},
         "p95_ms": p95, "since_heartbeat_s": beat, "last_beat": AT - beat,
         "connected": connected, "draining": draining,
     }
@@ -47,10 +51,11 @@ AGENTS = [
     _agent("orders-1", 2, "online", inflight=9, limit=10, calls=1204, faults=3,
            breaker="closed", rate=0.1, probe=None, p95=140.0, beat=0.6, caps=["orders.write"]),
     _agent("orders-2", 3, "suspected", inflight=0, limit=10, calls=431, faults=7,
-           breaker="open", rate=0.6, probe=3.2, p95=95.5, beat=2.4, caps=["orders.write"]),
+           breaker="open", rate=0.6, probe=3.2, p95=95.5, beat=2.4, caps=["orders.write"],
+           opened=1.8),
     _agent("reports", 4, "online", inflight=1, limit=4, calls=57, faults=2, breaker="half_open",
-           rate=0.4, probe=None, p95=1250.0, beat=0.1, caps=["report.write"], draining=True,
-           kind="process"),
+           rate=0.5, probe=None, p95=1250.0, beat=0.1, caps=["report.write"], draining=True,
+           kind="process", opened=7.5),
     _agent("search", 5, "offline", inflight=0, limit=20, calls=0, faults=0, breaker="closed",
            rate=0.0, probe=None, p95=None, beat=95.0, caps=["data.fetch", "data.search"],
            connected=False),
@@ -127,11 +132,12 @@ def _attempt(n: int, agent: str, started: float, took: float, outcome: str,
 
 
 def _letter(n: int, cap: str, agent: str | None, code: str, message: str, age: float,
-            attempts: list[JSON], caller: str = "planner") -> JSON:
+            attempts: list[JSON], caller: str = "planner",
+            earlier: list[JSON] | None = None) -> JSON:
     task_id = f"{n:02x}" * 16
     return {"task_id": task_id, "capability": cap, "caller": caller, "agent": agent,
             "state": "dead", "error": {"code": code, "message": message}, "attempts": attempts,
-            "dead_since": AT - age,
+            "dead_since": AT - age, "earlier_errors": earlier or [],
             "envelope": {"task_id": task_id, "capability": cap, "params": {"order": n},
                          "caller": caller, "idempotency_key": f"key-{n}", "priority": 5,
                          "max_retries": 2}}
@@ -147,17 +153,23 @@ DEAD_LETTERS = [
              _attempt(2, "orders-1", AT - 12.7, 190.0, "fault", "RuntimeError: db locked")],
             caller="checkout"),
     _letter(0x33, "billing.refund", None, "unavailable", "no healthy agent for billing.refund",
-            3.0, [], caller="support"),
+            3.0, [], caller="support",  # replayed while no agent could take it
+            earlier=[{"at": AT - 3.1, "error": "task_failed: RuntimeError: refunds API 503"}]),
 ]
 
 
 def _series(calls: int, faults: int, p50: float | None) -> JSON:
     return {"calls": calls, "succeeded": calls - faults, "answers": 0, "faults": faults,
             "retries": faults // 2, "rejections": 0, "inflight": 0, "p50_ms": p50,
-            "p90_ms": None if p50 is None else p50 * 3, "p99_ms": None if p50 is None else p50 * 9}
+            "p90_ms": None if p50 is None else p50 * 3, "p95_ms": None if p50 is None else p50 * 4,
+            "p99_ms": None if p50 is None else p50 * 9}
 
 
-METRICS = {"capabilities": {}, "agents": {}, "totals": _series(2504, 12, 4.2)}
+METRICS = {"capabilities": {"billing.charge": _series(812, 0, 3.1),
+                            "orders.write": _series(1635, 10, 21.0),
+                            "report.write": _series(57, 2, 310.0),
+                            "data.fetch": _series(0, 0, None)},
+           "agents": {}, "totals": _series(2504, 12, 4.2)}
 
 
 def snapshot() -> JSON:
@@ -177,6 +189,8 @@ def sample_reply(action: str, args: JSON) -> Any:
             return {"trace_id": args.get("trace_id"), "started_at": AT, "duration_ms": 0.0,
                     "tasks": [], "hops": []}
         return timeline
+    if action == "find":
+        return _find(str(args.get("id", "")).lower())
     if action == "replay":
         return {"task_id": args.get("task_id"), "state": "succeeded"}
     if action == "replay_filter":
@@ -184,6 +198,22 @@ def sample_reply(action: str, args: JSON) -> Any:
     if action in ("drain", "undrain", "reset_breaker"):
         return next((a for a in AGENTS if args.get("agent") in (a["name"], a["agent_id"])), {})
     raise CommandFailed("invalid_params", f"unknown action {action!r}")
+
+
+def _find(ident: str) -> JSON:
+    """The ``find`` command on the sample: a trace by (a head of) its id, or a dead letter."""
+    for trace in TRACES:
+        if trace["trace_id"].startswith(ident):
+            return {"trace_id": trace["trace_id"], "task_id": None, "dead_letter": False,
+                    "summary": trace, "timeline": sample_reply("trace", trace)}
+    for letter in DEAD_LETTERS:
+        if letter["task_id"].startswith(ident):
+            trace = {"trace_id": "ee" * 16, "root": letter["capability"], "tasks": 1,
+                     "started_at": letter["dead_since"], "state": "dead"}
+            return {"trace_id": trace["trace_id"], "task_id": letter["task_id"],
+                    "dead_letter": True, "summary": trace,
+                    "timeline": sample_reply("trace", trace)}
+    raise CommandFailed("invalid_params", f"no task or trace id starts with {ident!r}")
 
 
 Frame = JSON | admin.Snapshot | admin.Delta

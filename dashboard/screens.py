@@ -1,4 +1,5 @@
-"""Modal screens: the `?` key help, and the yes/no question before a bulk replay."""
+"""Modal screens: the `?` key help, the yes/no question before a bulk replay, and the `g`
+prompt for a task or trace id."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 KEYS = (
-    ("1 2 3 4", "Agents · Traces · Breakers · Dead letters"),
+    ("1 2 3 4 5", "Agents · Traces · Breakers · Dead letters · Capabilities"),
+    ("g", "go to a task or trace by its id (or its first 6+ characters)"),
     ("/", "filter this table (words, field:value); enter keeps, esc clears"),
     ("  fields", "agent state breaker capability error caller root trace task"),
     ("↑ ↓ pgup pgdn", "move the cursor; the detail pane follows it"),
@@ -70,3 +72,27 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class GotoScreen(ModalScreen[str | None]):
+    """Asks for a task or trace id; enter answers it, esc answers None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto"):
+            yield Static("Go to a task or trace")
+            yield Input(placeholder="task or trace id, or its first 6+ characters",
+                        id="goto-id")
+            yield Static("enter goes · esc cancels · every task in the store is found",
+                         classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,9 +1,13 @@
-"""Write one SVG screenshot per tab of the dashboard on the sample state (docs/screenshots).
+"""SVG screenshots: of a live coordinator (``reach-dash --screenshot``), and one per tab of
+the dashboard on the sample state (docs/screenshots, ``make screenshots``).
 
     python -m dashboard.screenshots [OUTPUT_DIR]
+    reach-dash --url ws://127.0.0.1:8765 --token T --screenshot out.svg [--tab breakers]
 
-The app runs headless on :mod:`dashboard.sample` through a scripted feed, at a fixed size, so
-the pictures only change when the dashboard's looks do.
+For the pictures in docs, the app runs headless on :mod:`dashboard.sample` through a scripted
+feed, at a fixed size, so they only change when the dashboard's looks do. A live screenshot
+connects once, waits for the first snapshot, saves the picture and returns; when it cannot
+connect (or the token is refused) it raises :class:`ScreenshotFailed` saying why.
 """
 
 from __future__ import annotations
@@ -13,12 +17,18 @@ import re
 import sys
 from pathlib import Path
 
-from .app import ReachDashboard
+from .app import TABS, ReachDashboard
+from .feed import FeedConnection, FeedError, connect
 from .sample import ScriptedFeed, connector
 from .views.traces import TracesView
 
 SIZE = (120, 36)
-SHOTS = {"agents.svg": "1", "traces.svg": "2", "breakers.svg": "3", "dead-letters.svg": "4"}
+SHOTS = {"agents.svg": "1", "traces.svg": "2", "breakers.svg": "3", "dead-letters.svg": "4",
+         "capabilities.svg": "5"}
+
+
+class ScreenshotFailed(Exception):
+    """A live screenshot could not be taken: the message says why, in one line."""
 
 
 def sample_app() -> ReachDashboard:
@@ -53,6 +63,43 @@ async def wait_for_waterfall(app: ReachDashboard, timeout: float = 5.0) -> None:
         while waterfall.timeline is None:
             await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
+
+
+async def live(url: str, token: str, out: Path, *, tab: str = "agents",
+               size: tuple[int, int] = SIZE, timeout: float = 10.0) -> Path:
+    """Connect to the coordinator at ``url``, wait for its first snapshot (and, on the Traces
+    tab, the newest trace's waterfall), and save ``tab`` as an SVG at ``out``."""
+    if tab not in TABS:
+        raise ScreenshotFailed(f"no tab {tab!r}; the tabs are {', '.join(TABS)}")
+    failures: list[FeedError] = []
+
+    async def once(url: str, token: str) -> FeedConnection:
+        try:
+            return await connect(url, token)
+        except FeedError as exc:  # not retried: a screenshot says why and ends
+            failures.append(exc)
+            raise
+
+    app = ReachDashboard(url=url, token=token, connector=once)
+    async with app.run_test(size=size) as pilot:
+        try:
+            async with asyncio.timeout(timeout):
+                while not app.model.frames:
+                    if failures:
+                        raise ScreenshotFailed(str(failures[0]))
+                    if app.link.state in ("refused", "disconnected"):
+                        raise ScreenshotFailed(app.link.detail)
+                    await asyncio.sleep(0.01)
+                await pilot.press(str(list(TABS).index(tab) + 1))
+                await pilot.pause()
+                if tab == "traces" and app.model.traces:
+                    await wait_for_waterfall(app, timeout)
+        except TimeoutError:
+            raise ScreenshotFailed(f"no snapshot from {url} within {timeout:g}s") from None
+        await pilot.pause()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(app.export_screenshot(title=f"reach-dash — {url}"))
+    return out
 
 
 def stable(svg: str) -> str:

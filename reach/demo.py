@@ -119,11 +119,12 @@ def render(reach: Reach, board: Board, left: float, db: Path) -> Group:
                        f"{a['inflight']}/{a['max_concurrency']}", str(a["calls"]),
                        str(a["faults"]), a["breaker"], ", ".join(a["capabilities"]))
     tasks = Table(title="recent calls", expand=True)
-    for col in ("capability", "outcome", "ms", "detail"):
-        tasks.add_column(col)
+    for col in ("capability", "outcome", "ms", "detail"):  # the detail takes the room left
+        tasks.add_column(col, no_wrap=True, overflow="ellipsis", ratio=1 if col == "detail"
+                         else None)
     for cap, outcome, ms, detail in board.recent:
         tasks.add_row(cap, f"[{OUTCOME_STYLE.get(outcome, 'white')}]{outcome}[/]",
-                      f"{ms:.0f}", detail[:60])
+                      f"{ms:.0f}", detail)
     totals = "  ".join(f"{k}: {v}" for k, v in sorted(board.totals.items()))
     logs = "".join(f"\n[dim]log: {escape(line)}[/]" for line in board.logs)
     header = Panel(f"Agent-Reach demo — coordinator {reach.url}, store {db}\n"

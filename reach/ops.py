@@ -20,8 +20,10 @@ from reach.core.agents import AgentRecord
 from reach.core.registry import Registry
 from reach.core.tasks import Task, TaskState
 from reach.errors import InvalidParams
+from reach.gateway.book import earlier_errors
 from reach.gateway.events import ADMIN, AGENT
 from reach.gateway.gateway import Gateway
+from reach.lookup import Lookup, TraceStore, task_events
 from reach.ports import Clock
 from reach.server.display import AgentList, TraceView
 
@@ -33,8 +35,9 @@ class Ops:
     """One coordinator's operator surface, over its gateway and registry."""
 
     def __init__(self, settings: Settings, gateway: Gateway, registry: Registry,
-                 clock: Clock) -> None:
+                 clock: Clock, store: TraceStore | None = None) -> None:
         self.settings = settings
+        self.lookup = Lookup(settings, gateway, store)
         self.gateway = gateway
         self.registry = registry
         self.clock = clock
@@ -234,7 +237,7 @@ class Ops:
         tasks = self._trace_tasks(trace_id)
         events: list[dict[str, Any]] = []
         for task in tasks:
-            events.extend(_events(task))
+            events.extend(task_events(task))
         events.sort(key=lambda e: e["at"])
         return TraceView(events, traces.timeline(trace_id, tasks))
 
@@ -242,6 +245,14 @@ class Ops:
         """A task's full view, from memory or the store."""
         task = await self.gateway.task(task_id)
         return None if task is None else task.view()
+
+    async def find_trace(self, trace_id: str) -> TraceView:
+        """``trace()`` for any trace, also one memory no longer holds (read from the store)."""
+        return await self.lookup.find_trace(trace_id)
+
+    async def find(self, ident: str) -> dict[str, Any]:
+        """Go to a task or trace by id, or by a head of one (reach.lookup.Lookup.find)."""
+        return await self.lookup.find(ident)
 
     # ------------------------------------------------------------ admin commands
 
@@ -311,7 +322,18 @@ async def _unpin(ops: Ops, args: dict[str, Any]) -> Any:
 
 
 async def _trace(ops: Ops, args: dict[str, Any]) -> Any:
-    return ops.trace(str(args["trace_id"])).timeline
+    return (await ops.find_trace(str(args["trace_id"]))).timeline
+
+
+async def _find(ops: Ops, args: dict[str, Any]) -> Any:
+    return await ops.find(str(args["id"]))
+
+
+async def _task(ops: Ops, args: dict[str, Any]) -> Any:
+    view = await ops.task(str(args["task_id"]))
+    if view is None:
+        raise InvalidParams(f"no task {args['task_id']!r}")
+    return view
 
 
 COMMANDS: dict[str, Command] = {
@@ -324,6 +346,8 @@ COMMANDS: dict[str, Command] = {
     "pin": _pin,
     "unpin": _unpin,
     "trace": _trace,
+    "find": _find,
+    "task": _task,
 }
 """Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""
 
@@ -333,11 +357,5 @@ def _letter(task: Task) -> dict[str, Any]:
     return {"task_id": task.task_id, "capability": env.capability, "caller": env.caller,
             "agent": task.attempts[-1].agent if task.attempts else None,
             "state": task.state.value, "envelope": env.to_dict(), "error": task.error,
-            "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at}
-
-
-def _events(task: Task) -> list[dict[str, Any]]:
-    env = task.envelope
-    return [{"task_id": env.task_id, "parent_task_id": env.parent_task_id,
-             "capability": env.capability, "caller": env.caller, "state": state, "at": at,
-             "note": note} for state, at, note in task.history]
+            "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at,
+            "earlier_errors": earlier_errors(task)}

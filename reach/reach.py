@@ -12,7 +12,6 @@ under top-level ``await`` in Jupyter. Two instances in one process share nothing
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import secrets
@@ -33,7 +32,7 @@ from reach.core.routing import Router
 from reach.core.trust import Trust
 from reach.gateway.audit import Audit
 from reach.gateway.clock import LoopClock
-from reach.gateway.events import Event
+from reach.gateway.events import log_json
 from reach.gateway.gateway import Gateway
 from reach.ops import Ops
 from reach.ports import Clock
@@ -50,7 +49,6 @@ from reach.server.services import Services
 from reach.store.store import Store
 
 log = logging.getLogger("reach")
-events_log = logging.getLogger("reach.events")
 _SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
@@ -71,7 +69,7 @@ class Reach:
         self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
         self.gateway = Gateway(s, self.registry, self.router, self.store, self.clock, rng)
         self.events = self.gateway.events
-        self.ops = Ops(s, self.gateway, self.registry, self.clock)
+        self.ops = Ops(s, self.gateway, self.registry, self.clock, store=self.store)
         self.identities = Identities(self.registry, self.gateway, self.store, self.clock)
         # Without a configured token the admin feed still needs one: a random one, readable
         # here and printed by `reach serve`, so an open port never means an open admin feed.
@@ -84,7 +82,7 @@ class Reach:
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
         if s.json_logs:
-            self.events.listen(_log_json)
+            self.events.listen(log_json)
         self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)
         if self.audit is not None:
             self.gateway.audit = Audit(self.clock, self.audit.put, self.registry,
@@ -156,6 +154,7 @@ class Reach:
         for key, task_id, created in await self.store.keys_since(
                 now - s.idempotency_ttl, s.idempotency_keys_max):
             self.gateway.remember_key(key, task_id, created)
+        await self.ops.lookup.restore_traces()  # the trace list survives a restart
         # Unfinished tasks are live again before anyone can connect and ask about them.
         unfinished = await self.store.unfinished()
         for task in unfinished:
@@ -380,6 +379,14 @@ class Reach:
     async def task(self, task_id: str) -> dict[str, Any] | None:
         return await self.ops.task(task_id)
 
+    async def find_trace(self, trace_id: str) -> TraceView:
+        """``trace()`` for any trace the store has, also one memory no longer holds."""
+        return await self.ops.find_trace(trace_id)
+
+    async def find(self, ident: str) -> dict[str, Any]:
+        """A task or trace by id, or by a head of one: its trace's summary and timeline."""
+        return await self.ops.find(ident)
+
     async def admin_command(self, action: str, args: dict[str, Any]) -> Any:
         return await self.ops.command(action, args)
 
@@ -390,9 +397,3 @@ class Reach:
         return reach_html(self.url, self.started, self.agents(), len(self.gateway.live),
                           len(self.gateway.dead))
 
-
-def _log_json(event: Event) -> None:
-    """One JSON line per task transition, agent or breaker change and admin action."""
-    if events_log.isEnabledFor(logging.INFO):
-        events_log.info(json.dumps({"event": event.kind, "timestamp": event.at, **event.data},
-                                   default=str, ensure_ascii=False))

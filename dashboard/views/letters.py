@@ -35,6 +35,9 @@ def letter_detail(letter: admin.DeadLetter, at: float) -> RenderableType:
     head.append(letter.capability, style="bold")
     head.append(f"  task {letter.task_id}  caller {letter.caller or DASH}\n")
     head.append(error_text(letter.error, width=200), style="red")
+    for earlier in reversed(letter.earlier_errors):  # each replay replaced one, newest first
+        head.append(f"\nreplayed {age(at - earlier.at)} ago; it had died with ", style="grey62")
+        head.append(earlier.error[:200], style="red")
     attempts = Table(box=None, pad_edge=False, expand=False, header_style="bold")
     for label in ("#", "agent", "outcome", "took", "started", "error"):
         attempts.add_column(label)

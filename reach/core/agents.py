@@ -107,7 +107,13 @@ class AgentRecord:
                 "state": b.state.value, "fault_rate": round(b.fault_rate(), 3),
                 "window": len(b.outcomes), "window_size": b.window,
                 "next_probe_in_s": round(max(0.0, b.opened_at + b.open_for - now), 3)
-                if b.state.value == "open" else None},
+                if b.state.value == "open" else None,
+                # Why and since when it is held; the probe goes with the next call after
+                # ``probe_after`` (none is sent without one).
+                **({"opened_at": b.opened_at, "probe_after": b.opened_at + b.open_for,
+                    "tripped_rate": round(b.tripped_rate, 3), "tripped_calls": b.tripped_calls,
+                    "probe_failed": b.rested}
+                   if b.state is not BreakerState.CLOSED else {})},
             "p95_ms": p95_ms,
             "since_heartbeat_s": round(max(0.0, now - self.last_beat), 3),
             "last_beat": self.last_beat,

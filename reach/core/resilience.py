@@ -42,6 +42,10 @@ class Breaker:
     # (no early probe; a struggling agent is not kept busy by probes).
     rested: bool = False
     outcomes: deque[bool] = field(default_factory=deque)
+    # What tripped it, kept while it is open: a failed probe clears the window, and an
+    # operator must still see why the agent is held (and since when: ``opened_at``).
+    tripped_rate: float = 0.0
+    tripped_calls: int = 0
 
     def allows(self, now: float) -> bool:
         """May a call be routed to this agent now? (Does not reserve the half-open probe.)"""
@@ -80,8 +84,10 @@ class Breaker:
         while len(self.outcomes) > self.window:
             self.outcomes.popleft()
         if self.state is BreakerState.CLOSED and len(self.outcomes) >= self.min_calls:
-            if self.fault_rate() >= self.threshold:
+            rate = self.fault_rate()
+            if rate >= self.threshold:
                 self.state, self.opened_at = BreakerState.OPEN, now
+                self.tripped_rate, self.tripped_calls = rate, len(self.outcomes)
         return self.state
 
     def reset(self) -> None:

@@ -82,6 +82,15 @@ class TaskBook:
         """A task still in memory: live, recently finished, or an unresolved dead letter."""
         return self.live.get(task_id) or self.recent.get(task_id) or self.dead.get(task_id)
 
+    def restore(self, task: Task) -> None:
+        """A task read back from the store at start, for the trace list: it joins its trace,
+        and, finished, the recent tasks (an unfinished one is resumed, and tracked, apart)."""
+        ids = self.traces.setdefault(task.envelope.trace_id, [])
+        if task.task_id not in ids:
+            ids.append(task.task_id)
+        if task.terminal and self.find(task.task_id) is None:
+            self._keep_recent(task)
+
     def usage(self, caller: str) -> int:
         return self.caller_live.get(caller, 0)
 
@@ -219,6 +228,26 @@ class TaskBook:
         if task is not None:
             self.events.publish(DEAD_LETTER, {"action": "expired", "task_id": task_id,
                                               "capability": task.envelope.capability})
+
+
+REPLAYED = "replayed"
+_WAS = "replayed; was "
+
+
+def replay_note(error: dict[str, Any] | None) -> str:
+    """The history note of a replay: it names the error the replay is about to replace, so a
+    letter that dies again (say ``unavailable``, into an open breaker) still shows why it
+    first died, also after a restart (the history is stored with the task)."""
+    if not error:
+        return REPLAYED
+    text = f"{error.get('code', 'error')}: {error.get('message', '')}".strip()
+    return (_WAS + text)[:300]
+
+
+def earlier_errors(task: Task) -> list[dict[str, Any]]:
+    """The errors replays replaced, oldest first: ``[{"at", "error": "code: message"}]``."""
+    return [{"at": at, "error": note[len(_WAS):]} for state, at, note in task.history
+            if state == S.PENDING.value and note.startswith(_WAS)]
 
 
 def footprint(task: Task) -> int:

@@ -15,6 +15,7 @@ attribute check.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -121,3 +122,11 @@ class EventBus:
             if fn in self._listeners:
                 self._listeners.remove(fn)
         return stop
+
+
+def log_json(event: Event) -> None:
+    """One JSON line per task transition, agent or breaker change and admin action (logger
+    ``reach.events``; ``json_logs=True`` listens with it)."""
+    if log.isEnabledFor(logging.INFO):
+        log.info(json.dumps({"event": event.kind, "timestamp": event.at, **event.data},
+                            default=str, ensure_ascii=False))

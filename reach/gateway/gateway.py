@@ -36,7 +36,7 @@ from reach.errors import (
 from reach.gateway import admission
 from reach.gateway.admission import Admission
 from reach.gateway.audit import Audit
-from reach.gateway.book import ChunkSink, TaskBook
+from reach.gateway.book import ChunkSink, TaskBook, replay_note
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
@@ -361,7 +361,7 @@ class Gateway:
         """Run a dead letter again with a fresh retry budget; it leaves the list on success.
         A replay is meant to do the work: it never ends in a fallback."""
         task.envelope.fallback = False
-        self.move(task, S.PENDING, "replayed")
+        self.move(task, S.PENDING, replay_note(task.error))
         self.book.recent.pop(task.task_id, None)
         self.book.track(task)
         self.budget.first(self.clock.wall())

@@ -63,6 +63,47 @@ class Store(GroupCommit):
         rows: list[Any] = await self._run(q)
         return [task_from_row(r) for r in rows]
 
+    async def trace_tasks(self, trace_ids: list[str]) -> list[Task]:
+        """Every task of these traces, oldest first (by the trace index)."""
+        if not trace_ids:
+            return []
+        rows = await self._run(self._select, TASKS.c.trace_id.in_(trace_ids))
+        return [task_from_row(r) for r in rows]
+
+    async def recent_traces(self, limit: int, scan: int = 5_000) -> list[Task]:
+        """The tasks of the ``limit`` most recent traces, oldest first: what a restart puts
+        back into the admin feed's trace list. Traces are found among the newest ``scan``
+        tasks (by the creation index), then read whole."""
+        def q() -> list[str]:
+            with self.engine.connect() as conn:
+                stmt = (select(TASKS.c.trace_id).order_by(TASKS.c.created_at.desc())
+                        .limit(scan))
+                newest: dict[str, None] = {}
+                for (trace_id,) in conn.execute(stmt):
+                    newest.setdefault(trace_id, None)
+                    if len(newest) >= limit:
+                        break
+                return list(newest)
+        if limit <= 0:
+            return []
+        trace_ids: list[str] = await self._run(q)
+        return await self.trace_tasks(trace_ids)
+
+    async def match(self, prefix: str, limit: int = 2) -> tuple[list[str], list[str]]:
+        """Up to ``limit`` task ids and ``limit`` trace ids that start with ``prefix`` (by
+        range over the primary key and the trace index, so any database's own index does)."""
+        def q() -> tuple[list[str], list[str]]:
+            top = prefix + "\U0010ffff"
+            with self.engine.connect() as conn:
+                tasks = conn.execute(select(TASKS.c.task_id).where(
+                    (TASKS.c.task_id >= prefix) & (TASKS.c.task_id < top)).limit(limit))
+                found = [t for (t,) in tasks]
+                trace_ids = conn.execute(select(TASKS.c.trace_id).distinct().where(
+                    (TASKS.c.trace_id >= prefix) & (TASKS.c.trace_id < top)).limit(limit))
+                return found, [t for (t,) in trace_ids]
+        result: tuple[list[str], list[str]] = await self._run(q)
+        return result
+
     async def keys_since(self, since: float, limit: int | None = None
                          ) -> list[tuple[str, str, float]]:
         """(idempotency key, task id, created) of tasks created after ``since``, oldest first;

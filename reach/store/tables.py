@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic_core import to_json
-from sqlalchemy import Table, bindparam, insert, update
+from sqlalchemy import Index, Table, bindparam, insert, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
@@ -60,11 +60,15 @@ class TaskRow(SQLModel, table=True):
 
 TASKS: Table = TaskRow.__table__  # type: ignore[attr-defined]
 AGENTS: Table = AgentRow.__table__  # type: ignore[attr-defined]
+# A trace's tasks are read back by trace id (a restart's recent traces, an old trace's
+# waterfall). Made apart from the table so that a database from before it gets it too.
+TRACE_INDEX = Index("ix_reach_tasks_trace_id", TASKS.c.trace_id)
 
 
 def create_tables(engine: Engine) -> None:
-    """Create both tables where they do not exist yet."""
+    """Create both tables, and the trace index, where they do not exist yet."""
     SQLModel.metadata.create_all(engine, [TASKS, AGENTS])
+    TRACE_INDEX.create(engine, checkfirst=True)
 
 
 # ------------------------------------------------------------------ statements

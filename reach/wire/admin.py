@@ -35,6 +35,12 @@ class BreakerDetail(_Object):
     window: int
     window_size: int
     next_probe_in_s: float | None = None
+    # Set while the breaker is not closed (absent from older coordinators).
+    opened_at: float | None = None
+    probe_after: float | None = None
+    tripped_rate: float | None = None
+    tripped_calls: int | None = None
+    probe_failed: bool = False
 
 
 class ProbeView(_Object):
@@ -99,6 +105,13 @@ class AttemptView(_Object):
     error: str | None = None
 
 
+class EarlierError(_Object):
+    """An error a dead letter had before a replay replaced it (oldest first)."""
+
+    at: float
+    error: str
+
+
 class DeadLetter(_Object):
     task_id: str
     capability: str
@@ -109,6 +122,7 @@ class DeadLetter(_Object):
     attempts: list[AttemptView] = Field(default_factory=list)
     dead_since: float
     envelope: dict[str, Any] = Field(default_factory=dict)
+    earlier_errors: list[EarlierError] = Field(default_factory=list)
 
 
 class Series(_Object):
@@ -122,6 +136,7 @@ class Series(_Object):
     inflight: int = 0
     p50_ms: float | None = None
     p90_ms: float | None = None
+    p95_ms: float | None = None
     p99_ms: float | None = None
 
 

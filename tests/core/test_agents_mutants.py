@@ -36,8 +36,26 @@ def test_an_open_breaker_shows_when_its_probe_comes():
         r.breaker.record(False, 10.0)
     detail = r.view(now=11.0, p95_ms=40.0)["breaker_detail"]
     assert detail == {"state": "open", "fault_rate": 1.0, "window": 5, "window_size": 10,
-                      "next_probe_in_s": 4.0}
+                      "next_probe_in_s": 4.0, "opened_at": 10.0, "probe_after": 15.0,
+                      "tripped_rate": 1.0, "tripped_calls": 5, "probe_failed": False}
     assert r.view(now=99.0)["breaker_detail"]["next_probe_in_s"] == 0.0
+
+
+def test_a_failed_probe_keeps_what_tripped_the_breaker():
+    """Issue 14: after a failed probe the window is empty ("0% of last 0"); the view still
+    says which rate tripped it, when it opened again, and that the probe failed."""
+    r = record()
+    for ok in (True, False, False, True, False, False):
+        r.breaker.record(ok, 10.0)
+    r.breaker.on_dispatch(16.0)  # the half-open probe
+    r.breaker.record(False, 16.5)
+    detail = r.view(now=17.0)["breaker_detail"]
+    assert detail["window"] == 0 and detail["fault_rate"] == 0.0
+    assert (detail["tripped_rate"], detail["tripped_calls"]) == (0.6, 5)
+    assert detail["opened_at"] == 16.5 and detail["probe_after"] == 21.5
+    assert detail["probe_failed"] is True
+    r.breaker.reset()
+    assert "tripped_rate" not in r.view(now=18.0)["breaker_detail"]
 
 
 def test_repr_leaves_out_the_routing_groups_and_the_wheel_slot():
@@ -61,3 +79,12 @@ def test_view_rounds_to_the_millisecond_and_shelves_count_their_records():
     assert r.view(now=20.0 + 2 / 3)["breaker_detail"]["next_probe_in_s"] == 4.333
     group = Declared(CAP).join(r)
     assert len(group.held) == 1 and len(group.ready) == 0 and r in group.held  # open
+
+
+def test_the_tripping_rate_is_rounded_to_a_thousandth() -> None:
+    r = record()
+    r.breaker.threshold = 0.65
+    for ok in (False, True, False, True, False, False):  # 3/5 stays closed, 4/6 opens
+        r.breaker.record(ok, 10.0)
+    detail = r.view(now=10.5)["breaker_detail"]
+    assert (detail["tripped_rate"], detail["tripped_calls"]) == (0.667, 6)

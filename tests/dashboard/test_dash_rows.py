@@ -72,13 +72,34 @@ def test_agent_row_beat_falls_back_to_the_reported_age() -> None:
 
 def test_breaker_row_fault_rate_and_next_probe() -> None:
     by_name = {a.name: rows.breaker_row(a, sample.AT) for a in agents()}
-    assert by_name["orders-2"].cells[2].plain == " 60% of last 10"
-    assert by_name["orders-2"].cells[3].plain == "in 3.2s"
-    assert by_name["reports"].cells[3].plain == "probing"
-    assert by_name["billing"].cells[3].plain == "—"
+    assert by_name["orders-2"].cells[2].plain == "tripped 60% of 10"
+    assert by_name["orders-2"].cells[3].plain == "1.8s"
+    assert by_name["orders-2"].cells[4].plain == "in 3.2s"
+    assert by_name["reports"].cells[4].plain == "probing"
+    assert by_name["billing"].cells[2].plain == "  0% of last 10"
+    assert [c.plain for c in by_name["billing"].cells[3:5]] == ["—", "—"]
     bare = agents(breaker_detail=None)[2]  # no detail: the summary state, no window
-    assert [c.plain for c in rows.breaker_row(bare, sample.AT).cells[1:4]] == [
-        "open", "  0%", "—"]
+    assert [c.plain for c in rows.breaker_row(bare, sample.AT).cells[1:5]] == [
+        "open", "", "—", "—"]
+
+
+def test_an_open_breaker_past_its_wait_probes_on_the_next_call() -> None:
+    """Issue 14: not a stuck "in 0.0s" until a call comes, but what the breaker waits for,
+    and since when it may probe; a failed probe is said, with the rate that tripped it."""
+    detail = {"state": "open", "fault_rate": 0.0, "window": 0, "window_size": 10,
+              "next_probe_in_s": 0.0, "opened_at": sample.AT - 45.0,
+              "probe_after": sample.AT - 40.0, "tripped_rate": 1.0, "tripped_calls": 5,
+              "probe_failed": True}
+    view = agents(breaker="open", breaker_detail=detail)[0]
+    cells = [c.plain for c in rows.breaker_row(view, sample.AT).cells]
+    assert cells[2] == "tripped 100% of 5 · probe failed"
+    assert cells[3] == "45s"
+    assert cells[4] == "next call · ready 40s"
+    old = {k: v for k, v in detail.items() if k not in ("probe_after", "opened_at",
+                                                          "tripped_rate")}
+    view = agents(breaker="open", breaker_detail=old)[0]  # an older coordinator
+    cells = [c.plain for c in rows.breaker_row(view, sample.AT).cells]
+    assert cells[2:5] == ["  0% of last 0", "—", "next call"]
 
 
 def test_trace_row_running_and_finished() -> None:

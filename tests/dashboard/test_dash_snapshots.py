@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.widgets import Input
 
 from dashboard.screenshots import SIZE, sample_app
 from dashboard.views.filter_box import FilterBox
@@ -62,3 +63,20 @@ def test_filtered_agents(snap_compare: Any) -> None:
 def test_help(snap_compare: Any) -> None:
     assert snap_compare(sample_app(), press=["question_mark"], terminal_size=SIZE,
                         run_before=loaded)
+
+
+def test_capabilities_tab(snap_compare: Any) -> None:
+    assert snap_compare(sample_app(), press=["5"], terminal_size=SIZE, run_before=loaded)
+
+
+async def steady_goto(pilot: Pilot[Any]) -> None:
+    await loaded(pilot)
+    await pilot.press("g")
+    await pilot.pause()
+    for box in pilot.app.screen.query(Input):
+        box.cursor_blink = False
+
+
+def test_go_to_prompt(snap_compare: Any) -> None:
+    assert snap_compare(sample_app(), press=list("a1a1a1"), terminal_size=SIZE,
+                        run_before=steady_goto)
