@@ -28,7 +28,7 @@ def test_the_latency_window_is_the_last_thousand_successes() -> None:
 def test_the_view_has_every_percentile_in_milliseconds_to_the_microsecond() -> None:
     s = Series()
     assert s.view() == {"calls": 0, "succeeded": 0, "answers": 0, "faults": 0, "retries": 0,
-                        "rejections": 0, "inflight": 0, "p50_ms": None, "p90_ms": None,
+                        "rejections": 0, "fallbacks": 0, "inflight": 0, "p50_ms": None, "p90_ms": None,
                         "p95_ms": None, "p99_ms": None}
     for ms in range(1, 101):
         s.latencies.add(ms / 1000 + 0.0000004)
