@@ -17,7 +17,7 @@ from reach.wire import admin
 
 from .model import CapabilityView
 
-STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
+STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red", "drained": "cyan"}
 BREAKER_STYLE = {"closed": "green", "half_open": "yellow", "open": "bold red"}
 TRACE_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "dead": "bold red"}
 OUTCOME_STYLE = {"ok": "green", "answer": "yellow", "running": "cyan", "cancelled": "grey50"}
@@ -135,8 +135,8 @@ AGENT_COLUMNS = (
 def agent_row(view: admin.AgentView, at: float) -> Row:
     state = view.state
     label = state
-    if view.draining:
-        label += " · draining"
+    if view.draining:  # an operator's choice, not a fault: not "suspected" (issue 14)
+        state = label = "drained"
     if not view.connected and state != "offline":
         label += " · lost"  # its connection, that is: the outcome name for it
     beat = at - view.last_beat if view.last_beat else view.since_heartbeat_s

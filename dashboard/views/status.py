@@ -33,9 +33,11 @@ def summary(model: Model) -> str:
     """Agents, dead letters and totals, from the last frame."""
     if not model.frames:
         return ""
-    online = sum(1 for a in model.agents.values() if a.state == "online")
+    online = sum(1 for a in model.agents.values() if a.state == "online" and not a.draining)
+    drained = sum(1 for a in model.agents.values() if a.draining)
     totals = model.totals()
-    parts = [f"{plural(len(model.agents), 'agent')} ({online} online)",
+    parts = [f"{plural(len(model.agents), 'agent')} ({online} online"
+             + (f", {drained} drained)" if drained else ")"),
              plural(len(model.dead_letters), "dead letter")]
     if totals is not None:
         parts.append(f"{totals.calls} calls, {totals.faults} faults")

@@ -298,7 +298,7 @@ async def test_a_returned_agent_view_shows_before_the_next_delta() -> None:
         await pilot.press("d")  # billing
         table = view(app, "agents").table
         await wait_until(lambda: table.get_row("ag-0000000000000001")[1].plain
-                         == "online · draining")
+                         == "drained")
         assert app.model.at == sample.AT and app.model.totals() is not None
 
 

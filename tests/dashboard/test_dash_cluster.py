@@ -178,7 +178,7 @@ async def test_d_drains_and_b_resets_the_breaker(cluster: Cluster) -> None:
         assert cluster.reach.agents()[0]["breaker"] == "closed"
         await pilot.press("1", "d")
         await wait_until(lambda: cluster.reach.agents()[0]["draining"])
-        await wait_until(lambda: "draining" in cell(app, "agents", flaky, "state"))
+        await wait_until(lambda: cell(app, "agents", flaky, "state") == "drained")
         await pilot.press("d")
         await wait_until(lambda: not cluster.reach.agents()[0]["draining"])
         await wait_until(lambda: "draining" not in cell(app, "agents", flaky, "state"))

@@ -59,7 +59,8 @@ def test_agent_row_ages_come_from_the_frame_clock() -> None:
 
 def test_agent_row_shows_draining_and_state_colours() -> None:
     states = {a.name: rows.agent_row(a, sample.AT).cells[1] for a in agents()}
-    assert states["reports"].plain == "online · draining"
+    # an operator's drain is not a fault: "drained", not "online · draining" or "suspected"
+    assert states["reports"].plain == "drained" and states["reports"].style == "cyan"
     assert states["billing"].style == "green" and states["search"].style == "red"
     closed = agents(connected=False)[2]  # a closed socket: suspected at once
     assert rows.agent_row(closed, sample.AT).cells[1].plain == "suspected · lost"
