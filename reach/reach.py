@@ -61,10 +61,12 @@ class Reach:
         self.store = Store(s.store, s.sqlite_synchronous)
         self.registry = Registry(
             LivenessPolicy(s.heartbeat_interval, s.suspect_after, s.offline_after),
-            breaker_open_for=s.breaker_open_for, max_schema_bytes=s.max_schema_bytes)
+            breaker_open_for=s.breaker_open_for, max_schema_bytes=s.max_schema_bytes,
+            warmup=s.warmup)
         rng = random.Random(seed)
         self.trust = Trust.of(s.tokens, s.permissions, s.serves)
-        self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
+        self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls,
+                             high_water=s.high_water, shed_below=s.shed_below)
         self.gateway = Gateway(s, self.registry, self.router, self.store, self.clock, rng)
         self.events = self.gateway.events
         self.ops = Ops(s, self.gateway, self.registry, self.clock)

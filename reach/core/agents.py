@@ -1,21 +1,28 @@
 """An agent as the coordinator knows it, and the routing groups that find one fast (pure).
 
 ``AgentRecord`` is one agent's live record (identity, declared capabilities, liveness,
-load, breaker, and the ``ports.AgentLink`` work reaches it through). Each capability keeps
-its agents in a ``Declared`` of ``Group``s whose ``Shelf``s separate the agents routing may
-send work to now (READY) from the busy (FULL), the breaker-held (HELD) and the rest, so
-picking one never scans them all. The ``Registry`` (reach.core.registry) keeps them.
+load, breaker, and the ``ports.AgentLink`` work reaches it through), with what routing weighs
+beyond that: its calls in flight per capability under its bulkheads (reach.core.bulkhead), how
+far it is into a warm-up (reach.core.warmup) and its success rate over 7 days (``DayRate``).
+Each capability keeps its agents in a ``Declared`` of ``Group``s whose ``Shelf``s separate the
+agents routing may send work to now (READY) from the busy (FULL: for a capability, also those
+whose bulkhead for it is full), the breaker-held (HELD) and the rest, so picking one never
+scans them all. The ``Registry`` (reach.core.registry) keeps them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reach.core import warmup
+from reach.core.bulkhead import Bulkheads, plan
 from reach.core.liveness import Liveness
 from reach.core.resilience import Breaker, BreakerState
 from reach.core.schemas import Validator
+from reach.core.stats import DayRate
 from reach.ports import AgentLink
 from reach.wire.protocol import CapabilitySpec
 
@@ -59,6 +66,23 @@ class AgentRecord:
     groups: list[Group] = field(default_factory=list, repr=False)
     # When the registry's liveness wheel next looks at this agent (None: it does not).
     due: float | None = field(default=None, repr=False)
+    # Warm-up: the default period (Settings.warmup, set by the registry; a capability's
+    # ``warmup_s`` overrides it) and when the current warm-up began (-inf: never).
+    warmup: float = 60.0
+    warm_from: float = -math.inf
+    # The status ``reshelve`` last saw (READY..OUT, ignoring bulkheads): coming back to READY
+    # or FULL from HELD or OUT is a recovery, which starts a warm-up.
+    _base: int = field(default=OUT, repr=False)
+    # Bulkheads: the limits (None: one pool) planned for ``_planned`` (its capabilities), and
+    # the calls in flight per capability and per latency tier they are checked against.
+    bulk: Bulkheads | None = field(default=None, repr=False)
+    _planned: object = field(default=None, repr=False)
+    by_cap: dict[str, int] = field(default_factory=dict, repr=False)
+    by_tier: list[int] = field(default_factory=lambda: [0, 0, 0], repr=False)
+    # Judged outcomes per capability over 7 days, for the version ``_rated`` (a new version
+    # starts with a clean record, as its breaker does).
+    days: dict[str, DayRate] = field(default_factory=dict, repr=False)
+    _rated: str | None = field(default=None, repr=False)
 
     @property
     def inflight(self) -> int:
@@ -78,15 +102,106 @@ class AgentRecord:
         """Online and connected: may be sent new work (breaker and slots permitting)."""
         return self.state is Liveness.ONLINE and self.connected
 
-    def reshelve(self) -> None:
-        """Put this agent on the right shelf of each of its routing groups."""
-        status = routable(self)
+    def reshelve(self, now: float | None = None) -> None:
+        """Put this agent on the right shelf of each of its routing groups. Coming back (to
+        READY or FULL from HELD or OUT) starts a warm-up at ``now``, or, when the caller has
+        no time at hand (a slot change, a liveness change), at its last beat: the beat that
+        brought it back, or the registration."""
+        base = self._settle(self.last_beat if now is None else now)
+        bulk = self.bulk
         for group in self.groups:
-            group.place(self, status)
+            group.place(self, base if bulk is None or base != READY or bulk.room(
+                group.capability, self.by_cap, self.by_tier) else FULL)
+
+    def _settle(self, now: float) -> int:
+        base = routable(self)
+        if base <= FULL < self._base:
+            self.warm_from = now
+        self._base = base
+        return base
+
+    def prepare(self) -> None:
+        """Plan the bulkheads of the capabilities just declared, and start a clean 7-day
+        record for a new version (once per registration: later calls are a check)."""
+        if self._planned is not self.capabilities:
+            self._planned = self.capabilities
+            self.bulk = plan(self.max_concurrency,
+                             {name: cap.spec for name, cap in self.capabilities.items()})
+            self.by_tier = [0, 0, 0] if self.bulk is None else self.bulk.tiers(self.by_cap)
+        if self._rated != self.version:
+            self._rated = self.version
+            self.days.clear()
+
+    # ------------------------------------------------------------ slots per capability
+
+    def take(self, capability: str) -> None:
+        """A call of ``capability`` starts here: one slot of the agent and of its bulkhead."""
+        by_cap = self.by_cap
+        by_cap[capability] = by_cap.get(capability, 0) + 1
+        bulk = self.bulk
+        if bulk is not None:
+            t = bulk.tier_of.get(capability)
+            if t is not None:
+                self.by_tier[t] += 1
+        self.inflight = self._inflight + 1
+
+    def give(self, capability: str) -> None:
+        """A call of ``capability`` ended: its slot is free again."""
+        by_cap = self.by_cap
+        left = by_cap.get(capability, 0) - 1
+        if left > 0:
+            by_cap[capability] = left
+        else:
+            by_cap.pop(capability, None)
+        bulk = self.bulk
+        if bulk is not None:
+            t = bulk.tier_of.get(capability)
+            if t is not None and self.by_tier[t] > 0:
+                self.by_tier[t] -= 1
+        self.inflight = self._inflight - 1
+
+    def room(self, capability: str) -> bool:
+        """A free slot for ``capability``: under ``max_concurrency`` and its bulkhead."""
+        if self._inflight >= self.max_concurrency:
+            return False
+        bulk = self.bulk
+        return bulk is None or bulk.room(capability, self.by_cap, self.by_tier)
+
+    # ------------------------------------------------------------ warm-up and record
+
+    def warm_span(self, capability: str) -> float:
+        """The warm-up period of ``capability`` here: its ``warmup_s``, else the default."""
+        cap = self.capabilities.get(capability)
+        declared = None if cap is None else cap.spec.warmup_s
+        return self.warmup if declared is None else declared
+
+    def warm_share(self, capability: str, now: float) -> float:
+        """How far into its warm-up for ``capability`` (reach.core.warmup.share): 0.1 … 1."""
+        return warmup.share(now - self.warm_from, self.warm_span(capability))
+
+    def outcome(self, capability: str, ok: bool, now: float) -> None:
+        """Count a judged call (success, or a fault of this agent) in the 7-day record."""
+        rate = self.days.get(capability)
+        if rate is None:
+            if len(self.days) >= len(self.capabilities):  # drop what it no longer declares
+                for old in [c for c in self.days if c not in self.capabilities]:
+                    del self.days[old]
+            rate = self.days[capability] = DayRate()
+        rate.add(ok, now)
+
+    def trust(self, capability: str, now: float) -> float:
+        """The weighted score's reliability factor for ``capability`` (stats.reliability)."""
+        rate = self.days.get(capability)
+        return 1.0 if rate is None else rate.trust(now)
 
     def view(self, now: float, p95_ms: float | None = None) -> dict[str, Any]:
         """The AgentView of docs/admin-feed.md (``p95_ms`` comes from the metrics)."""
         b = self.breaker
+        warm = min((self.warm_share(c, now) for c in self.capabilities), default=1.0)
+        ok = bad = 0
+        for rate in self.days.values():
+            good, faults = rate.counts(now)
+            ok, bad = ok + good, bad + faults
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
             "kind": self.kind,
@@ -104,17 +219,27 @@ class AgentRecord:
             "since_heartbeat_s": round(max(0.0, now - self.last_beat), 3),
             "last_beat": self.last_beat,
             "connected": self.connected, "draining": self.draining,
+            "warming": warm < 1.0, "warm_share": round(warm, 3),
+            "success_7d": round(ok / (ok + bad), 4) if ok + bad else None,
+            "calls_7d": ok + bad,
         }
 
 
-def routable(record: AgentRecord) -> int:
-    """READY (may be sent work now), FULL (healthy, no free slot), HELD (its breaker is not
-    closed: whether it may be sent work depends on the time) or OUT (not online)."""
+def routable(record: AgentRecord, capability: str | None = None) -> int:
+    """READY (may be sent work now), FULL (healthy, no free slot: for ``capability``, none
+    under its bulkhead either), HELD (its breaker is not closed: whether it may be sent work
+    depends on the time) or OUT (not online)."""
     if record.state is not Liveness.ONLINE or not record.connected:
         return OUT
     if record.breaker.state is not BreakerState.CLOSED:
         return HELD
-    return READY if record._inflight < record.max_concurrency else FULL
+    if record._inflight >= record.max_concurrency:
+        return FULL
+    bulk = record.bulk
+    if capability is None or bulk is None or bulk.room(capability, record.by_cap,
+                                                        record.by_tier):
+        return READY
+    return FULL
 
 
 class Shelf:
@@ -163,6 +288,8 @@ class Group:
     full: Shelf = field(default_factory=Shelf)
     held: Shelf = field(default_factory=Shelf)
     where: dict[AgentRecord, int] = field(default_factory=dict)
+    # No member is warming past this time (a bound: routing skips warm-up checks after it).
+    warm_until: float = -math.inf
 
     def shelf(self, status: int) -> Shelf:
         return self.ready if status == READY else self.full if status == FULL else self.held
@@ -170,7 +297,7 @@ class Group:
     def place(self, record: AgentRecord, status: int | None = None) -> int:
         """Move ``record`` to the shelf its state calls for; returns that status."""
         if status is None:
-            status = routable(record)
+            status = routable(record, self.capability)
         old = self.where.get(record, OUT)
         if status != old:
             if old != OUT:
@@ -180,6 +307,10 @@ class Group:
             else:
                 self.shelf(status).add(record)
                 self.where[record] = status
+                if status <= FULL < old:  # back among those routing sends work to
+                    until = record.warm_from + record.warm_span(self.capability)
+                    if until > self.warm_until:
+                        self.warm_until = until
         return status
 
 
@@ -220,7 +351,9 @@ class Declared(Mapping[str, AgentRecord]):
             group = self.groups[key] = Group(self.capability, cap.spec.scope, cap.validator)
         group.members += 1
         self.agents[record.agent_id] = record
-        group.place(record)
+        record.prepare()
+        base = record._settle(record.last_beat)  # (a registration sets last_beat to now)
+        group.place(record, base if base != READY else routable(record, self.capability))
         return group
 
     def leave(self, record: AgentRecord) -> None:

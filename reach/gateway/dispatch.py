@@ -95,7 +95,7 @@ class Dispatcher:
                             lambda seq, data: book.emit_chunk(tid, seq, data),
                             lambda: self._acknowledged(task),
                             lambda result: self._answer(task, attempt, result))
-        record.inflight += 1
+        record.take(env.capability)  # a slot of the agent and of the capability's bulkhead
         record.calls += 1
         before = record.breaker.state
         record.breaker.on_dispatch(now)
@@ -119,7 +119,7 @@ class Dispatcher:
             kind, payload = await delivery.fut
             finished = True
         finally:
-            record.inflight -= 1
+            record.give(env.capability)
             if link is not None:
                 link.cancel(env.task_id, attempt.number)
             if not finished:  # cancelled (stop, a hedge lost) or the store failed: not judged
@@ -154,6 +154,7 @@ class Dispatcher:
             attempt.error = verdict.error
         before = record.breaker.state
         record.breaker.record(verdict.healthy, ended)
+        record.outcome(cap, verdict.healthy, ended)  # the 7-day record routing weighs
         self.book.breaker_moved(record, before)
         health = self.health.get(cap)
         if health is None:
@@ -232,7 +233,8 @@ class Dispatcher:
         try:
             return self.router.pick(env.capability, env.params, env.caller,
                                     self.registry.declaring(env.capability), self.clock.wall(),
-                                    frozenset({record.agent_id}), self.observed)
+                                    frozenset({record.agent_id}), self.observed,
+                                    env.priority)
         except (Unavailable, Saturated):
             return None
 

@@ -80,12 +80,16 @@ class Agent(Serving):
                    latency_ms: float = 1000.0, weight: float = 50.0, idempotent: bool = False,
                    intents: list[str] | tuple[str, ...] = (),
                    tags: list[str] | tuple[str, ...] = (),
-                   description: str | None = None, hedge: bool = False
+                   description: str | None = None, hedge: bool = False,
+                   warmup_s: float | None = None, max_concurrency: int | None = None
                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a capability served by the decorated function (async, sync or async
         generator). ``params`` is a JSON schema dict or a pydantic model. ``hedge`` (for
         idempotent reads) lets the coordinator send a second copy to another agent when the
-        first runs past the capability's P95, and take whichever answers first."""
+        first runs past the capability's P95, and take whichever answers first.
+        ``warmup_s`` overrides the coordinator's warm-up period for this capability (0: none);
+        ``max_concurrency`` limits its calls in flight at this agent, below the agent's own
+        (its latency tier already gets a share of the slots, docs/architecture.md)."""
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             model = params if isinstance(params, type) and issubclass(params, BaseModel) else None
             streaming = inspect.isasyncgenfunction(fn)
@@ -93,6 +97,7 @@ class Agent(Serving):
                 name=name, params=schema_of(params), scope=scope,  # type: ignore[arg-type]
                 latency_ms=latency_ms, weight=weight, idempotent=idempotent, hedge=hedge,
                 streaming=streaming, intents=list(intents), tags=list(tags),
+                warmup_s=warmup_s, max_concurrency=max_concurrency,
                 description=description or (inspect.getdoc(fn) or "").split("\n")[0])
             ctx_param, accepts = inspect_handler(fn)
             self.handlers[name] = Handler(spec, fn, model, ctx_param, accepts, streaming,

@@ -57,6 +57,10 @@ class AgentView(_Object):
     last_beat: float = 0.0
     connected: bool = False
     draining: bool = False
+    warming: bool = False  # in a warm-up: its share of new work is still ramping up
+    warm_share: float = 1.0  # how far (0.1 … 1), the least warm of its capabilities
+    success_7d: float | None = None  # judged calls that succeeded over 7 days (None: none)
+    calls_7d: int = 0
 
 
 class TraceSummary(_Object):

@@ -26,6 +26,7 @@ def test_a_fresh_record_shows_no_load_no_calls_and_a_closed_breaker():
                            "window_size": 10, "next_probe_in_s": None},
         "p95_ms": None, "since_heartbeat_s": 12.5, "last_beat": 0.0,
         "connected": True, "draining": False,
+        "warming": False, "warm_share": 1.0, "success_7d": None, "calls_7d": 0,
     }
 
 
