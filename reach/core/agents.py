@@ -129,8 +129,9 @@ class AgentRecord:
                              {name: cap.spec for name, cap in self.capabilities.items()})
             self.by_tier = [0, 0, 0] if self.bulk is None else self.bulk.tiers(self.by_cap)
         if self._rated != self.version:
+            if self._rated is not None:
+                self.days.clear()
             self._rated = self.version
-            self.days.clear()
 
     # ------------------------------------------------------------ slots per capability
 
