@@ -89,6 +89,9 @@ def test_room_checks_the_tier_and_the_capability():
     assert plan.room(FAST, {FAST: 2}, [2, 0, 0])
     assert not plan.room(FAST, {FAST: 3}, [3, 0, 0])
     assert plan.room("other.cap", {}, [9, 9, 9])  # not declared here: nothing to check
+    single = bulkhead.plan(8, {FAST: spec(FAST, 200, limit=1)})
+    assert single is not None
+    assert single.room(FAST, {}, [0, 0, 0]) and not single.room(FAST, {FAST: 1}, [1, 0, 0])
     assert plan.tiers({SLOW: 2, FAST: 1, "gone.cap": 4}) == [1, 0, 2]
 
 
