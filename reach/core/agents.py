@@ -107,7 +107,10 @@ class AgentRecord:
         READY or FULL from HELD or OUT) starts a warm-up at ``now``, or, when the caller has
         no time at hand (a slot change, a liveness change), at its last beat: the beat that
         brought it back, or the registration."""
-        base = self._settle(self.last_beat if now is None else now)
+        base = routable(self)  # (``_settle``, inline: this runs on every slot change)
+        if base <= FULL < self._base:
+            self.warm_from = self.last_beat if now is None else now
+        self._base = base
         bulk = self.bulk
         for group in self.groups:
             group.place(self, base if bulk is None or base != READY or bulk.room(

@@ -149,7 +149,7 @@ class Router:
         indexed for this one call (which costs a pass over it)."""
         index = _indexed(capability, declaring)
         groups = self._fit(capability, params, caller, index)
-        found = _Found(now, exclude, None if priority >= self.shed_below else self.high_water)
+        found = _Found(now, exclude, priority < self.shed_below, self.high_water)
         for group in groups:
             if group.warm_until > now:
                 found.warming = True
@@ -275,7 +275,7 @@ class Router:
         rng = self.rng
         return lambda r: (
             -r.capabilities[capability].spec.weight * (1.0 - r.inflight / r.max_concurrency)
-            * r.trust(capability, now), rng.random())
+            * (r.days[capability].trust(now) if capability in r.days else 1.0), rng.random())
 
 
 def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:
@@ -287,13 +287,15 @@ def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:
 class _Found:
     """What one pick learned while looking at agents, beyond the ready ones it drew."""
 
-    __slots__ = ("now", "exclude", "high_water", "extra", "healthy", "spare", "tripped",
-                 "examined", "warming")
+    __slots__ = ("now", "exclude", "limited", "high_water", "extra", "healthy", "spare",
+                 "tripped", "examined", "warming")
 
-    def __init__(self, now: float, exclude: frozenset[str], high_water: float | None) -> None:
+    def __init__(self, now: float, exclude: frozenset[str], limited: bool = False,
+                 high_water: float = 1.0) -> None:
         self.now = now
         self.exclude = exclude
-        self.high_water = high_water  # None: this pick may use every slot
+        self.limited = limited  # below shed_below: an agent's slots past high_water are not
+        self.high_water = high_water  # for this pick
         self.extra: list[AgentRecord] = []  # breaker not closed, yet letting calls through
         self.healthy = False  # some fit agent lets calls through but has no free slot
         self.spare = False  # ... and some of those have slots, kept for higher priorities
@@ -309,9 +311,9 @@ class _Found:
         group.place(record, status)
 
     def reserved(self, record: AgentRecord) -> bool:
-        """Whether the agent's free slots are all headroom this pick may not use."""
-        hw = self.high_water
-        if hw is None or record.inflight < math.ceil(record.max_concurrency * hw - 1e-9):
+        """Whether the agent's free slots are all headroom this pick may not use (asked only
+        by a pick below ``shed_below``)."""
+        if record.inflight < math.ceil(record.max_concurrency * self.high_water - 1e-9):
             return False
         self.healthy = self.spare = True
         return True
@@ -330,7 +332,7 @@ class _Found:
             return False
         if status == FULL:
             self.healthy = True
-        return status == READY and not self.reserved(record)
+        return status == READY and (not self.limited or not self.reserved(record))
 
     def held(self, group: Group, record: AgentRecord, checked: bool = False) -> None:
         """An agent whose breaker is not closed: a candidate, a full one, an early-probe
@@ -348,7 +350,7 @@ class _Found:
         if breaker.allows(self.now):
             if not record.room(capability):
                 self.healthy = True
-            elif not self.reserved(record):
+            elif not self.limited or not self.reserved(record):
                 self.extra.append(record)
             return
         if breaker.state is not BreakerState.OPEN:

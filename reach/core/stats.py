@@ -76,7 +76,7 @@ class DayRate:
     bounded memory whatever the traffic). Days are ``floor(now / length)``; a day's counts
     drop out once ``days`` newer days have begun."""
 
-    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_fresh")
+    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_until")
 
     def __init__(self, days: int = 7, length: float = DAY) -> None:
         if days < 1 or length <= 0:
@@ -86,7 +86,7 @@ class DayRate:
         self.ok = [0] * days
         self.bad = [0] * days
         self._trust = 1.0
-        self._fresh = -1  # the day ``_trust`` was worked out for
+        self._until = -1.0  # when the day ``_trust`` was worked out for ends (-1: stale)
 
     def add(self, ok: bool, now: float) -> None:
         """Count one judged call: a success (``ok``) or a fault."""
@@ -98,7 +98,7 @@ class DayRate:
             self.ok[i] += 1
         else:
             self.bad[i] += 1
-        self._fresh = -1
+        self._until = -1.0
 
     def counts(self, now: float) -> tuple[int, int]:
         """(successes, faults) of the last ``days`` days, today included."""
@@ -118,10 +118,11 @@ class DayRate:
     def trust(self, now: float) -> float:
         """The factor the weighted routing score multiplies by (``reliability``), worked out
         at most once a day and after each ``add``: a constant-time read on the hot path."""
-        day = int(now // self.length)
-        if day != self._fresh:
-            self._trust = reliability(*self.counts(now))
-            self._fresh = day
+        if now < self._until:
+            return self._trust
+        day = now // self.length
+        self._trust = reliability(*self.counts(now))
+        self._until = (day + 1) * self.length
         return self._trust
 
 
