@@ -51,6 +51,12 @@ class Settings:
     retry_budget_window: float = 10.0
     auto_replay: bool = False  # replay a capability's dead letters when it gets a healthy agent
     strategy: str = "weighted"
+    # a new or recovered agent's share ramps up over this many seconds (a capability's
+    # warmup_s overrides it); below priority shed_below a task may fill an agent's slots only
+    # up to high_water of them, past that it is shed (docs/architecture.md, "Routing")
+    warmup: float = 60.0
+    high_water: float = 0.8
+    shed_below: int = 5
     # durability and memory
     idempotency_ttl: float = 24 * 3600.0
     recovery_grace: float = 10.0
@@ -99,6 +105,8 @@ class Settings:
                              "timeout_samples at least 1")
         if self.queue_wait < 0 or self.max_retries < 0:
             raise ValueError("queue_wait and max_retries must not be negative")
+        if self.warmup < 0 or not 0 < self.high_water <= 1 or not 0 <= self.shed_below <= 10:
+            raise ValueError("need warmup >= 0, high_water in (0, 1] and shed_below in 0..10")
         for name in ("max_capabilities", "max_schema_bytes", "max_connections",
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",

@@ -61,12 +61,13 @@ class Reach:
         # One time base for every part: a wall-time function (as before) or a whole Clock.
         self.clock: Clock = LoopClock(clock) if callable(clock) else clock
         self.store = Store(s.store, s.sqlite_synchronous)
-        self.registry = Registry(
-            LivenessPolicy(s.heartbeat_interval, s.suspect_after, s.offline_after),
-            breaker_open_for=s.breaker_open_for, max_schema_bytes=s.max_schema_bytes)
+        self.registry = Registry(LivenessPolicy(s.heartbeat_interval, s.suspect_after,
+                                                s.offline_after), s.breaker_open_for,
+                                 max_schema_bytes=s.max_schema_bytes, warmup=s.warmup)
         rng = random.Random(seed)
         self.trust = Trust.of(s.tokens, s.permissions, s.serves)
-        self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls)
+        self.router = Router(strategy=s.strategy, rng=rng, permissions=self.trust.calls,
+                             high_water=s.high_water, shed_below=s.shed_below)
         self.gateway = Gateway(s, self.registry, self.router, self.store, self.clock, rng)
         self.events = self.gateway.events
         self.ops = Ops(s, self.gateway, self.registry, self.clock, store=self.store)

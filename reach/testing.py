@@ -60,13 +60,16 @@ class Cluster:
 
     async def add_agent(self, name: str, handlers: Mapping[str, Callable[..., Any]], *,
                         max_concurrency: int = 20, token: str | None = None,
+                        each: Mapping[str, Mapping[str, Any]] | None = None,
                         **capability: Any) -> Agent:
         """Connect an agent serving ``{capability name: function}``; extra keywords
         (``params``, ``returns``, ``fallback``, ``idempotent``, ``latency_ms``, ``weight``,
-        ``scope``, ``intents``) apply to every capability."""
+        ``scope``, ``intents``, ``warmup_s``) apply to every capability, and ``each`` adds
+        keywords for one capability
+        (``each={"report.build": {"latency_ms": 40_000, "max_concurrency": 2}}``)."""
         agent = Agent(name, token=token, max_concurrency=max_concurrency, reconnect_base=0.02)
         for cap_name, fn in handlers.items():
-            agent.capability(cap_name, **capability)(fn)
+            agent.capability(cap_name, **{**capability, **(each or {}).get(cap_name, {})})(fn)
         await agent.connect(self.url)
         self.agents.append(agent)
         return agent

@@ -1,22 +1,30 @@
 """An agent as the coordinator knows it, and the routing groups that find one fast (pure).
 
 ``AgentRecord`` is one agent's live record (identity, declared capabilities, liveness,
-load, breaker, and the ``ports.AgentLink`` work reaches it through). Each capability keeps
-its agents in a ``Declared`` of ``Group``s whose ``Shelf``s separate the agents routing may
-send work to now (READY) from the busy (FULL), the breaker-held (HELD) and the rest, so
-picking one never scans them all. The ``Registry`` (reach.core.registry) keeps them.
+load, breaker, and the ``ports.AgentLink`` work reaches it through), with what routing weighs
+beyond that: its calls in flight per capability under its bulkheads (reach.core.bulkhead), how
+far it is into a warm-up (reach.core.warmup) and its success rate over 7 days (``DayRate``).
+Each capability keeps its agents in a ``Declared`` of ``Group``s whose ``Shelf``s separate the
+agents routing may send work to now (READY) from the busy (FULL: for a capability, also those
+whose bulkhead for it is full), the breaker-held (HELD) and the rest, so picking one never
+scans them all. The ``Registry`` (reach.core.registry) keeps them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reach.core import warmup
+from reach.core.bulkhead import Bulkheads, plan
 from reach.core.liveness import Liveness, LivenessPolicy
 from reach.core.probes import ProbeState
 from reach.core.resilience import Breaker, BreakerState
 from reach.core.schemas import Validator
+from reach.core.shelf import Shelf
+from reach.core.stats import DayRate
 from reach.core.tags import TagSet, parse
 from reach.ports import AgentLink
 from reach.wire.protocol import CapabilitySpec
@@ -67,6 +75,23 @@ class AgentRecord:
     # Suspected by its probes (reach.core.probes), beats or not; and their record, if probed.
     probe_held: bool = False
     probe: ProbeState | None = field(default=None, repr=False)
+    # Warm-up: the default period (Settings.warmup, set by the registry; a capability's
+    # ``warmup_s`` overrides it) and when the current warm-up began (-inf: never).
+    warmup: float = 60.0
+    warm_from: float = -math.inf
+    # The status ``reshelve`` last saw (READY..OUT, ignoring bulkheads): coming back to READY
+    # or FULL from HELD or OUT is a recovery, which starts a warm-up.
+    _base: int = field(default=OUT, repr=False)
+    # Bulkheads: the limits (None: one pool) planned for ``_planned`` (its capabilities), and
+    # the calls in flight per capability and per latency tier they are checked against.
+    bulk: Bulkheads | None = field(default=None, repr=False)
+    _planned: object = field(default=None, repr=False)
+    by_cap: dict[str, int] = field(default_factory=dict, repr=False)
+    by_tier: list[int] = field(default_factory=lambda: [0, 0, 0], repr=False)
+    # Judged outcomes per capability over 7 days, for the version ``_rated`` (a new version
+    # starts with a clean record, as its breaker does).
+    days: dict[str, DayRate] = field(default_factory=dict, repr=False)
+    _rated: str | None = field(default=None, repr=False)
 
     @property
     def inflight(self) -> int:
@@ -86,15 +111,110 @@ class AgentRecord:
         """Online and connected: may be sent new work (breaker and slots permitting)."""
         return self.state is Liveness.ONLINE and self.connected
 
-    def reshelve(self) -> None:
-        """Put this agent on the right shelf of each of its routing groups."""
-        status = routable(self)
+    def reshelve(self, now: float | None = None) -> None:
+        """Put this agent on the right shelf of each of its routing groups. Coming back (to
+        READY or FULL from HELD or OUT) starts a warm-up at ``now``, or, when the caller has
+        no time at hand (a slot change, a liveness change), at its last beat: the beat that
+        brought it back, or the registration."""
+        base = routable(self)  # (``_settle``, inline: this runs on every slot change)
+        if base <= FULL < self._base:
+            self.warm_from = self.last_beat if now is None else now
+        self._base = base
+        bulk = self.bulk
         for group in self.groups:
-            group.place(self, status)
+            group.place(self, base if bulk is None or base != READY or bulk.room(
+                group.capability, self.by_cap, self.by_tier) else FULL)
+
+    def _settle(self, now: float) -> int:
+        base = routable(self)
+        if base <= FULL < self._base:
+            self.warm_from = now
+        self._base = base
+        return base
+
+    def prepare(self) -> None:
+        """Plan the bulkheads of the capabilities just declared, and start a clean 7-day
+        record for a new version (once per registration: later calls are a check)."""
+        if self._planned is not self.capabilities:
+            self._planned = self.capabilities
+            self.bulk = plan(self.max_concurrency,
+                             {name: cap.spec for name, cap in self.capabilities.items()})
+            self.by_tier = [0, 0, 0] if self.bulk is None else self.bulk.tiers(self.by_cap)
+        if self._rated != self.version:
+            if self._rated is not None:
+                self.days.clear()
+            self._rated = self.version
+
+    # ------------------------------------------------------------ slots per capability
+
+    def take(self, capability: str) -> None:
+        """A call of ``capability`` starts here: one slot of the agent and of its bulkhead."""
+        by_cap = self.by_cap
+        by_cap[capability] = by_cap.get(capability, 0) + 1
+        bulk = self.bulk
+        if bulk is not None:
+            t = bulk.tier_of.get(capability)
+            if t is not None:
+                self.by_tier[t] += 1
+        self.inflight = self._inflight + 1
+
+    def give(self, capability: str) -> None:
+        """A call of ``capability`` ended: its slot is free again."""
+        by_cap = self.by_cap
+        left = by_cap.get(capability, 0) - 1
+        if left > 0:
+            by_cap[capability] = left
+        else:
+            by_cap.pop(capability, None)
+        bulk = self.bulk
+        if bulk is not None:
+            t = bulk.tier_of.get(capability)
+            if t is not None and self.by_tier[t] > 0:
+                self.by_tier[t] -= 1
+        self.inflight = self._inflight - 1
+
+    def room(self, capability: str) -> bool:
+        """A free slot for ``capability``: under ``max_concurrency`` and its bulkhead."""
+        if self._inflight >= self.max_concurrency:
+            return False
+        bulk = self.bulk
+        return bulk is None or bulk.room(capability, self.by_cap, self.by_tier)
+
+    # ------------------------------------------------------------ warm-up and record
+
+    def warm_span(self, capability: str) -> float:
+        """The warm-up period of ``capability`` here: its ``warmup_s``, else the default."""
+        cap = self.capabilities.get(capability)
+        declared = None if cap is None else cap.spec.warmup_s
+        return self.warmup if declared is None else declared
+
+    def warm_share(self, capability: str, now: float) -> float:
+        """How far into its warm-up for ``capability`` (reach.core.warmup.share): 0.1 … 1."""
+        return warmup.share(now - self.warm_from, self.warm_span(capability))
+
+    def outcome(self, capability: str, ok: bool, now: float) -> None:
+        """Count a judged call (success, or a fault of this agent) in the 7-day record."""
+        rate = self.days.get(capability)
+        if rate is None:
+            if len(self.days) >= len(self.capabilities):  # drop what it no longer declares
+                for old in [c for c in self.days if c not in self.capabilities]:
+                    del self.days[old]
+            rate = self.days[capability] = DayRate()
+        rate.add(ok, now)
+
+    def trust(self, capability: str, now: float) -> float:
+        """The weighted score's reliability factor for ``capability`` (stats.reliability)."""
+        rate = self.days.get(capability)
+        return 1.0 if rate is None else rate.trust(now)
 
     def view(self, now: float, p95_ms: float | None = None) -> dict[str, Any]:
         """The AgentView of docs/admin-feed.md (``p95_ms`` comes from the metrics)."""
         b = self.breaker
+        warm = min((self.warm_share(c, now) for c in self.capabilities), default=1.0)
+        ok = bad = 0
+        for rate in self.days.values():
+            good, faults = rate.counts(now)
+            ok, bad = ok + good, bad + faults
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
             "kind": self.kind,
@@ -121,6 +241,9 @@ class AgentRecord:
             "suspected_by": self.suspected_by(now),
             "heartbeat_interval_s": self.liveness.interval,
             "probe": None if self.probe is None else self.probe.view(now),
+            "warming": warm < 1.0, "warm_share": round(warm, 3),
+            "success_7d": round(ok / (ok + bad), 4) if ok + bad else None,
+            "calls_7d": ok + bad,
         }
 
     def suspected_by(self, now: float) -> str | None:
@@ -135,41 +258,21 @@ class AgentRecord:
         return "draining" if self.draining else "heartbeat"
 
 
-def routable(record: AgentRecord) -> int:
-    """READY (may be sent work now), FULL (healthy, no free slot), HELD (its breaker is not
-    closed: whether it may be sent work depends on the time) or OUT (not online)."""
+def routable(record: AgentRecord, capability: str | None = None) -> int:
+    """READY (may be sent work now), FULL (healthy, no free slot: for ``capability``, none
+    under its bulkhead either), HELD (its breaker is not closed: whether it may be sent work
+    depends on the time) or OUT (not online)."""
     if record.state is not Liveness.ONLINE or not record.connected:
         return OUT
     if record.breaker.state is not BreakerState.CLOSED:
         return HELD
-    return READY if record._inflight < record.max_concurrency else FULL
-
-
-class Shelf:
-    """Records in a list, each knowing its position: add, remove and index in O(1)."""
-
-    __slots__ = ("items", "_pos")
-
-    def __init__(self) -> None:
-        self.items: list[AgentRecord] = []
-        self._pos: dict[AgentRecord, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __contains__(self, record: object) -> bool:
-        return record in self._pos
-
-    def add(self, record: AgentRecord) -> None:
-        self._pos[record] = len(self.items)
-        self.items.append(record)
-
-    def remove(self, record: AgentRecord) -> None:
-        at = self._pos.pop(record)
-        last = self.items.pop()
-        if last is not record:  # the last one fills the hole
-            self.items[at] = last
-            self._pos[last] = at
+    if record._inflight >= record.max_concurrency:
+        return FULL
+    bulk = record.bulk
+    if capability is None or bulk is None or bulk.room(capability, record.by_cap,
+                                                        record.by_tier):
+        return READY
+    return FULL
 
 
 @dataclass(slots=True, eq=False)
@@ -187,21 +290,23 @@ class Group:
     scope: str
     validator: Validator
     members: int = 0
-    ready: Shelf = field(default_factory=Shelf)
-    full: Shelf = field(default_factory=Shelf)
-    held: Shelf = field(default_factory=Shelf)
+    ready: Shelf[AgentRecord] = field(default_factory=Shelf)
+    full: Shelf[AgentRecord] = field(default_factory=Shelf)
+    held: Shelf[AgentRecord] = field(default_factory=Shelf)
     where: dict[AgentRecord, int] = field(default_factory=dict)
     # The tags its agents declare (part of the group's key): a call asking for tags skips
     # the groups that lack them (reach.core.tags).
     tags: TagSet = field(default_factory=dict)
+    # No member is warming past this time (a bound: routing skips warm-up checks after it).
+    warm_until: float = -math.inf
 
-    def shelf(self, status: int) -> Shelf:
+    def shelf(self, status: int) -> Shelf[AgentRecord]:
         return self.ready if status == READY else self.full if status == FULL else self.held
 
     def place(self, record: AgentRecord, status: int | None = None) -> int:
         """Move ``record`` to the shelf its state calls for; returns that status."""
         if status is None:
-            status = routable(record)
+            status = routable(record, self.capability)
         old = self.where.get(record, OUT)
         if status != old:
             if old != OUT:
@@ -211,6 +316,10 @@ class Group:
             else:
                 self.shelf(status).add(record)
                 self.where[record] = status
+                if status <= FULL < old:  # back among those routing sends work to
+                    until = record.warm_from + record.warm_span(self.capability)
+                    if until > self.warm_until:
+                        self.warm_until = until
         return status
 
 
@@ -252,7 +361,9 @@ class Declared(Mapping[str, AgentRecord]):
                                              tags=parse(cap.spec.tags))
         group.members += 1
         self.agents[record.agent_id] = record
-        group.place(record)
+        record.prepare()
+        base = record._settle(record.last_beat)  # (a registration sets last_beat to now)
+        group.place(record, base if base != READY else routable(record, self.capability))
         return group
 
     def leave(self, record: AgentRecord) -> None:

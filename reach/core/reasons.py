@@ -52,3 +52,15 @@ def none_can(capability: str, records: Iterable[AgentRecord], now: float) -> str
     held = "; ".join(parts) if parts else "each is busy or being probed"
     return (f"{count} agent(s) declare {capability!r} but none can take it now: {held}; "
             f"retry shortly")
+
+
+def no_route(capability: str, typed: str | None, suggestions: list[str]) -> str:
+    """What the caller asked for (as typed, and as read when that differs) and the closest
+    names: "did you mean" belongs in the message, not only in ``details``."""
+    asked = repr(capability) if typed in (None, capability) else \
+        f"{typed!r} (read as {capability!r})"
+    if suggestions:
+        return (f"no agent declares {asked}; did you mean "
+                f"{' or '.join(repr(s) for s in suggestions[:3])}?")
+    return f"no agent declares {asked}; check the name or connect an agent that offers it"
+

@@ -41,8 +41,9 @@ class Registry:
     times less than judging every agent on every sweep (bench/registry.py measures both)."""
 
     def __init__(self, policy: LivenessPolicy, breaker_open_for: float = 5.0,
-                 max_schema_bytes: int = MAX_SCHEMA_BYTES) -> None:
+                 max_schema_bytes: int = MAX_SCHEMA_BYTES, warmup: float = 60.0) -> None:
         self.policy = policy
+        self.warmup = warmup  # each agent's default warm-up period (AgentRecord.warmup)
         self.max_schema_bytes = max_schema_bytes
         self.breaker_open_for = breaker_open_for
         self.by_id: dict[str, AgentRecord] = {}
@@ -129,6 +130,7 @@ class Registry:
             record = AgentRecord(agent_id=agent_id, name=name, version=version,
                                  max_concurrency=max_concurrency, capabilities=caps)
             record.breaker.open_for = self.breaker_open_for
+            record.warmup = self.warmup
             self.by_id[agent_id] = record
         else:
             # Same identity coming back (reconnect or restart): keep its counters and breaker,

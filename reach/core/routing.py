@@ -12,16 +12,26 @@ breaker is not closed are looked at one by one (their verdict depends on the tim
 random and the best of them wins (``sample`` of them: the power of two choices), round-robin
 walks a cursor, and random draws one. Either way only a fit agent is ever chosen, and
 ``Unavailable`` / ``Saturated`` / the early probe are decided exactly.
+
+Three things shape a pick beyond the strategy (docs/architecture.md, "Routing"). Bulkheads:
+an agent counts as full for a capability whose latency tier holds its share of the agent's
+slots (reach.core.bulkhead; the shelves are per capability, so this costs nothing per pick).
+Priority headroom: a task below ``shed_below`` may not take the last ``1 − high_water`` of an
+agent's slots; finding only such slots it is shed (``Saturated.shed``: rejected at once) while
+higher priorities still get through. Warm-up: while any agent of a group warms up (one time
+comparison per group tells), candidates are thinned by their warm shares (reach.core.warmup).
+The weighted score also multiplies by each agent's 7-day reliability (``AgentRecord.trust``).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import math
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from reach.core import names, reasons
+from reach.core import names, reasons, warmup
 from reach.core import tags as tagging
 from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from reach.core.overrides import Overrides
@@ -55,11 +65,13 @@ class Permissions:
 
 
 class Saturated(Exception):
-    """Healthy candidates exist but every one is at ``max_concurrency``: wait, then reject."""
+    """Healthy candidates exist but every one is at ``max_concurrency``: wait, then reject.
+    ``shed``: the only free slots are kept for higher priorities; reject at once."""
 
-    def __init__(self, level: float) -> None:
+    def __init__(self, level: float, shed: bool = False) -> None:
         super().__init__("all candidates saturated")
         self.level = level
+        self.shed = shed
 
 
 @dataclass(slots=True)
@@ -72,6 +84,10 @@ class Router:
     # drawn at random are (two choices already spread load almost as well as all of them).
     exact: int = 32
     sample: int = 2
+    # Priority headroom: below ``shed_below``, a task may use an agent's slots only up to
+    # ``ceil(max_concurrency × high_water)``; the rest is kept for higher priorities.
+    high_water: float = 0.8
+    shed_below: int = 5
     # Agents ``pick`` looked at, in total: the cost of routing, counted for tests and benches.
     examined: int = 0
     _turn: dict[str, int] = field(default_factory=dict)
@@ -81,6 +97,8 @@ class Router:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose from {STRATEGIES}")
         if self.exact < 0 or self.sample < 1:
             raise ValueError("need exact >= 0 and sample >= 1")
+        if not 0.0 < self.high_water <= 1.0:
+            raise ValueError(f"high_water must be in (0, 1], not {self.high_water!r}")
 
     def admit(self, capability: str, params: dict[str, object], caller: str,
               declaring: Mapping[str, AgentRecord],
@@ -95,7 +113,7 @@ class Router:
         if not declaring:
             suggestions = (known.closest(capability) if isinstance(known, names.NameIndex)
                            else names.closest(capability, known))
-            raise NoRoute(no_route_message(capability, typed, suggestions),
+            raise NoRoute(reasons.no_route(capability, typed, suggestions),
                           capability=capability, suggestions=suggestions)
         scope_ok = valid = False
         reason = ""
@@ -132,8 +150,11 @@ class Router:
              declaring: Mapping[str, AgentRecord], now: float,
              exclude: frozenset[str] = frozenset(),
              latency: Mapping[str, float] | None = None,
-             tags: tagging.Wanted | None = None) -> AgentRecord:
+             tags: tagging.Wanted | None = None, priority: int = 9) -> AgentRecord:
         """Choose one agent, or raise ``Unavailable`` / ``Saturated``.
+
+        A ``priority`` below ``shed_below`` does not get an agent's reserved headroom; when
+        that is all that is free, ``Saturated`` says ``shed``.
 
         When every otherwise fit agent is held back only by an open breaker, the one open the
         longest (ties: the lowest agent id) is chosen as an early half-open probe (the dispatch
@@ -148,8 +169,10 @@ class Router:
         if self.overrides.pins:  # pinned: every other agent is left out, as if excluded
             exclude = exclude | self.overrides.excluded(
                 capability, ((r.agent_id, r.name) for r in index.agents.values()))
-        found = _Found(now, exclude)
+        found = _Found(now, exclude, priority < self.shed_below, self.high_water)
         for group in groups:
+            if group.warm_until > now:
+                found.warming = True
             if group.held.items:
                 for record in group.held.items[:]:
                     found.held(group, record)
@@ -168,7 +191,7 @@ class Router:
         self.examined += found.examined
         if not ready:
             if found.healthy:
-                raise Saturated(level=1.0)
+                raise Saturated(level=1.0, shed=found.spare)
             if found.tripped is not None:
                 return found.tripped
             pinned = self.overrides.pinned(capability)
@@ -181,7 +204,11 @@ class Router:
                               capability=capability)
         if len(ready) == 1:
             return ready[0]
-        return self._choose(capability, ready, latency or {})
+        if found.warming:
+            ready = warmup.thin(ready, [r.warm_share(capability, now) for r in ready], self.rng)
+            if len(ready) == 1:
+                return ready[0]
+        return self._choose(capability, ready, latency or {}, now)
 
     def _fit(self, capability: str, params: dict[str, object], caller: str,
              index: Declared, tags: tagging.Wanted | None) -> list[Group]:
@@ -207,7 +234,9 @@ class Router:
         total = sum(len(g.ready.items) for g in shelves)
         if total + len(found.extra) <= self.exact + len(found.exclude):
             return self._every(shelves, found)
-        want = 1 if self.strategy in ("random", "round_robin") else self.sample
+        # (Two when some are warming, so that thinning has a choice to make.)
+        want = 1 if self.strategy in ("random", "round_robin") and not found.warming \
+            else self.sample
         cursor = None
         if self.strategy == "round_robin":
             cursor = self._turn.get(capability, 0)
@@ -248,17 +277,17 @@ class Router:
         return ready + found.extra
 
     def _choose(self, capability: str, ready: list[AgentRecord],
-                latency: Mapping[str, float]) -> AgentRecord:
+                latency: Mapping[str, float], now: float) -> AgentRecord:
         if self.strategy == "random":
             return self.rng.choice(ready)
         if self.strategy == "round_robin":
             turn = self._turn.get(capability, 0)
             self._turn[capability] = turn + 1
             return sorted(ready, key=lambda r: r.agent_id)[turn % len(ready)]
-        key = self._key(capability, latency)
+        key = self._key(capability, latency, now)
         return min(ready, key=key)
 
-    def _key(self, capability: str, latency: Mapping[str, float]
+    def _key(self, capability: str, latency: Mapping[str, float], now: float
              ) -> Callable[[AgentRecord], tuple[float, float]]:
         """The strategy's order: the lowest key wins."""
         weight = self.overrides.weight
@@ -268,23 +297,14 @@ class Router:
         if self.strategy == "lowest_latency":
             return lambda r: (latency.get(  # undeclared (None), unobserved: taken as 1 s
                 r.agent_id, (r.capabilities[capability].spec.latency_ms or 1e3) / 1e3), 0.0)
-        # weighted: declared weight scaled by free capacity; ties broken at random so equal
-        # agents share the work instead of the first one taking it all.
+        # weighted: declared (or an operator's) weight scaled by free capacity and by the
+        # 7-day reliability (1.0 unless the agent failed more than 1 % of 20+ calls); ties
+        # broken at random so equal agents share the work instead of the first one taking it.
         rng = self.rng
         return lambda r: (
             -weight(capability, r.name, r.capabilities[capability].spec.weight)
-            * (1.0 - r.inflight / r.max_concurrency), rng.random())
-
-
-def no_route_message(capability: str, typed: str | None, suggestions: list[str]) -> str:
-    """What the caller asked for (as typed, and as read when that differs) and the closest
-    names: "did you mean" belongs in the message, not only in ``details``."""
-    asked = repr(capability) if typed in (None, capability) else \
-        f"{typed!r} (read as {capability!r})"
-    if suggestions:
-        return (f"no agent declares {asked}; did you mean "
-                f"{' or '.join(repr(s) for s in suggestions[:3])}?")
-    return f"no agent declares {asked}; check the name or connect an agent that offers it"
+            * (1.0 - r.inflight / r.max_concurrency)
+            * (r.days[capability].trust(now) if capability in r.days else 1.0), rng.random())
 
 
 def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:
@@ -296,23 +316,44 @@ def _indexed(capability: str, declaring: Mapping[str, AgentRecord]) -> Declared:
 class _Found:
     """What one pick learned while looking at agents, beyond the ready ones it drew."""
 
-    __slots__ = ("now", "exclude", "extra", "healthy", "tripped", "examined")
+    __slots__ = ("now", "exclude", "limited", "high_water", "extra", "healthy", "spare",
+                 "tripped", "examined", "warming")
 
-    def __init__(self, now: float, exclude: frozenset[str]) -> None:
+    def __init__(self, now: float, exclude: frozenset[str], limited: bool = False,
+                 high_water: float = 1.0) -> None:
         self.now = now
         self.exclude = exclude
+        self.limited = limited  # below shed_below: an agent's slots past high_water are not
+        self.high_water = high_water  # for this pick
         self.extra: list[AgentRecord] = []  # breaker not closed, yet letting calls through
         self.healthy = False  # some fit agent lets calls through but has no free slot
+        self.spare = False  # ... and some of those have slots, kept for higher priorities
         self.tripped: AgentRecord | None = None  # the early-probe choice so far
         self.examined = 0
+        self.warming = False  # some group of the capability has an agent warming up
+
+    def moved(self, group: Group, record: AgentRecord, status: int) -> None:
+        """Re-shelve an agent found on the wrong shelf, in all its groups (noticing that it is
+        back, which starts its warm-up now) and in this one (which a one-off index's records
+        do not know)."""
+        record.reshelve(self.now)
+        group.place(record, status)
+
+    def reserved(self, record: AgentRecord) -> bool:
+        """Whether the agent's free slots are all headroom this pick may not use (asked only
+        by a pick below ``shed_below``)."""
+        if record.inflight < math.ceil(record.max_concurrency * self.high_water - 1e-9):
+            return False
+        self.healthy = self.spare = True
+        return True
 
     def check(self, group: Group, record: AgentRecord) -> bool:
         """Is this agent (from ``ready`` or ``full``) ready and not excluded? One found on the
         wrong shelf is moved (its breaker changed since) and counted where it belongs."""
         self.examined += 1
-        status = routable(record)
+        status = routable(record, group.capability)
         if group.where.get(record) != status:
-            group.place(record, status)
+            self.moved(group, record, status)
             if status == HELD:
                 self.held(group, record, checked=True)
                 return False
@@ -320,29 +361,30 @@ class _Found:
             return False
         if status == FULL:
             self.healthy = True
-        return status == READY
+        return status == READY and (not self.limited or not self.reserved(record))
 
     def held(self, group: Group, record: AgentRecord, checked: bool = False) -> None:
         """An agent whose breaker is not closed: a candidate, a full one, an early-probe
         candidate, or nothing now (half-open with its probe out)."""
         if not checked:  # (``check`` found it there and moved it already)
             self.examined += 1
-            status = routable(record)
-            if status != HELD:  # its breaker closed since: back on ready or full
-                group.place(record, status)
+            status = routable(record, group.capability)
+            if status != HELD:  # its breaker closed since: back on ready or full, warming
+                self.moved(group, record, status)
                 return
         if record.agent_id in self.exclude:
             return
         breaker = record.breaker
+        capability = group.capability
         if breaker.allows(self.now):
-            if record.inflight < record.max_concurrency:
-                self.extra.append(record)
-            else:
+            if not record.room(capability):
                 self.healthy = True
+            elif not self.limited or not self.reserved(record):
+                self.extra.append(record)
             return
         if breaker.state is not BreakerState.OPEN:
             return  # half-open with its probe out
-        if record.inflight < record.max_concurrency and breaker.early_probe(self.now):
+        if record.room(capability) and breaker.early_probe(self.now):
             best = self.tripped
             if best is None or (breaker.opened_at, record.agent_id) < (
                     best.breaker.opened_at, best.agent_id):

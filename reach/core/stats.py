@@ -64,3 +64,73 @@ class Window:
                 return None
             ordered = self._sorted = sorted(self.samples)
         return percentile(ordered, q)
+
+
+DAY = 86_400.0
+MIN_CALLS = 20  # fewer judged calls than this over the horizon: no evidence, full trust
+TRUSTED = 0.99  # a success rate this high or better counts as perfect
+
+
+class DayRate:
+    """Successes and faults per day over the last ``days`` days (one pair of counts per day:
+    bounded memory whatever the traffic). Days are ``floor(now / length)``; a day's counts
+    drop out once ``days`` newer days have begun."""
+
+    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_until")
+
+    def __init__(self, days: int = 7, length: float = DAY) -> None:
+        if days < 1 or length <= 0:
+            raise ValueError(f"a day rate needs days >= 1 and length > 0, not {days}, {length}")
+        self.days, self.length = days, length
+        self.stamp = [-1] * days  # which day each slot holds (-1: none yet)
+        self.ok = [0] * days
+        self.bad = [0] * days
+        self._trust = 1.0
+        self._until = -1.0  # when the day ``_trust`` was worked out for ends (-1: stale)
+
+    def add(self, ok: bool, now: float) -> None:
+        """Count one judged call: a success (``ok``) or a fault."""
+        day = int(now // self.length)
+        i = day % self.days
+        if self.stamp[i] != day:
+            self.stamp[i], self.ok[i], self.bad[i] = day, 0, 0
+        if ok:
+            self.ok[i] += 1
+        else:
+            self.bad[i] += 1
+        self._until = -1.0
+
+    def counts(self, now: float) -> tuple[int, int]:
+        """(successes, faults) of the last ``days`` days, today included."""
+        day = int(now // self.length)
+        ok = bad = 0
+        for i, stamp in enumerate(self.stamp):
+            if day - self.days < stamp <= day:
+                ok += self.ok[i]
+                bad += self.bad[i]
+        return ok, bad
+
+    def rate(self, now: float) -> float | None:
+        """The success rate over the horizon; None without any judged call in it."""
+        ok, bad = self.counts(now)
+        return ok / (ok + bad) if ok + bad else None
+
+    def trust(self, now: float) -> float:
+        """The factor the weighted routing score multiplies by (``reliability``), worked out
+        at most once a day and after each ``add``: a constant-time read on the hot path."""
+        if now < self._until:
+            return self._trust
+        day = now // self.length
+        self._trust = reliability(*self.counts(now))
+        self._until = (day + 1) * self.length
+        return self._trust
+
+
+def reliability(ok: int, bad: int) -> float:
+    """The success rate, except 1.0 below ``MIN_CALLS`` calls (too little to judge) and at
+    ``TRUSTED`` or better (a rare fault must not cost an agent every idle tie)."""
+    n = ok + bad
+    if n < MIN_CALLS:
+        return 1.0
+    rate = ok / n
+    return 1.0 if rate >= TRUSTED else rate

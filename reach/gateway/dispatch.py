@@ -111,7 +111,7 @@ class Dispatcher:
             lambda seq, data: book.emit_chunk(tid, seq, data), lambda: self._acknowledged(task),
             (lambda result: self._answer(task, attempt, result)) if returns is None else
             (lambda result: self._checked(task, attempt, record, returns, result, bad)))
-        record.inflight += 1
+        record.take(env.capability)  # a slot of the agent and of the capability's bulkhead
         record.calls += 1
         before = record.breaker.state
         record.breaker.on_dispatch(now)
@@ -137,7 +137,7 @@ class Dispatcher:
                 kind, payload = "error", bad[0]
             finished = True
         finally:
-            record.inflight -= 1
+            record.give(env.capability)
             if link is not None:
                 link.cancel(env.task_id, attempt.number)
             if not finished:  # cancelled (stop, a hedge lost) or the store failed: not judged
@@ -175,6 +175,7 @@ class Dispatcher:
             attempt.error = verdict.error
         before = record.breaker.state
         record.breaker.record(verdict.healthy, ended)
+        record.outcome(cap, verdict.healthy, ended)  # the 7-day record routing weighs
         self.book.breaker_moved(record, before)
         health = self.health.get(cap)
         if health is None:
@@ -264,7 +265,8 @@ class Dispatcher:
         try:
             return self.router.pick(env.capability, env.params, env.caller,
                                     self.registry.declaring(env.capability), self.clock.wall(),
-                                    frozenset({record.agent_id}), self.observed, env.tags)
+                                    frozenset({record.agent_id}), self.observed, env.tags,
+                                    env.priority)
         except (Unavailable, Saturated):
             return None
 

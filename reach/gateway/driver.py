@@ -261,7 +261,8 @@ class Driver:
                     raise Saturated(1.0)
                 try:
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.dispatch.observed, env.tags)
+                                            now, exclude, self.dispatch.observed, env.tags,
+                                            env.priority)
                 except (Unavailable, Saturated):
                     if not exclude:
                         raise
@@ -269,8 +270,20 @@ class Driver:
                     # better than waiting (and being rejected).
                     exclude = frozenset()
                     return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.dispatch.observed, env.tags)
+                                            now, exclude, self.dispatch.observed, env.tags,
+                                            env.priority)
             except Saturated as sat:
+                if sat.shed:
+                    # Shed: the free slots are kept for higher priorities. Refused at once
+                    # (a wake-up this waiter took is passed on to the next one).
+                    if queued:
+                        self.slots.wake((env.capability,), clock.now(), self.book.usage)
+                    raise Rejected(
+                        f"{env.capability!r} is above its high-water mark; priority "
+                        f"{env.priority} is shed first (the free slots are kept for priority "
+                        f"{self.router.shed_below} and above): slow down and retry",
+                        level=self._pressure(env.capability, sat), shed=True,
+                        capability=env.capability) from None
                 left = wait_until - clock.now()
                 if deadline is not None:
                     left = min(left, deadline - clock.now())
@@ -294,7 +307,7 @@ class Driver:
 
 def _ready(record: AgentRecord, capability: str) -> bool:
     return (record.reachable and capability in record.capabilities
-            and record.inflight < record.max_concurrency)
+            and record.room(capability))
 
 
 def attempt_error(env: Envelope, attempt: Attempt, payload: Any, record: AgentRecord,

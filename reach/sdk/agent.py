@@ -96,7 +96,8 @@ class Agent(Serving):
                    intents: list[str] | tuple[str, ...] = (),
                    tags: list[str] | tuple[str, ...] = (),
                    description: str | None = None, hedge: bool = False,
-                   returns: Any = None, fallback: dict[str, Any] | None = None
+                   returns: Any = None, fallback: dict[str, Any] | None = None,
+                   warmup_s: float | None = None, max_concurrency: int | None = None
                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a capability served by the decorated function (async, sync or async
         generator). ``params`` is a JSON schema dict or a pydantic model. ``hedge`` (for
@@ -106,7 +107,10 @@ class Agent(Serving):
         coordinator on every result: one that breaks it is this agent's fault (``bad_result``),
         retried elsewhere when idempotent. ``fallback`` is what callers get when no agent can
         answer: ``{"value": v}``, ``{"last_good": {"max_age_s": s}}`` (add ``"shared": True``
-        for a read whose results do not depend on the caller) or ``{"capability": name}``."""
+        for a read whose results do not depend on the caller) or ``{"capability": name}``.
+        ``warmup_s`` overrides the coordinator's warm-up period for this capability (0: none);
+        ``max_concurrency`` limits its calls in flight at this agent, below the agent's own
+        (its latency tier already gets a share of the slots, docs/architecture.md)."""
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             model = params if isinstance(params, type) and issubclass(params, BaseModel) else None
             streaming = inspect.isasyncgenfunction(fn)
@@ -114,6 +118,7 @@ class Agent(Serving):
                 name=name, params=schema_of(params), scope=scope,  # type: ignore[arg-type]
                 latency_ms=latency_ms, weight=weight, idempotent=idempotent, hedge=hedge,
                 streaming=streaming, intents=list(intents), tags=list(tags),
+                warmup_s=warmup_s, max_concurrency=max_concurrency,
                 description=description or (inspect.getdoc(fn) or "").split("\n")[0],
                 returns=None if returns is None else schema_of(returns), fallback=fallback)
             ctx_param, accepts = inspect_handler(fn)

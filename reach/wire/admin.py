@@ -80,6 +80,10 @@ class AgentView(_Object):
     suspected_by: str | None = None
     heartbeat_interval_s: float | None = None  # its own (docs/protocol.md §3)
     probe: ProbeView | None = None  # null: not probed (it did not say probes: true)
+    warming: bool = False  # in a warm-up: its share of new work is still ramping up
+    warm_share: float = 1.0  # how far (0.1 … 1), the least warm of its capabilities
+    success_7d: float | None = None  # judged calls that succeeded over 7 days (None: none)
+    calls_7d: int = 0
 
 
 class TraceSummary(_Object):

@@ -107,6 +107,11 @@ class CapabilitySpec(BaseModel):
     description: Text = Field(default="", max_length=5000,
                               description="free text, at most 5000 characters; \\n and \\t "
                                           "allowed, other control characters not")
+    # Warm-up and bulkheads (docs/protocol.md §7, §8): seconds over which a new or recovered
+    # agent's share ramps up (None: the coordinator's default), and this capability's own
+    # limit on calls in flight at one agent (None: only its latency tier's share).
+    warmup_s: float | None = Field(default=None, ge=0, le=MAX_TIMEOUT)
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
 
 class WireError(BaseModel):

@@ -27,6 +27,7 @@ def test_a_fresh_record_shows_no_load_no_calls_and_a_closed_breaker():
         "p95_ms": None, "since_heartbeat_s": 12.5, "last_beat": 0.0,
         "connected": True, "draining": False,
         "suspected_by": None, "heartbeat_interval_s": 10.0, "probe": None,
+        "warming": False, "warm_share": 1.0, "success_7d": None, "calls_7d": 0,
     }
 
 
