@@ -272,16 +272,18 @@ class ReachDashboard(App[None]):
 
     @on(AgentTableView.AgentCommand)
     def agent_command(self, message: AgentTableView.AgentCommand) -> None:
-        self.run_agent_command(message.action, message.agent)
+        self.run_agent_command(message.action, message.agent, message.args)
 
     # Command workers are not exclusive: commands run concurrently on the feed, and
     # cancelling one would lose its outcome, not stop the coordinator's work.
     @work(group="commands")
-    async def run_agent_command(self, action: str, agent: str) -> None:
+    async def run_agent_command(self, action: str, agent: str,
+                                args: dict[str, Any] | None = None) -> None:
         done = {"drain": "drained {}", "undrain": "undrained {}",
-                "reset_breaker": "reset the breaker of {}"}
+                "reset_breaker": "reset the breaker of {}", "set_weight": "set the weight of {}",
+                "pin": "pinned {}", "unpin": "unpinned {}"}
         try:
-            view = await self.command(action, {"agent": agent})
+            view = await self.command(action, {"agent": agent, **(args or {})})
         except (FeedError, TimeoutError) as exc:
             self.report(f"{action} {agent} failed: {exc or 'timed out'}", error=True)
             return

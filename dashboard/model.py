@@ -81,6 +81,7 @@ class Model:
         self.dead_letters: dict[str, admin.DeadLetter] = {}
         self.metrics = admin.Metrics()
         self.alerts: list[admin.AlertView] = []  # firing now, oldest first (docs/alerts.md)
+        self.overrides = admin.Overrides()  # an operator's weights and pins
         self.frames = 0
         self.found: set[str] = set()
         """Traces the operator went to by id (``g``): kept past the newest 200."""
@@ -108,6 +109,7 @@ class Model:
         self.dead_letters = {d.task_id: d for d in frame.dead_letters}
         self.metrics = frame.metrics
         self.alerts = list(frame.alerts)
+        self.overrides = frame.overrides
         self._trim_traces()
         return Change(snapshot=True, agents=True, traces=True, dead_letters=True, metrics=True)
 
@@ -132,6 +134,8 @@ class Model:
             self.metrics = frame.metrics
         if "alerts" in frame.model_fields_set:  # a complete list, like metrics
             self.alerts = list(frame.alerts)
+        if "overrides" in frame.model_fields_set:  # complete too
+            self.overrides = frame.overrides
         return Change(
             agents=bool(frame.agents) or ticked,
             traces=bool(frame.traces) or ticked,

@@ -132,13 +132,25 @@ AGENT_COLUMNS = (
 )
 
 
-def agent_row(view: admin.AgentView, at: float) -> Row:
+def by_hand(agent: str, overrides: admin.Overrides) -> str:
+    """" · pinned x.cap · weight 5": what an operator set for ``agent`` (set_weight, pin)."""
+    pinned = sorted(cap for cap, agents in overrides.pins.items() if agent in agents)
+    weights = [f"{w.weight:g}" if w.capability is None else f"{w.weight:g} on {w.capability}"
+               for w in overrides.weights if w.agent == agent]
+    return ("".join(f" · pinned {cap}" for cap in pinned)
+            + "".join(f" · weight {w}" for w in weights))
+
+
+def agent_row(view: admin.AgentView, at: float,
+              overrides: admin.Overrides | None = None) -> Row:
     state = view.state
     label = state
     if view.draining:  # an operator's choice, not a fault: not "suspected" (issue 14)
         state = label = "drained"
     if not view.connected and state != "offline":
         label += " · lost"  # its connection, that is: the outcome name for it
+    if overrides is not None:
+        label += by_hand(view.name, overrides)
     beat = at - view.last_beat if view.last_beat else view.since_heartbeat_s
     caps = ", ".join(view.capabilities)
     return Row(

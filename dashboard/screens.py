@@ -20,6 +20,8 @@ KEYS = (
     ("↑ ↓ pgup pgdn", "move the cursor; the detail pane follows it"),
     ("d", "Agents, Breakers: drain the selected agent (again: undrain)"),
     ("b", "Agents, Breakers: reset the selected agent's breaker"),
+    ("w", "Agents, Breakers: set the selected agent's weight (empty: the declared one)"),
+    ("p", "Agents, Breakers: pin a capability to the selected agent (-name unpins)"),
     ("r", "Dead letters: replay the selected letter"),
     ("R", "Dead letters: replay every letter the filter shows"),
     ("?", "this help"),
@@ -86,6 +88,33 @@ class GotoScreen(ModalScreen[str | None]):
                         id="goto-id")
             yield Static("enter goes · esc cancels · every task in the store is found",
                          classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class AskScreen(ModalScreen[str | None]):
+    """Asks one question of the operator (an agent's weight, a capability to pin it for);
+    enter answers the text, esc answers None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, placeholder: str, hint: str) -> None:
+        super().__init__()
+        self.title_text, self.placeholder, self.hint = title, placeholder, hint
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="goto"):
+            yield Static(self.title_text)
+            yield Input(placeholder=self.placeholder, id="ask")
+            yield Static(self.hint, classes="hint")
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()

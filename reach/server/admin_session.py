@@ -66,7 +66,7 @@ class AdminSession(Session):
         return a.dump_admin(_Snapshot(
             at=self.services.clock.wall(), coordinator=op.coordinator(), agents=op.agents(),
             traces=op.traces(), dead_letters=op.dead_letters(), metrics=op.metrics(),
-            alerts=op.alerts()))
+            alerts=op.alerts(), overrides=op.overrides()))
 
     async def _pump(self, sub: Subscription) -> None:
         clock = self.services.clock
@@ -114,7 +114,8 @@ class AdminSession(Session):
         return a.dump_admin(_Delta(
             at=self.services.clock.wall(), agents=agents,
             traces=[op.trace_summary(t) for t in traces], dead_letters=letters,
-            resolved=list(resolved), metrics=op.metrics(), dropped=0, alerts=op.alerts()))
+            resolved=list(resolved), metrics=op.metrics(), dropped=0, alerts=op.alerts(),
+            overrides=op.overrides()))
 
     # ------------------------------------------------------------ commands
 

@@ -184,6 +184,21 @@ class Timeline(_Object):
     hops: list[Hop] = Field(default_factory=list)
 
 
+class WeightOverride(_Object):
+    """An operator's weight for an agent (``capability`` null: all it serves)."""
+
+    agent: str
+    capability: str | None = None
+    weight: float
+
+
+class Overrides(_Object):
+    """An operator's hand on routing (docs/admin-feed.md, ``set_weight``/``pin``/``unpin``)."""
+
+    weights: list[WeightOverride] = Field(default_factory=list)
+    pins: dict[str, list[str]] = Field(default_factory=dict)  # capability → pinned agents
+
+
 class AlertView(_Object):
     """An alert firing now (docs/alerts.md): which rule, about what, since when."""
 
@@ -222,6 +237,7 @@ class Snapshot(Frame):
     dead_letters: list[DeadLetter] = Field(default_factory=list)
     metrics: Metrics = Field(default_factory=Metrics)
     alerts: list[AlertView] = Field(default_factory=list)  # firing now (docs/alerts.md)
+    overrides: Overrides = Field(default_factory=Overrides)  # weights and pins by hand
 
 
 class Delta(Frame):
@@ -236,6 +252,7 @@ class Delta(Frame):
     metrics: Metrics = Field(default_factory=Metrics)
     dropped: int = 0
     alerts: list[AlertView] = Field(default_factory=list)  # every alert firing now
+    overrides: Overrides = Field(default_factory=Overrides)  # all of them, as now
 
 
 class Reply(Frame):
