@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,24 @@ async def test_a_broken_stdout_pipe_at_ctrl_c_still_drains_and_exits_0(tmp_path:
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+
+
+@pytest.mark.parametrize("case", ["taken port", "store url"])
+def test_as_a_subprocess_each_refusal_is_one_line_on_stderr_and_exit_2(
+        tmp_path: Path, case: str) -> None:
+    """The same refusals as a newcomer meets them: ``reach serve`` in a shell, one line on
+    stderr, exit status 2, no traceback, no database file left behind."""
+    db = tmp_path / "r.db"
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        args = (["--port", str(port), "--store", f"sqlite:///{db}"] if case == "taken port"
+                else ["--port", "0", "--store", "postgresql://u@127.0.0.1/db"])
+        done = subprocess.run([sys.executable, "-m", "reach.cli", "serve", "--no-http", *args],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("reach: ") and "Traceback" not in done.stderr
+    assert ("is taken" if case == "taken port" else "is not supported") in lines[0]
+    assert not db.exists() and done.stdout == ""
