@@ -116,7 +116,7 @@ class Envelope:
     traceparent: str | None = None
     hedge: bool | None = None  # None: as the capability declares (not stored: a resumed task
     #                            hedges as its capability declares)
-    tags: dict[str, str | bool] | None = None  # routing tags (not stored yet, see docs)
+    tags: dict[str, str | bool] | None = None  # routing tags (stored: a resumed task keeps them)
     # The fallback it follows if it cannot be answered: a reach.core.fallback.Plan, None (none
     # chosen at submit) or False (a fallback's own task: none, ever). Not stored: a resumed
     # task falls back as its capability declares.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic_core import to_json
-from sqlalchemy import Index, Table, bindparam, insert, update
+from sqlalchemy import Index, Table, bindparam, insert, inspect, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
@@ -49,6 +49,7 @@ class TaskRow(SQLModel, table=True):
     parent_task_id: str | None = None
     traceparent: str | None = None
     params: str = "{}"
+    tags: str | None = None  # the submit's routing tags as JSON (added later: see create_tables)
     state: str = Field(default="pending", index=True)
     result: str | None = None
     error: str | None = None
@@ -65,10 +66,20 @@ AGENTS: Table = AgentRow.__table__  # type: ignore[attr-defined]
 TRACE_INDEX = Index("ix_reach_tasks_trace_id", TASKS.c.trace_id)
 
 
+ADDED_LATER = ("tags",)  # nullable task columns a database made by an older version lacks
+
+
 def create_tables(engine: Engine) -> None:
-    """Create both tables, and the trace index, where they do not exist yet."""
+    """Create both tables, and the trace index, where they do not exist yet; add the columns
+    of ``ADDED_LATER`` to a task table made before them (each is nullable, so old rows read as
+    before)."""
     SQLModel.metadata.create_all(engine, [TASKS, AGENTS])
     TRACE_INDEX.create(engine, checkfirst=True)
+    have = {c["name"] for c in inspect(engine).get_columns(TASKS.name)}
+    with engine.begin() as conn:
+        for name in ADDED_LATER:
+            if name not in have:
+                conn.execute(text(f"ALTER TABLE {TASKS.name} ADD COLUMN {name} TEXT"))
 
 
 # ------------------------------------------------------------------ statements
@@ -144,6 +155,7 @@ def task_row(task: Task) -> dict[str, Any]:
         "priority": env.priority, "timeout": env.timeout, "max_retries": env.max_retries,
         "parent_task_id": env.parent_task_id, "traceparent": env.traceparent,
         "params": dumps(env.params), "created_at": env.created_at,
+        "tags": dumps(env.tags) if env.tags else None,
         **task_changes(task),
     }
 
@@ -180,6 +192,7 @@ def task_from_row(row: Any) -> Task:
         idempotency_key=row.idempotency_key, priority=row.priority, timeout=row.timeout,
         max_retries=row.max_retries, created_at=row.created_at,
         parent_task_id=row.parent_task_id, traceparent=row.traceparent,
+        tags=json.loads(row.tags) if getattr(row, "tags", None) else None,
     )
     task = Task(envelope=env, state=TaskState(row.state), updated_at=row.updated_at)
     task.result = None if row.result is None else json.loads(row.result)
