@@ -76,44 +76,21 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-class GotoScreen(ModalScreen[str | None]):
-    """Asks for a task or trace id; enter answers it, esc answers None."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="goto"):
-            yield Static("Go to a task or trace")
-            yield Input(placeholder="task or trace id, or its first 6+ characters",
-                        id="goto-id")
-            yield Static("enter goes · esc cancels · every task in the store is found",
-                         classes="hint")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
 class AskScreen(ModalScreen[str | None]):
     """Asks one question of the operator (an agent's weight, a capability to pin it for);
     enter answers the text, esc answers None."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, placeholder: str, hint: str) -> None:
+    def __init__(self, title: str, placeholder: str, hint: str, input_id: str = "ask") -> None:
         super().__init__()
         self.title_text, self.placeholder, self.hint = title, placeholder, hint
+        self.input_id = input_id
 
     def compose(self) -> ComposeResult:
         with Vertical(id="goto"):
             yield Static(self.title_text)
-            yield Input(placeholder=self.placeholder, id="ask")
+            yield Input(placeholder=self.placeholder, id=self.input_id)
             yield Static(self.hint, classes="hint")
 
     def on_mount(self) -> None:
@@ -125,3 +102,12 @@ class AskScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class GotoScreen(AskScreen):
+    """Asks for a task or trace id; enter answers it, esc answers None."""
+
+    def __init__(self) -> None:
+        super().__init__("Go to a task or trace", "task or trace id, or its first 6+ characters",
+                         "enter goes · esc cancels · every task in the store is found",
+                         input_id="goto-id")
