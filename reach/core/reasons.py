@@ -25,6 +25,8 @@ def holdup(record: AgentRecord, now: float) -> str:
         return "disconnected"
     if record.state is Liveness.OFFLINE:
         return "offline"
+    if record.probe_held:
+        return "suspected by its probes (it beats, but its probes are slow)"
     if record.state is Liveness.SUSPECTED:
         return f"suspected (no heartbeat for {max(0.0, now - record.last_beat):.1f} s)"
     if record.breaker.state is BreakerState.OPEN:

@@ -27,6 +27,9 @@ def test_each_holdup_in_words() -> None:
         "breaker half-open (its probe call is out)", "busy (4/4 slots)", ""]
     probing.breaker.probing = False  # half-open, its probe not sent yet: takes the next call
     assert holdup(probing, NOW) == ""
+    zombie = agent("z", state=Liveness.SUSPECTED)
+    zombie.probe_held = True  # beats fine, but two slow probes in a row (core/probes.py)
+    assert holdup(zombie, NOW) == "suspected by its probes (it beats, but its probes are slow)"
     quiet.last_beat = NOW + 1  # a beat stamped after ``now`` (clock skew) is not negative
     assert holdup(quiet, NOW) == "suspected (no heartbeat for 0.0 s)"
 
