@@ -8,7 +8,7 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from reach.core.agents import AgentRecord, Capability, Declared
@@ -169,20 +169,22 @@ def test_only_the_weighted_strategy_weighs_the_rate():
 @settings(max_examples=60, deadline=None)
 @given(st.integers(20, 200), st.floats(0.0, 0.98), st.integers(0, 9), st.integers(0, 2**31))
 def test_share_falls_with_the_failure_rate_at_equal_load(calls, rate, load, seed):
-    """Property: at equal load, over random load levels, the reliable agent gets at least as
-    many picks as one that failed a share ``1 − rate`` of 20+ calls (below 99 %)."""
+    """Property: at equal load, over random load levels, the reliable agent gets every pick
+    against one that failed a share ``1 − rate`` of 20+ calls, whenever that costs it trust
+    (below 99 %: a rounding to one fault in 200 does not, and is left out). It once let the
+    reliable agent be busier by one slot now and then, which can outweigh a 98 % rate:
+    the property then failed on some seeds, not the code."""
     bad = max(1, round(calls * (1 - rate)))
     flaky = fed(agent("flaky"), ok=calls - bad, bad=bad)
     steady = fed(agent("steady"), ok=calls, bad=0)
-    rng = random.Random(seed)
+    assume(flaky.trust(CAP, NOW) < 1.0)
     declaring = Declared.of(CAP, {"flaky": flaky, "steady": steady})
     router = Router(rng=random.Random(seed))
     got: Counter[str] = Counter()
     for _ in range(50):
         flaky.inflight = steady.inflight = load
-        steady.inflight = min(9, load + rng.choice((0, 0, 1)))  # sometimes busier by one
         got[router.pick(CAP, {}, "c", declaring, NOW).agent_id] += 1
-    assert got["steady"] >= got["flaky"], got
+    assert got == {"steady": 50}, got
     if flaky.trust(CAP, NOW) < 0.9:
         flaky.inflight = steady.inflight = load
         assert router.pick(CAP, {}, "c", declaring, NOW) is steady
