@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from reach.core.alerts import BREAKER_OPEN, DEAD_LETTERS, KINDS, NO_AGENT, P95_LATENCY, Rule
 from reach.core.backoff import Backoff
+from reach.envvars import expand
 
 
 class AlertsFileError(ValueError):
@@ -86,7 +87,6 @@ _RULE_KEYS = {
 _COMMON = {"name", "kind", "for", "clear_for", "hysteresis", "notify"}
 _WEBHOOK_KEYS = {"name", "url", "headers", "timeout", "attempts", "backoff"}
 _BACKOFF_KEYS = {"base", "factor", "cap", "jitter"}
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # $$ is a literal $
 _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*(rule|webhook)[ \t]*\]\]", re.M)
 
 
@@ -123,7 +123,7 @@ def parse_alerts(text: str, source: str = "alerts.toml", env: Any = None) -> Ale
                               f"['interval', 'queue']")
     interval = _positive(options, "interval", 1.0, f"{source}: [alerts]")
     queue = _count(options, "queue", 1000, f"{source}: [alerts]")
-    hooks = [_webhook(_expand(t, env, w), w)
+    hooks = [_webhook(expand(t, env, w, AlertsFileError), w)
              for t, w in _tables(data, "webhook", lines["webhook"], source)]
     names = [h.name for h in hooks]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -252,19 +252,3 @@ def _names(table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
         raise AlertsFileError(f"{where}: {key} must be a name or a list of names (globs like "
                               f"\"ledger.*\" allowed), not {value!r}")
     return tuple(value)
-
-
-def _expand(value: Any, env: Any, where: str) -> Any:
-    """``${NAME}`` in every string, from the environment; an unset variable is an error."""
-    if isinstance(value, str):
-        def sub(m: re.Match[str]) -> str:
-            if m.group(1) is None:
-                return "$"
-            if m.group(1) not in env:
-                raise AlertsFileError(f"{where}: environment variable {m.group(1)} is not "
-                                      f"set (used as ${{{m.group(1)}}})")
-            return str(env[m.group(1)])
-        return _VAR.sub(sub, value)
-    if isinstance(value, dict):  # (a webhook's values are strings, numbers and tables)
-        return {k: _expand(v, env, where) for k, v in value.items()}
-    return value

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from reach.adapters.base import Adapter
+from reach.envvars import expand
 
 # kind → (module, class), imported only when a file uses the kind (nats is an extra)
 KINDS: dict[str, tuple[str, str]] = {
@@ -39,7 +40,6 @@ KINDS: dict[str, tuple[str, str]] = {
     "process": ("reach.adapters.process", "ProcessAgent"),
     "nats": ("reach.adapters.nats", "NatsAgent"),
 }
-_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # $$ is a literal $
 _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*agent[ \t]*\]\]", re.M)
 
 
@@ -86,7 +86,7 @@ def parse_agents(text: str, source: str = "agents.toml",
                                       f"{seen[name]}); agent names are unique")
             seen[name] = line or 0
         try:
-            adapters.append(build(_expand(table, env, where)))
+            adapters.append(build(expand(table, env, where, AgentsFileError)))
         except AgentsFileError:
             raise
         except (ValueError, TypeError, ImportError) as exc:  # ImportError: an extra not installed
@@ -134,21 +134,3 @@ def _arguments(cls: type[Adapter]) -> set[str]:
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break  # this class does not pass further keywords on
     return names
-
-
-def _expand(value: Any, env: Any, where: str) -> Any:
-    """``${NAME}`` in every string, from the environment; an unset variable is an error."""
-    if isinstance(value, str):
-        def sub(m: re.Match[str]) -> str:
-            if m.group(1) is None:
-                return "$"
-            if m.group(1) not in env:
-                raise AgentsFileError(f"{where}: environment variable {m.group(1)} is not "
-                                      f"set (used as ${{{m.group(1)}}})")
-            return str(env[m.group(1)])
-        return _VAR.sub(sub, value)
-    if isinstance(value, dict):
-        return {k: _expand(v, env, where) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_expand(v, env, where) for v in value]
-    return value
