@@ -21,7 +21,6 @@ from pydantic import BaseModel
 
 from reach import Agent
 from reach.errors import ProtocolError, ReachError, Unauthorized, Unavailable
-from reach.sdk import agent as agent_mod
 from reach.sdk import connection, endpoints
 from reach.sdk.context import Context
 from reach.testing import wait_until
