@@ -38,6 +38,10 @@ from reach.sdk.connection import dial, unreachable
 from reach.wire import protocol as p
 
 
+RESOLVE_TIMEOUT = 10.0
+"""Seconds a host name may take to resolve (as long as a handshake may take, connection.py)."""
+
+
 @dataclass(frozen=True)
 class Target:
     """One coordinator to dial: its URL and, for a resolved name, one of its addresses."""
@@ -126,8 +130,12 @@ async def expand(url: str, index: int) -> list[Target] | Unavailable:
     if get_proxy(uri) is not None:
         return [Target(url, (index, 0))]
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(uri.host, uri.port,
-                                                             type=socket.SOCK_STREAM)
+        async with asyncio.timeout(RESOLVE_TIMEOUT):
+            infos = await asyncio.get_running_loop().getaddrinfo(uri.host, uri.port,
+                                                                 type=socket.SOCK_STREAM)
+    except TimeoutError:
+        return unreachable(url, OSError(f"resolving {uri.host!r} took over "
+                                        f"{RESOLVE_TIMEOUT:g} s"))
     except OSError as exc:  # socket.gaierror is one
         return unreachable(url, exc)
     addresses = dict.fromkeys(str(info[4][0]) for info in infos)  # in order, once each

@@ -24,6 +24,7 @@ from reach import Agent, Client, Reach
 from reach.core.backoff import Backoff
 from reach.errors import Unavailable
 from reach.sdk import client as client_mod
+from reach.sdk import endpoints as endpoints_mod
 from reach.sdk.endpoints import Endpoints
 from reach.testing import wait_until
 
@@ -216,25 +217,30 @@ async def test_a_list_is_checked_whole_before_anything_is_dialled(
 # ---------------------------------------------------------------- one name, several addresses
 
 @pytest.fixture
-async def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+async def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Names the running loop's ``getaddrinfo`` answers with these addresses (others as the
     system does): what a DNS name with several A records looks like to the SDK."""
     loop = asyncio.get_running_loop()
     real = loop.getaddrinfo
-    names: dict[str, list[str]] = {}
+    names: dict[str, Any] = {}  # name → addresses, or the error to raise, or None: hang
 
     async def getaddrinfo(host: Any, port: Any, **kwargs: Any) -> Any:
         if host not in names:
             return await real(host, port, **kwargs)
+        answer = names[host]
+        if answer is None:
+            await asyncio.Event().wait()
+        if isinstance(answer, BaseException):
+            raise answer
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))
-                for address in names[host]]
+                for address in answer]
 
     monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
     return names
 
 
 async def test_a_name_resolving_to_two_addresses_counts_as_two_coordinators(
-        resolver: dict[str, list[str]], quick: None,
+        resolver: dict[str, Any], quick: None,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, "reach.client")
     a = await Reach.start(host="127.0.0.1", **FAST)
@@ -258,7 +264,7 @@ async def test_a_name_resolving_to_two_addresses_counts_as_two_coordinators(
 
 
 async def test_each_address_is_dialled_with_the_urls_host_name(
-        resolver: dict[str, list[str]]) -> None:
+        resolver: dict[str, Any]) -> None:
     hosts: list[str] = []
 
     async def welcome(ws: ServerConnection) -> None:
@@ -275,3 +281,21 @@ async def test_each_address_is_dialled_with_the_urls_host_name(
         async with Client.connect(f"ws://coord.test:{port}") as client:
             assert client.url == f"ws://coord.test:{port}"
         assert hosts == [f"coord.test:{port}"]
+
+
+@pytest.mark.parametrize(("answer", "match"), [
+    ([], r"'nosuch\.test' resolves to no address"),
+    (socket.gaierror(-2, "Name or service not known"), r"\[Errno -2\] Name or service not"),
+    (None, r"resolving 'nosuch\.test' took over 0\.05 s"),
+], ids=["no-address", "unknown-name", "resolver-hangs"])
+async def test_a_name_that_does_not_resolve_is_an_unreachable_coordinator(
+        resolver: dict[str, Any], monkeypatch: pytest.MonkeyPatch, pair: tuple[Reach, Reach],
+        answer: Any, match: str) -> None:
+    monkeypatch.setattr(endpoints_mod, "RESOLVE_TIMEOUT", 0.05)
+    resolver["nosuch.test"] = answer
+    url = "ws://nosuch.test:8765"
+    with pytest.raises(Unavailable, match=f"cannot reach a coordinator at {url}: {match}"):
+        await Client.connect(url)
+    # in a list, the next coordinator is tried
+    async with Client.connect([url, pair[1].url]) as client:
+        assert client.url == pair[1].url
