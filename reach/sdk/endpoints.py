@@ -37,7 +37,6 @@ from reach.errors import ProtocolError, ReachError, Unavailable
 from reach.sdk.connection import dial, unreachable
 from reach.wire import protocol as p
 
-
 RESOLVE_TIMEOUT = 10.0
 """Seconds a host name may take to resolve (as long as a handshake may take, connection.py)."""
 

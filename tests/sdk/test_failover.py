@@ -20,7 +20,7 @@ import fakecoord
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
-from reach import Agent, Client, Reach
+from reach import Agent, Client, Context, Reach
 from reach.core.backoff import Backoff
 from reach.errors import Unavailable
 from reach.sdk import client as client_mod
@@ -90,6 +90,24 @@ async def test_an_agent_on_two_coordinators_moves_to_the_other_when_its_own_stop
             assert await client.call("echo.run", {"x": 3}, timeout=5) == {"x": 3}
         assert moves(caplog) == [f"agent echoer: coordinator {on.url} lost, registered with "
                                  f"{other.url} instead"]
+
+
+async def test_an_agents_own_calls_go_first_to_the_coordinator_it_is_on(
+        pair: tuple[Reach, Reach]) -> None:
+    a, b = pair
+    agent = echo_agent()
+
+    @agent.capability("echo.twice", idempotent=True)
+    async def twice(x: int, ctx: Context) -> Any:
+        return await ctx.call("echo.run", {"x": 2 * x}, timeout=5)
+
+    async with agent.connect([a.url, b.url]):
+        on = a if agent.url == a.url else b
+        async with Client.connect(on.url) as client:
+            assert await client.call("echo.twice", {"x": 2}, timeout=5) == {"x": 4}
+        assert agent._client is not None
+        assert agent._client.urls == (agent.url, *(u for u in (a.url, b.url) if u != on.url))
+        assert agent._client.url == agent.url
 
 
 async def test_agents_given_the_same_list_start_spread_over_it() -> None:
@@ -299,3 +317,13 @@ async def test_a_name_that_does_not_resolve_is_an_unreachable_coordinator(
     # in a list, the next coordinator is tried
     async with Client.connect([url, pair[1].url]) as client:
         assert client.url == pair[1].url
+
+
+async def test_a_name_behind_a_proxy_is_left_to_the_proxy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ws_proxy", "http://127.0.0.1:3128")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    targets = await Endpoints(["ws://coord.test:8765"]).round([])
+    assert [(t.url, t.address) for t in targets] == [("ws://coord.test:8765", None)]
+    assert str(targets[0]) == "ws://coord.test:8765"
