@@ -13,10 +13,12 @@ again every round (with the loop's ``getaddrinfo``, never blocking it), so addre
 and go are followed. An IP address needs no resolving, and a name reached through a proxy is
 the proxy's to resolve: each is one coordinator, dialled as the URL says.
 
-Where a fleet of agents starts is spread (``spread``: a random first coordinator), so that
-agents given the same list do not all land on its first entry; a caller starts at the first
-(the list is its order of preference, say the nearest first) and, like an agent, stays where it
-is until that coordinator goes away.
+Agents are spread (``spread``): an agent starts at a random coordinator, so that a fleet
+given the same list does not all land on its first entry, and after a loss it tries the others
+from a random one, so that the agents of a lost coordinator share out over the rest. A caller
+starts at the first (the list is its order of preference, say the nearest first) and after a
+loss goes on down the list. Both stay where they are until that coordinator goes away: no
+moving back when an earlier one returns, which would only be a second interruption.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class Target:
     rank: tuple[int, int]  # (the URL's place in the list, the address's place in its answer)
     address: str | None = None  # None: dial the URL's own host
     port: int | None = None
+
+    def same(self, other: Target) -> bool:
+        """The same coordinator (the same URL and address; its rank may have changed)."""
+        return (self.url, self.address) == (other.url, other.address)
 
     def __str__(self) -> str:
         return self.url if self.address is None else f"{self.url} (at {self.address})"
@@ -100,22 +106,28 @@ class Endpoints:
                 errors.append(got)
             else:
                 targets.extend(got)
-        if not targets:
-            return targets
-        if self.current is not None:  # start after the one connected last: it is the lost one
-            after = self.current.rank
-            start = next((n for n, t in enumerate(targets) if t.rank > after), 0)
-        elif self._spread is not None:
-            start = self._spread.randrange(len(targets))
+        current = self.current
+        if current is None:  # the first connection: where a fleet spreads, or the first
+            start = 0 if self._spread is None else self._spread.randrange(len(targets))
+            return targets[start:] + targets[:start]
+        # The one connected last is the one lost: it goes last. The others follow it in list
+        # order (a caller) or from a random one (an agent: those of a lost coordinator spread
+        # over the rest, rather than all landing on the one after it).
+        lost = [t for t in targets if t.same(current)]
+        rest = [t for t in targets if not t.same(current)]
+        if not rest:
+            return lost
+        if self._spread is not None:
+            start = self._spread.randrange(len(rest))
         else:
-            start = 0
-        return targets[start:] + targets[:start]
+            start = next((n for n, t in enumerate(rest) if t.rank > current.rank), 0)
+        return rest[start:] + rest[:start] + lost
 
     def connected(self, target: Target) -> Target | None:
         """Note ``target`` as the one connected to; returns the one before it if this is a move
         (to log it once), None for the first connection or the same coordinator again."""
         before, self.current = self.current, target
-        return before if before is not None and before != target else None
+        return before if before is not None and not before.same(target) else None
 
 
 async def expand(url: str, index: int) -> list[Target] | Unavailable:

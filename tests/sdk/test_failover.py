@@ -110,13 +110,20 @@ async def test_an_agents_own_calls_go_first_to_the_coordinator_it_is_on(
         assert agent._client.url == agent.url
 
 
-async def test_agents_given_the_same_list_start_spread_over_it() -> None:
+async def test_agents_given_the_same_list_start_spread_over_it_and_move_spread() -> None:
     urls = [f"ws://127.0.0.1:{port}" for port in (7001, 7002, 7003)]
-    firsts = set()
-    for seed in range(12):
+    firsts, nexts = set(), set()
+    for seed in range(64):
         endpoints = Endpoints(urls, spread=random.Random(seed))
-        firsts.add((await endpoints.round([]))[0].url)
+        first = await endpoints.round([])
+        firsts.add(first[0].url)
+        if first[0].url == urls[0]:
+            endpoints.connected(first[0])
+            after = await endpoints.round([])
+            assert after[-1].url == urls[0]  # the lost one last
+            nexts.add(after[0].url)
     assert firsts == set(urls)  # a caller's list (no spread) starts at its first: next test
+    assert nexts == set(urls[1:])  # the agents of a lost one do not all go to the next
 
 
 async def test_a_client_on_two_coordinators_moves_and_its_new_calls_work(
