@@ -13,8 +13,8 @@
     await agent.close()                 # deregisters and drains in-flight work
 
 Given several coordinators, an agent starts on a random one (a fleet given the same list
-spreads over them), stays there, and when it is lost registers with the next; ``agent.url`` is
-the one it is on.
+spreads over them), stays there, and when it is lost registers with another (the others tried
+from a random one, the lost one last); ``agent.url`` is the one it is on.
 
 ``Agent(..., heartbeat_interval=, probe_interval=)`` ask the coordinator for this agent's own
 intervals (it bounds them and says in ``welcome`` what it granted); ``threads`` sizes the
