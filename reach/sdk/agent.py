@@ -9,7 +9,12 @@
     async def ping_db() -> bool: ...
 
     await agent.connect(reach.url)      # registers, heartbeats, serves, answers probes
+    await agent.connect([url_a, url_b]) # or: several coordinators of one Reach (endpoints.py)
     await agent.close()                 # deregisters and drains in-flight work
+
+Given several coordinators, an agent starts on a random one (a fleet given the same list
+spreads over them), stays there, and when it is lost registers with another (the others tried
+from a random one, the lost one last); ``agent.url`` is the one it is on.
 
 ``Agent(..., heartbeat_interval=, probe_interval=)`` ask the coordinator for this agent's own
 intervals (it bounds them and says in ``welcome`` what it granted); ``threads`` sizes the
@@ -26,7 +31,7 @@ import inspect
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -37,7 +42,8 @@ from reach.core.backoff import Backoff
 from reach.core.schemas import schema_of
 from reach.errors import ReachError
 from reach.sdk.client import Client
-from reach.sdk.connection import dial, unreachable
+from reach.sdk.connection import unreachable
+from reach.sdk.endpoints import Endpoints, dial_any
 from reach.sdk.opening import Opening
 from reach.sdk.serving import Handler, Serving, inspect_handler
 from reach.wire import protocol as p
@@ -78,7 +84,8 @@ class Agent(Serving):
         self.frame_limit = max_frame_bytes  # the coordinator's, once it has said (welcome)
         self.warnings: list[str] = []
         self.instance = os.urandom(8).hex()  # this object's key cache; see Register.instance
-        self.url: str | None = None
+        self.url: str | None = None  # the coordinator it is on (or was on last, while it moves)
+        self.urls: tuple[str, ...] = ()  # every one it may use, as given to connect()
         self._ws: ClientConnection | None = None
         self._out: Outbox | None = None
         self._rng = random.Random()
@@ -137,23 +144,28 @@ class Agent(Serving):
 
     # ------------------------------------------------------------ connection
 
-    def connect(self, url: str) -> Opening[Agent]:
-        """Register with the coordinator at ``url`` and serve until ``close()``: await it, or
-        use it with ``async with`` (which closes the agent on exit)."""
+    def connect(self, url: str | Sequence[str]) -> Opening[Agent]:
+        """Register with the coordinator at ``url`` (or with one of a list, moving on to
+        another when it is lost) and serve until ``close()``: await it, or use it with
+        ``async with`` (which closes the agent on exit)."""
         return Opening(self, lambda: self._start(url), self.close)
 
-    async def _start(self, url: str) -> None:
+    async def _start(self, url: str | Sequence[str]) -> None:
         if not self.handlers:
             raise ValueError(f"agent {self.name!r} declares no capability; use @agent.capability")
         if self._serve_task is not None:
             raise RuntimeError("agent is already connected")
+        endpoints = Endpoints(url, spread=self._rng)
+        endpoints.check()
         loop = asyncio.get_running_loop()
-        self.url = url
+        self.urls = endpoints.urls
+        self.url = endpoints.url
         self._closing = False
         self.online = asyncio.Event()
         self._slots = asyncio.Semaphore(self.max_concurrency)
         self._ready = loop.create_future()
-        self._serve_task = loop.create_task(self._serve(url), name=f"reach-agent-{self.name}")
+        self._serve_task = loop.create_task(self._serve(endpoints),
+                                            name=f"reach-agent-{self.name}")
         try:
             await asyncio.shield(self._ready)
         except BaseException:
@@ -191,14 +203,14 @@ class Agent(Serving):
             await self._out.aclose()
             self._out = None
 
-    async def _serve(self, url: str) -> None:
+    async def _serve(self, endpoints: Endpoints) -> None:
         assert self._ready is not None
         # Never longer than the cap, and spread so that agents cut off together come back apart.
         backoff = Backoff(self.reconnect_base, 2.0, self.reconnect_cap, jitter=0.5, mode="below")
         failures = 0
         while not self._closing:
             try:
-                await self._session(url)
+                await self._session(endpoints)
                 failures = 0
             except ReachError as exc:
                 if not self._ready.done():
@@ -209,7 +221,7 @@ class Agent(Serving):
                     return
             except (OSError, InvalidHandshake, InvalidURI, TimeoutError, ConnectionClosed) as exc:
                 if not self._ready.done():
-                    self._ready.set_exception(unreachable(url, exc))
+                    self._ready.set_exception(unreachable(endpoints.url, exc))
                     return
                 if isinstance(exc, ConnectionClosed) and exc.rcvd is not None and \
                         exc.rcvd.code == REPLACED:
@@ -225,16 +237,22 @@ class Agent(Serving):
             await asyncio.sleep(backoff.delay(failures, self._rng))
             failures += 1
 
-    async def _session(self, url: str) -> None:
+    async def _session(self, endpoints: Endpoints) -> None:
         register = p.Register(name=self.name, token=self.token, version=self.version,
                               max_concurrency=self.max_concurrency, instance=self.instance,
                               capabilities=[h.spec for h in self.handlers.values()],
                               probes=True, heartbeat_interval=self.asked_intervals[0],
                               probe_interval=self.asked_intervals[1])
         # An answer other than welcome is retried, as a lost connection is.
-        ws, frame = await dial(url, register, max_frame_bytes=self.max_frame_bytes,
-                               unexpected=ReachError)
+        ws, frame, target = await dial_any(endpoints, register,
+                                           max_frame_bytes=self.max_frame_bytes,
+                                           unexpected=ReachError)
         try:
+            moved = endpoints.connected(target)
+            self.url = target.url
+            if moved is not None:  # once per move; tries that fail on the way are not logged
+                log.warning("agent %s: coordinator %s lost, registered with %s instead",
+                            self.name, moved, target)
             self.agent_id = frame.agent_id
             self.heartbeat_interval = frame.heartbeat_interval
             self.probe_interval = frame.probe_interval
@@ -276,7 +294,9 @@ class Agent(Serving):
         async with self._client_lock:
             if self._client is None:
                 assert self.url is not None
-                self._client = await Client.connect(self.url, caller=self.name,
-                                                    token=self.token)
+                # The coordinator the agent is on first (calls stay there), then the others.
+                at = self.urls.index(self.url)
+                self._client = await Client.connect(self.urls[at:] + self.urls[:at],
+                                                    caller=self.name, token=self.token)
             return self._client
 

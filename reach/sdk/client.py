@@ -7,7 +7,10 @@
 
 If the coordinator goes away, the client reconnects by itself and asks again for the outcome of
 every task it is still waiting on: an acknowledged task survives a coordinator restart, and so
-does the caller's wait for it.
+does the caller's wait for it. Given several coordinators of one Reach
+(``Client.connect([url_a, url_b], ...)``), it stays on the first that answers and, when that
+one goes away, moves on to the next (endpoints.py) and asks that one instead; ``client.url``
+is the one it is on.
 """
 
 from __future__ import annotations
@@ -16,29 +19,23 @@ import asyncio
 import itertools
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from reach.core.backoff import Backoff
-from reach.core.resilience import Pacer
 from reach.core.tasks import SubmitRequest
-from reach.errors import (
-    ProtocolError,
-    ReachError,
-    ReachTimeout,
-    Rejected,
-    Unavailable,
-    from_wire,
-)
-from reach.sdk.connection import dial, redial
-from reach.sdk.fallback import answer_of, outcome_of, unwrap
+from reach.errors import ReachError, ReachTimeout, Unavailable
+from reach.sdk.connection import redial
+from reach.sdk.endpoints import Endpoints, dial_any
+from reach.sdk.fallback import answer_of
 from reach.sdk.handle import Handle, consume
 from reach.sdk.opening import Opening
-from reach.sdk.streams import End, chunks
+from reach.sdk.streams import chunks
 from reach.sdk.submits import submit_frame
+from reach.sdk.waiters import Waiters
 from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
 
@@ -52,12 +49,15 @@ RECONNECT = Backoff(base=0.05, factor=2.0, cap=2.0, jitter=0.2)
 OUTCOME_GRACE = 1.0  # s a call waits past its timeout for the coordinator's own answer
 
 
-class Client:
-    """A caller's connection to a coordinator. Create with ``await Client.connect(url, ...)``."""
+class Client(Waiters):
+    """A caller's connection to a coordinator. Create with ``await Client.connect(url, ...)``;
+    ``url`` is one ``ws://`` URL or a list of several coordinators' (tried in that order)."""
 
-    def __init__(self, url: str, caller: str = "anonymous", token: str | None = None, *,
-                 reconnect_for: float = 60.0, max_frame_bytes: int = 1 << 20) -> None:
-        self.url = url
+    def __init__(self, url: str | Sequence[str], caller: str = "anonymous",
+                 token: str | None = None, *, reconnect_for: float = 60.0,
+                 max_frame_bytes: int = 1 << 20) -> None:
+        super().__init__()
+        self._endpoints = Endpoints(url)
         self.caller = caller
         self.token = token
         self.reconnect_for = reconnect_for
@@ -66,34 +66,45 @@ class Client:
         self._ws: ClientConnection | None = None
         self._out: Outbox | None = None
         self._ids = itertools.count(1)
-        self._requests: dict[int, asyncio.Future[Any]] = {}
-        # Submits not yet acknowledged, kept to be sent again (same key) after a reconnect.
-        self._submits: dict[int, str] = {}
-        self._pacer = Pacer()  # slows submits down after `rejected` (back-pressure)
-        self._outcomes: dict[int, tuple[str, asyncio.Future[Any]]] = {}
-        self._streams: dict[int, asyncio.Queue[Any]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._closing = False
         self._rng = random.Random()
 
     @classmethod
-    def connect(cls, url: str, caller: str = "anonymous", token: str | None = None,
-                **options: Any) -> Opening[Client]:
-        """Connect to the coordinator at ``url``: await it, or use it with ``async with``."""
+    def connect(cls, url: str | Sequence[str], caller: str = "anonymous",
+                token: str | None = None, **options: Any) -> Opening[Client]:
+        """Connect to the coordinator at ``url`` (or the first of a list that answers): await
+        it, or use it with ``async with``."""
         client = cls(url, caller, token, **options)
         return Opening(client, client._open, client.close)
+
+    @property
+    def url(self) -> str:
+        """The URL of the coordinator this client is on (or was on last, while it moves)."""
+        return self._endpoints.url
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every coordinator URL this client may use, as given."""
+        return self._endpoints.urls
 
     # ------------------------------------------------------------ connection
 
     async def _open(self) -> None:
+        self._endpoints.check()
         await self._dial()
         self._reader = asyncio.get_running_loop().create_task(self._read_loop(),
                                                               name=f"reach-client-{self.caller}")
 
     async def _dial(self) -> None:
-        ws, welcome = await dial(self.url, p.Hello(caller=self.caller, token=self.token),
-                                 max_frame_bytes=self.max_frame_bytes)
+        ws, welcome, target = await dial_any(
+            self._endpoints, p.Hello(caller=self.caller, token=self.token),
+            max_frame_bytes=self.max_frame_bytes)
+        moved = self._endpoints.connected(target)
+        if moved is not None:  # once per move; tries that fail on the way are not logged
+            log.warning("client %s: coordinator %s lost, moved to %s", self.caller, moved,
+                        target)
         if self._out is not None:
             await self._out.aclose()
         self._ws = ws
@@ -132,113 +143,24 @@ class Client:
             if self._closing:
                 return
             self._connected.clear()
-            for req_id, fut in list(self._requests.items()):
-                if req_id not in self._submits and not fut.done():
-                    fut.set_exception(Unavailable("connection to the coordinator was lost"))
-                    del self._requests[req_id]
+            self._lost(Unavailable("connection to the coordinator was lost"))
             if not await self._reconnect():
-                self._fail_all(Unavailable(
-                    f"coordinator at {self.url} unreachable for {self.reconnect_for}s"))
+                self._fail_all(Unavailable(f"{self._endpoints.describe()} unreachable for "
+                                           f"{self.reconnect_for}s"))
                 return
 
     async def _reconnect(self) -> bool:
         if not await redial(self._dial, within=self.reconnect_for, backoff=RECONNECT,
                             stopped=lambda: self._closing, rng=self._rng):
             return False
-        # Submits not acknowledged go again under the same idempotency key (the coordinator
-        # answers with the first task if it had committed it); for accepted tasks, ask
-        # again for the outcome: they were durable.
-        for text in self._submits.values():
-            self._send(text)
-        for req_id, (task_id, _fut) in self._outcomes.items():
-            if task_id and req_id not in self._submits:
-                self._send(p.Result(task_id=task_id, id=req_id))
+        for frame in self._asks_again():  # the same coordinator, or the next one
+            self._send(frame)
         return True
-
-    def _fail_all(self, exc: ReachError) -> None:
-        for fut in self._requests.values():
-            if not fut.done():
-                fut.set_exception(exc)
-        for _tid, fut in self._outcomes.values():
-            if not fut.done():
-                fut.set_exception(exc)
-        for queue in self._streams.values():
-            queue.put_nowait(exc)
-        self._requests.clear()
-        self._submits.clear()
-        self._outcomes.clear()
 
     def _send(self, frame: p.Frame | str) -> None:
         text = frame if isinstance(frame, str) else p.dump(frame)
         if self._out is None or not self._connected.is_set() or not self._out.post(text):
             raise Unavailable("not connected to a coordinator")
-
-    def _on_frame(self, raw: str | bytes) -> None:
-        try:
-            frame = p.parse(raw)
-        except ProtocolError:
-            log.warning("ignoring a malformed frame from the coordinator")
-            return
-        kind = frame.type
-        if kind in ("accepted", "result", "error") and frame.id is not None:
-            self._submits.pop(frame.id, None)
-        if kind in ("accepted", "result") and self._pacer.delay:
-            self._pacer.accepted()  # taken again: ease off the back-pressure wait
-        if kind == "accepted":
-            entry = self._outcomes.get(frame.id)
-            if entry is not None:
-                self._outcomes[frame.id] = (frame.task_id, entry[1])
-        if kind in ("accepted", "task"):
-            fut = self._requests.pop(frame.id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(frame)
-        elif kind == "result":
-            self._accept_with_outcome(frame)
-            self._settle(frame.id, outcome_of(frame), None)
-        elif kind == "error":
-            err = from_wire(frame.error.model_dump())
-            if isinstance(err, Rejected):
-                self._pacer.rejected(err.level, asyncio.get_running_loop().time())
-            if frame.trace_id is not None:  # the task was accepted, and failed
-                self._accept_with_outcome(frame)
-                self._settle(frame.id, None, err)
-                return
-            fut = self._requests.pop(frame.id, None) if frame.id is not None else None
-            if fut is not None:
-                if not fut.done():
-                    fut.set_exception(err)
-            elif frame.id is not None:
-                self._settle(frame.id, None, err)
-            else:
-                log.warning("coordinator reports: %s", err)
-        elif kind == "chunk":
-            queue = self._streams.get(frame.id or -1)
-            if queue is not None:
-                queue.put_nowait(frame.data)
-
-    def _accept_with_outcome(self, frame: Any) -> None:
-        """An outcome frame carrying ``trace_id`` also stands for the submit's acceptance."""
-        if frame.trace_id is None or frame.id is None:
-            return
-        entry = self._outcomes.get(frame.id)
-        if entry is not None:
-            self._outcomes[frame.id] = (frame.task_id, entry[1])
-        fut = self._requests.pop(frame.id, None)
-        if fut is not None and not fut.done():
-            fut.set_result(p.Accepted.model_construct(id=frame.id, task_id=frame.task_id,
-                                                      trace_id=frame.trace_id))
-
-    def _settle(self, req_id: int | None, result: Any, err: ReachError | None) -> None:
-        entry = self._outcomes.pop(req_id or -1, None)
-        queue = self._streams.get(req_id or -1)
-        if queue is not None:
-            queue.put_nowait(err if err is not None else End(unwrap(result)[0]))
-        if entry is None or entry[1].done():
-            return
-        if err is not None:
-            entry[1].set_exception(err)
-        else:
-            entry[1].set_result(result)
 
     async def _await_connected(self) -> None:
         """Wait out a reconnect in progress (up to ``reconnect_for``)."""
@@ -382,11 +304,15 @@ class Client:
         return dict(frame.task)
 
     async def _subscribe(self, task_id: str) -> asyncio.Future[Any]:
+        await self._await_connected()  # a move under way: ask where it ends
         req_id = next(self._ids)
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         outcome.add_done_callback(consume)
         self._outcomes[req_id] = (task_id, outcome)
-        self._send(p.Result(task_id=task_id, id=req_id))
+        try:
+            self._send(p.Result(task_id=task_id, id=req_id))
+        except Unavailable:
+            pass  # lost just now: the reconnect asks again for every outcome awaited
         return outcome
 
     async def result(self, task_id: str, timeout: float | None = None) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -29,12 +30,17 @@ coordinator that accepts but never answers)."""
 
 
 async def dial(url: str, first: p.Register | p.Hello, *, max_frame_bytes: int,
-               unexpected: Callable[[str], ReachError] = ProtocolError
+               unexpected: Callable[[str], ReachError] = ProtocolError,
+               host: str | None = None, port: int | None = None
                ) -> tuple[ClientConnection, p.Welcome]:
-    """Connect to ``url``, send ``first`` and return the open connection with its welcome."""
+    """Connect to ``url``, send ``first`` and return the open connection with its welcome.
+    ``host`` and ``port`` (one address of the URL's name, endpoints.py) change where the TCP
+    connection goes, not the ``Host`` header or the TLS name, which stay the URL's."""
+    where: dict[str, Any] = {} if host is None else {"host": host, "port": port}
     try:
         ws = await websockets.connect(url, max_size=max_frame_bytes, compression=None,
-                                      ping_interval=None, open_timeout=ANSWER_TIMEOUT)
+                                      ping_interval=None, open_timeout=ANSWER_TIMEOUT,
+                                      **where)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
         raise unreachable(url, exc) from exc
     try:

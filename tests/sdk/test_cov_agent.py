@@ -21,8 +21,7 @@ from pydantic import BaseModel
 
 from reach import Agent
 from reach.errors import ProtocolError, ReachError, Unauthorized, Unavailable
-from reach.sdk import agent as agent_mod
-from reach.sdk import connection
+from reach.sdk import connection, endpoints
 from reach.sdk.context import Context
 from reach.testing import wait_until
 
@@ -128,10 +127,10 @@ async def test_a_first_connect_failing_below_the_library_is_unavailable(
     async def dial(*args: Any, **kwargs: Any) -> Any:
         raise OSError("network is unreachable")
 
-    monkeypatch.setattr(agent_mod, "dial", dial)
-    with pytest.raises(Unavailable, match="cannot reach a coordinator at ws://c.example: "
+    monkeypatch.setattr(endpoints, "dial", dial)  # what dials each coordinator in turn
+    with pytest.raises(Unavailable, match="cannot reach a coordinator at ws://192.0.2.7: "
                                           "network is unreachable; is it running"):
-        await echo_agent().connect("ws://c.example")
+        await echo_agent().connect("ws://192.0.2.7")  # an address: nothing to resolve
 
 
 async def _refuses(peer: Peer) -> None:
