@@ -53,6 +53,7 @@ class AgentRecord:
     link: AgentLink | None = None  # how work reaches it (None while disconnected)
     instance: str | None = None  # the agent process's own id (Register.instance)
     kind: str = "websocket"  # what carries its work: websocket, http, process, nats
+    node: str | None = None  # the coordinator holding its connection (None: this one)
     connected: bool = True
     draining: bool = False
     last_beat: float = 0.0
@@ -217,7 +218,7 @@ class AgentRecord:
             ok, bad = ok + good, bad + faults
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
-            "kind": self.kind,
+            "kind": self.kind, "node": self.node,
             "version": self.version, "inflight": self.inflight,
             "max_concurrency": self.max_concurrency, "load": self.load,
             "queue_depth": self.queue_depth, "calls": self.calls, "faults": self.faults,
