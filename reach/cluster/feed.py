@@ -38,7 +38,7 @@ def _signature(record: AgentRecord) -> tuple[Any, ...]:
 
 def row_of(record: AgentRecord, now: float, specs: bool) -> dict[str, Any]:
     """One agent as an ``AgentRow`` (reach.wire.peer); its capabilities only with ``specs``."""
-    return {
+    row = {
         "agent_id": record.agent_id, "name": record.name, "version": record.version,
         "kind": record.kind, "instance": record.instance,
         "max_concurrency": record.max_concurrency,
@@ -51,6 +51,7 @@ def row_of(record: AgentRecord, now: float, specs: bool) -> dict[str, Any]:
         "inflight": record.inflight, "load": min(MAX_LOAD, max(0.0, record.load)),
         "queue_depth": record.queue_depth,
     }
+    return {k: v for k, v in row.items() if v is not None}
 
 
 class Outbound:

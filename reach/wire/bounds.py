@@ -26,7 +26,7 @@ SUPPORTED_VERSIONS = frozenset({VERSION})
 FRAME_TYPES = frozenset(
     ("register", "heartbeat", "ack", "result", "error", "chunk", "deregister", "welcome",
      "invoke", "cancel", "hello", "submit", "status", "accepted", "task", "admin", "command",
-     "probe", "probe_result", "forward", "agents")
+     "probe", "probe_result")
 )
 """Every frame type a peer may send or receive on an agent or caller session."""
 

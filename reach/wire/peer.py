@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from reach.errors import ProtocolError
 from reach.wire import protocol as p
 from reach.wire.bounds import FRAME_TYPES, MAX_COUNT, MAX_LOAD, Name
 from reach.wire.explain import explain, not_an_object, starts_object
@@ -72,6 +73,7 @@ AtHolder = Annotated[Forward | p.Cancel, Field(discriminator="type")]
 AtCaller = Annotated[Agents | p.Ack | p.Chunk | p.Result | p.Error, Field(discriminator="type")]
 _AT_HOLDER: TypeAdapter[Any] = TypeAdapter(AtHolder)
 _AT_CALLER: TypeAdapter[Any] = TypeAdapter(AtCaller)
+PEER_TYPES = frozenset(("forward", "agents"))  # the frames only a peer link carries
 HOLDER_TAKES = ("forward", "cancel")
 CALLER_TAKES = ("agents", "ack", "chunk", "result", "error")
 
@@ -89,8 +91,13 @@ def _explained(raw: str | bytes, exc: ValidationError, adapter: TypeAdapter[Any]
     err = explain(raw, exc)
     takes = HOLDER_TAKES if adapter is _AT_HOLDER else CALLER_TAKES
     kind = err.details.get("type")
-    if kind in FRAME_TYPES and kind not in takes and \
-            any(e.get("type") == "union_tag_invalid" for e in exc.errors(include_url=False)):
+    errors = exc.errors(include_url=False)
+    if kind in PEER_TYPES and kind in takes and errors[0].get("type") != "union_tag_invalid":
+        # explain() knows the session frames only; a peer frame's own fields are said here
+        where = ".".join(str(x) for x in errors[0].get("loc", ())[1:])[:200] or "frame"
+        return ProtocolError(f"invalid {kind!r} frame: {where}: {errors[0]['msg']}",
+                             type=kind, field=where)
+    if (kind in FRAME_TYPES or kind in PEER_TYPES) and kind not in takes:
         err.message = (f"frame type {kind!r} is not accepted on a peer link here; it takes "
                        f"{', '.join(takes)}")
         err.details.pop("field", None)

@@ -4,7 +4,7 @@ in-memory SQLite store, its own port, millisecond heartbeats)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
