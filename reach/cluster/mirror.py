@@ -78,14 +78,11 @@ class Mirror:
         if row.agent_id not in self.ids and len(self.ids) >= self.limit:
             raise ProtocolError(f"over the {self.limit} agents one peer may announce "
                                 f"(max_peer_agents); ignored")
-        if row.capabilities is not None:
-            if not row.capabilities:
-                raise ProtocolError("an agent must declare at least one capability")
-            self.specs[row.agent_id] = row.capabilities
-        specs = self.specs.get(row.agent_id)
+        if row.capabilities is not None and not row.capabilities:
+            raise ProtocolError("an agent must declare at least one capability")
+        specs = row.capabilities or self.specs.get(row.agent_id)
         if specs is None:
             raise ProtocolError("a first row must carry the agent's capabilities")
-        self.ids.add(row.agent_id)
         if record is None or record.link is None or not self.holds(record) or \
                 row.capabilities is not None or record.max_concurrency != row.max_concurrency \
                 or record.version != row.version:
@@ -98,6 +95,8 @@ class Mirror:
                 kind=PEER, heartbeat_interval=row.heartbeat_interval, node=self.node).record
             for cap in record.capabilities:
                 self.known.setdefault(cap, set()).add(record.name)
+            self.specs[row.agent_id] = specs  # (once registered: a refused row leaves none)
+        self.ids.add(row.agent_id)
         reg.heartbeat(record, now - row.beat_age, inflight=row.inflight,
                       queue_depth=row.queue_depth, load=row.load)
         if row.draining != record.draining:
