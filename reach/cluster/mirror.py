@@ -43,6 +43,7 @@ class Mirror:
         self.known = known  # the gateway's capability → names (no_route vs unavailable)
         self.ids: set[str] = set()  # agents announced over the current link
         self.specs: dict[str, list[CapabilitySpec]] = {}  # what each one declared
+        self.draining: dict[str, bool] = {}  # the holder's last word on each one's drain
         self.synced = False
         self.link_for: Callable[[str], AgentLink] | None = None
         self.on_synced: Callable[[], None] | None = None  # told when a snapshot is applied
@@ -99,7 +100,10 @@ class Mirror:
         self.ids.add(row.agent_id)
         reg.heartbeat(record, now - row.beat_age, inflight=row.inflight,
                       queue_depth=row.queue_depth, load=row.load)
-        if row.draining != record.draining:
+        # Only a change of the holder's word moves the drain: an operator's drain here of a
+        # peer's agent stays until the operator (or a new drain at the holder) lifts it.
+        if row.draining != self.draining.get(row.agent_id, False):
+            self.draining[row.agent_id] = row.draining
             if row.draining:
                 reg.deregister(record, now)
             else:

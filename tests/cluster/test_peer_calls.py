@@ -30,8 +30,8 @@ async def test_a_caller_on_a_reaches_an_agent_on_b(nodes: Nodes) -> None:
     assert task is not None and task["state"] == "succeeded"
     [attempt] = task["attempts"]
     assert (attempt["agent"], attempt["agent_id"]) == ("echo-b", seen_b["agent_id"])
-    events = [e["note"] for e in a.trace(handle.trace_id)]
-    assert any("echo-b" in note for note in events)
+    notes = [e.get("note", "") for e in a.trace(handle.trace_id)]
+    assert "attempt 1 to echo-b at node B" in notes, notes
     # The task is A's: B keeps no record of it.
     assert await b.task(handle.task_id) is None
     # B's slot bookkeeping saw the forwarded attempt come and go.
@@ -146,6 +146,12 @@ async def test_beats_keep_a_remote_agent_online_and_silence_suspects_it(nodes: N
     b.drain("echo-b")
     await until(lambda: view(a, "echo-b")["draining"])
     assert view(a, "echo-b")["state"] == "suspected"
+    b.undrain("echo-b")
+    await until(lambda: view(a, "echo-b")["state"] == "online")
+    # An operator's drain at A of B's agent holds while B's rows keep coming.
+    a.drain("echo-b")
+    await asyncio.sleep(4 * BEAT)
+    assert view(a, "echo-b")["draining"] and view(b, "echo-b")["state"] == "online"
 
 
 async def test_remote_rows_are_bounded_per_peer(nodes: Nodes) -> None:
