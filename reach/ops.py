@@ -77,8 +77,7 @@ class Ops:
 
     def _view(self, record: AgentRecord, now: float) -> dict[str, Any]:
         view = record.view(now, self.gateway.metrics.p95_ms(record.name))
-        if view["node"] is None:  # held here (a peer's agents carry their node's id)
-            view["node"] = self.node_id
+        view["node"] = record.node or self.node_id  # a peer's agents carry their node's id
         return view
 
     def _agent(self, ref: str) -> AgentRecord:

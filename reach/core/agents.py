@@ -218,7 +218,7 @@ class AgentRecord:
             ok, bad = ok + good, bad + faults
         return {
             "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
-            "kind": self.kind, "node": self.node,
+            "kind": self.kind,
             "version": self.version, "inflight": self.inflight,
             "max_concurrency": self.max_concurrency, "load": self.load,
             "queue_depth": self.queue_depth, "calls": self.calls, "faults": self.faults,

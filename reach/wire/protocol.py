@@ -260,7 +260,7 @@ class Hello(Frame):
     type: Literal["hello"] = "hello"
     caller: Name = Field(default="anonymous", min_length=1, max_length=200)
     token: Token | None = None
-    role: Literal["caller", "peer"] = "caller"
+    role: Literal["caller", "peer"] | None = None  # None (left out): a caller
     node: Name | None = Field(default=None, max_length=200)
 
 

@@ -6,9 +6,11 @@ by ``reach.peers.add``; real agents and clients over loopback websockets."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 
 import pytest
+import websockets
 from peering import BEAT, OPTIONS, Nodes, echo_agent, link, until, view
 
 from reach import Agent, Reach, ReachError
@@ -178,3 +180,16 @@ async def test_no_agent_anywhere_is_unavailable_not_a_hang(nodes: Nodes) -> None
 def test_reach_exposes_its_peers() -> None:
     reach = Reach()
     assert reach.peers.view() == [] and reach.node.node_id.startswith("n-")
+
+
+async def test_the_admin_feed_labels_each_agent_with_its_node(nodes: Nodes) -> None:
+    a, b = await nodes.node("A"), await nodes.node("B")
+    await nodes.serve(echo_agent("echo-a"), a.url)
+    await nodes.serve(echo_agent("echo-b"), b.url)
+    await link(a, b)
+    async with websockets.connect(a.url) as ws:
+        await ws.send(json.dumps({"v": 1, "type": "admin", "token": a.admin_token}))
+        snapshot = json.loads(await asyncio.wait_for(ws.recv(), 5))
+    assert snapshot["type"] == "snapshot" and snapshot["coordinator"]["node"] == "A"
+    assert {r["name"]: r["node"] for r in snapshot["agents"]} == {"echo-a": "A",
+                                                                  "echo-b": "B"}
