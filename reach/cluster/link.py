@@ -63,8 +63,10 @@ class PeerConnection:
     """One open peer link: the peer's agents mirrored, the attempts forwarded over it."""
 
     def __init__(self, ws: ClientConnection, node: str, mirror: Mirror, *,
-                 max_outbox_bytes: int, max_schema_bytes: int) -> None:
+                 max_outbox_bytes: int, max_schema_bytes: int,
+                 max_frame_bytes: int = 1 << 20) -> None:
         self.ws = ws
+        self.max_frame_bytes = max_frame_bytes  # the peer's, from its welcome
         self.node = node
         self.mirror = mirror
         self.max_schema_bytes = max_schema_bytes
@@ -76,12 +78,18 @@ class PeerConnection:
     # ------------------------------------------------------------ what the gateway sends
 
     def forward(self, agent_id: str, work: Work, reply: Reply) -> bool:
-        if self.out.closed or not self.out.post(p.dump(_Forward(
+        """Send one attempt; False (nothing sent: the gateway fails over) once the link is
+        closing, or for a frame over the peer's ``max_frame_bytes``: the peer would close
+        the whole link for it (1009), losing every other attempt on it."""
+        if self.out.closed:
+            return False
+        text = p.dump(_Forward(
                 task_id=work.task_id, attempt=work.attempt, capability=work.capability,
                 params=work.params, idempotency_key=work.idempotency_key,
                 trace_id=work.trace_id, parent_task_id=work.parent_task_id,
                 traceparent=work.traceparent, deadline_ms=work.deadline_ms,
-                caller=work.caller, agent_id=agent_id))):
+                caller=work.caller, agent_id=agent_id))
+        if p.oversize(text, self.max_frame_bytes) is not None or not self.out.post(text):
             return False
         self.pending[(work.task_id, work.attempt)] = reply
         return True

@@ -148,14 +148,15 @@ class Peers:
             open_timeout=s.hello_timeout, ping_interval=s.ping_interval,
             ping_timeout=s.ping_timeout)
         try:
-            node = await self._hello(ws, peer)
+            node, frame_limit = await self._hello(ws, peer)
             mirror = peer.mirror
             if mirror is None or mirror.node != node:
                 mirror = peer.mirror = Mirror(node, self.registry, self.clock,
                                               s.max_peer_agents, self.known)
             conn = peer.conn = PeerConnection(ws, node, mirror,
                                               max_outbox_bytes=s.max_outbox_bytes,
-                                              max_schema_bytes=s.max_schema_bytes)
+                                              max_schema_bytes=s.max_schema_bytes,
+                                              max_frame_bytes=frame_limit)
             peer.node, peer.error = node, None
             peer.links += 1
             mirror.on_synced = peer.synced.set
@@ -167,7 +168,8 @@ class Peers:
         finally:
             await ws.close()
 
-    async def _hello(self, ws: Any, peer: Peer) -> str:
+    async def _hello(self, ws: Any, peer: Peer) -> tuple[str, int]:
+        """Say hello as a peer; the peer's node id and ``max_frame_bytes``, from its welcome."""
         s = self.settings
         await ws.send(p.dump(p.Hello(caller=self.node_id, role="peer", node=self.node_id,
                                      token=self.token)))
@@ -183,4 +185,4 @@ class Peers:
             raise SameNode(peer.url)
         if peer.node is not None and frame.node != peer.node:
             raise ProtocolError(f"{peer.url} is node {frame.node!r}, not {peer.node!r}")
-        return frame.node
+        return frame.node, frame.max_frame_bytes

@@ -141,8 +141,13 @@ class PeerSession(Session):
         sv = self.services
         s = sv.settings
         limit = s.max_frame_bytes
-        for text in frames(sub.rows(sv.clock.wall()), limit, synced=True):
-            self.out.post(text)
+        while True:  # the snapshot, a batch of rows at a time; ``synced`` on its last frame
+            rows = sub.rows(sv.clock.wall())
+            for text in frames(rows, limit, synced=not sub.dirty):
+                self.out.post(text)
+            if not sub.dirty:
+                break
+            await asyncio.sleep(0)
         scan_every = max(s.peer_flush, s.heartbeat_interval / 4)
         next_scan = sv.clock.now() + scan_every
         while not self.out.closed:
@@ -150,9 +155,10 @@ class PeerSession(Session):
             if sv.clock.now() >= next_scan:
                 sub.scan()
                 next_scan = sv.clock.now() + scan_every
-            if sub.dirty:
+            while sub.dirty and not self.out.closed:
                 for text in frames(sub.rows(sv.clock.wall()), limit):
                     self.out.post(text)
+                await asyncio.sleep(0)
 
     def _on_frame(self, frame: Any) -> None:
         key = (frame.task_id, frame.attempt)

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from peering import Nodes, link, until, view
+from peering import Nodes, echo_agent, link, until, view
 
 from reach import Agent, Reach, TaskError, TaskFailed
 from reach.errors import ReachError
@@ -148,3 +148,15 @@ async def test_forwarded_work_shares_the_agents_slots_with_local_callers(
     assert err.value.code == "rejected"
     far.release.set()
     assert (await handle.result(timeout=5))["n"] == 3
+
+
+async def test_an_attempt_too_large_for_the_peer_is_not_sent_and_the_link_stays(
+        nodes: Nodes) -> None:
+    a, b = await nodes.node("A", max_retries=0), await nodes.node("B", max_frame_bytes=4096)
+    await nodes.serve(echo_agent("echo-b"), b.url)
+    await link(a, b)
+    client = await nodes.client(a.url)
+    with pytest.raises(ReachError):
+        await client.call("text.echo", {"text": "x" * 8000}, timeout=2)
+    assert (await client.call("text.echo", {"text": "small"}, timeout=5))["by"] == "echo-b"
+    assert a.peers.view()[0]["links"] == 1  # never closed for it (1009 would drop them all)
