@@ -88,6 +88,15 @@ class Peers:
         if node_id == self.node_id:
             raise ValueError(f"{node_id!r} is this node's own id: a node is not its own peer")
         key = node_id or url
+        for other_key, other in list(self._peers.items()):
+            # The same URL known already (a static peer, then discovery naming its node):
+            # one link, now keyed by the node id, not a second link to the same node.
+            if other.url == url and other_key != key and node_id is not None and \
+                    other.node in (None, node_id) and other_key == other.url:
+                del self._peers[other_key]
+                other.key, other.node = node_id, node_id
+                self._peers[node_id] = other
+                return
         old = self._peers.get(key)
         if old is not None:
             if old.url == url:

@@ -88,6 +88,11 @@ async def test_static_peers_from_settings(nodes: Nodes) -> None:
     await until(lambda: bool(a.agents(names={"echo-b"})))
     [peer] = a.peers.view()
     assert (peer["node"], peer["url"]) == ("B", b.url)
+    # Discovery naming the same node later keeps the one link, keyed by its id.
+    await a.peers.add("B", b.url)
+    assert [(p["node"], p["links"]) for p in a.peers.view()] == [("B", 1)]
+    await a.peers.remove("B")
+    assert a.peers.view() == []
     # A static list shared by every node names the node itself too: it is skipped.
     c = await nodes.node("C", peers=[b.url])
     await c.peers.add(None, c.url)
