@@ -146,6 +146,10 @@ class Peers:
                     f"{type(exc).__name__}: {exc}"
                 log.warning("peer %s at %s: %s", peer.key, peer.url, peer.error)
                 failures += 1
+            except Exception as exc:  # a bug must not end the link for good: log, go on
+                peer.error = f"{type(exc).__name__}: {exc}"
+                log.exception("peer %s at %s failed", peer.key, peer.url)
+                failures += 1
             await asyncio.sleep(RECONNECT.delay(failures, self.rng))
 
     async def _link(self, peer: Peer) -> None:
@@ -155,7 +159,7 @@ class Peers:
         ws = await websockets.connect(
             peer.url, max_size=2 * s.max_frame_bytes + 65536, compression=None,
             open_timeout=s.hello_timeout, ping_interval=s.ping_interval,
-            ping_timeout=s.ping_timeout)
+            ping_timeout=s.ping_timeout, close_timeout=1.0)  # (a dead peer: remove at once)
         try:
             node, frame_limit = await self._hello(ws, peer)
             mirror = peer.mirror

@@ -61,3 +61,23 @@ async def test_bad_frames_from_a_holder_are_ignored_and_the_node_carries_on(
     await until(lambda: not view(a, "evil-ok")["connected"])
     for i in range(3):
         assert (await client.call("text.echo", {"text": str(i)}, timeout=5))["by"] == "local"
+
+
+async def test_a_peer_that_never_answers_hello_is_retried_and_removed_at_once(
+        nodes: Nodes) -> None:
+    a = await nodes.node("A", hello_timeout=0.1)
+    hellos = 0
+
+    async def mute(ws: ServerConnection) -> None:
+        nonlocal hellos
+        await ws.recv()
+        hellos += 1
+        await ws.wait_closed()
+
+    async with websockets.serve(mute, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        await a.peers.add("MUTE", f"ws://127.0.0.1:{port}")
+        await until(lambda: hellos >= 2)  # timed out once, dialled again
+        assert "TimeoutError" in (a.peers.view()[0]["error"] or "")
+        await asyncio.wait_for(a.peers.remove("MUTE"), 2)
+    assert a.peers.view() == [] and a.agents() == []
