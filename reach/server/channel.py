@@ -2,10 +2,10 @@
 
 The first frame decides the role: ``register`` makes an agent session, ``hello`` a caller
 session (with ``role: "peer"``, another coordinator's peer session), ``admin`` an operator's
-admin-feed session. A bad frame gets an ``error`` frame (code
-``protocol_error``) and the connection carries on; an oversize frame closes that one
-connection (websocket code 1009). Nothing here decides policy: sessions hand frames to the
-registry and the gateway and post what they answer.
+admin-feed session. A bad frame gets an ``error`` frame (code ``protocol_error``) and the
+connection carries on; an oversize frame closes that one connection (websocket code 1009).
+Nothing here decides policy: sessions hand frames to the registry and the gateway and post
+what they answer.
 """
 
 from __future__ import annotations
