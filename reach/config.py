@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 
@@ -92,6 +92,14 @@ class Settings:
     audit_params: bool = False  # also record params and intent text (see the risk in the doc)
     # alert rules and webhooks (docs/alerts.md): a rules file's path, or one already loaded
     alerts: str | PathLike[str] | AlertConfig | None = None
+    # the cluster's peer links (reach/cluster, docs/protocol.md §14): this node's id (None: a
+    # short random one at start), the token peers present (None: the admin token), peer URLs
+    # linked at start, the agents one peer may announce, and how long changes are coalesced
+    node_id: str | None = None
+    peer_token: str | None = None
+    peers: Sequence[str] = ()
+    max_peer_agents: int = 10_000
+    peer_flush: float = 0.05
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "ack_timeout", "max_frame_bytes", "probe_interval",
@@ -111,7 +119,7 @@ class Settings:
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
                      "dead_letter_retention", "idempotency_keys_max", "last_good_entries",
-                     "last_good_bytes"):
+                     "last_good_bytes", "max_peer_agents", "peer_flush"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if not self.store.startswith("sqlite:"):

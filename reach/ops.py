@@ -42,6 +42,7 @@ class Ops:
         self.registry = registry
         self.clock = clock
         self.url = ""  # set once the coordinator listens
+        self.node_id = settings.node_id or ""  # this node (the coordinator sets the one made)
         self.started_at = 0.0
         self._auto_replayed: set[str] = set()
         self.alerting: Any = None  # reach.server.alerting.Alerting, with alert rules
@@ -49,7 +50,21 @@ class Ops:
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
         return {"url": self.url, "version": __version__, "started_at": self.started_at,
-                "store": self.settings.store}
+                "store": self.settings.store, "node": self.node_id}
+
+    def trust_warnings(self, open_mode: bool, url: str) -> list[str]:
+        """What an operator must know about how open the coordinator at ``url`` is."""
+        s, out = self.settings, []
+        if open_mode:
+            out.append(f"open mode: no tokens, so any process that reaches {url} may "
+                       f"register agents and call capabilities under any name"
+                       + ("" if not s.insecure else
+                          " — and it is bound beyond loopback (insecure=True)")
+                       + "; configure tokens (docs/security.md)")
+        elif s.serves is None:
+            out.append("tokens without serve rules: every token holder may register as an "
+                       "agent and serve any capability; pass serves={agent: patterns}")
+        return out
 
     # ------------------------------------------------------------ agents
 
@@ -61,7 +76,9 @@ class Ops:
         return AgentList(self._view(r, now) for r in sorted(records, key=lambda r: r.name))
 
     def _view(self, record: AgentRecord, now: float) -> dict[str, Any]:
-        return record.view(now, self.gateway.metrics.p95_ms(record.name))
+        view = record.view(now, self.gateway.metrics.p95_ms(record.name))
+        view["node"] = record.node or self.node_id  # a peer's agents carry their node's id
+        return view
 
     def _agent(self, ref: str) -> AgentRecord:
         record = self.registry.by_name.get(ref) or self.registry.by_id.get(ref)

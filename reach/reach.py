@@ -24,6 +24,7 @@ from websockets.asyncio.server import Server
 
 from reach.adapters.base import Adapter, Membership
 from reach.alert_rules import AlertConfig, load_alerts
+from reach.cluster import Node
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
@@ -75,10 +76,13 @@ class Reach:
         # Without a configured token the admin feed still needs one: a random one, readable
         # here and printed by `reach serve`, so an open port never means an open admin feed.
         self.admin_token: str = s.admin_token or secrets.token_urlsafe(18)
+        self.node = Node.of(s, self.registry, self.clock, self.gateway.known,
+                            self.admin_token, rng)  # the cluster: node id, ``reach.peers``
+        self.peers, self.ops.node_id = self.node.peers, self.node.node_id
         self.channel = Channel(Services(
             settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
             clock=self.clock, identities=self.identities, operator=self.ops,
-            admin_token=self.admin_token))
+            admin_token=self.admin_token, node=self.node))
         self.registry.listen(self.ops.agent_changed)
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
@@ -172,6 +176,7 @@ class Reach:
         self._loops.append(loop.create_task(self.gateway.probes.run(), name="reach-probes"))
         if self.alerting is not None:
             self.alerting.start()
+        await self.node.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()
         self.started = True
@@ -180,17 +185,7 @@ class Reach:
 
     def trust_warnings(self) -> list[str]:
         """What an operator must know about how open this coordinator is (said at start)."""
-        s, out = self.settings, []
-        if self.trust.open:
-            out.append(f"open mode: no tokens, so any process that reaches {self.url} may "
-                       f"register agents and call capabilities under any name"
-                       + ("" if not s.insecure else
-                          " — and it is bound beyond loopback (insecure=True)")
-                       + "; configure tokens (docs/security.md)")
-        elif s.serves is None:
-            out.append("tokens without serve rules: every token holder may register as an "
-                       "agent and serve any capability; pass serves={agent: patterns}")
-        return out
+        return self.ops.trust_warnings(self.trust.open, self.url)
 
     async def stop(self) -> None:
         """Stop gracefully: refuse new work, drain running tasks, close sockets, flush the store."""
@@ -204,6 +199,7 @@ class Reach:
         if self.alerting is not None:
             await self.alerting.close()
         await self.gateway.stop(self.settings.drain_timeout)
+        await self.peers.close()  # (after the drain: its attempts may ride the peer links)
         await asyncio.gather(*(a.close("coordinator stopping") for a in self.adapters.values()),
                              return_exceptions=True)
         self.adapters.clear()

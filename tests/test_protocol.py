@@ -206,7 +206,7 @@ def test_wrong_version_is_reported_before_unknown_type():
     ('{"type": "error", "error": {"message": "m"}}',
      "invalid 'error' frame: error.code: Field required"),
     ('{"type": "welcome", "role": "admin"}',
-     "invalid 'welcome' frame: role: Input should be 'agent' or 'caller'"),
+     "invalid 'welcome' frame: role: Input should be 'agent', 'caller' or 'peer'"),
 ])
 def test_invalid_field_names_the_frame_field_and_problem(raw, message):
     err = explain(raw)

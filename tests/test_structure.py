@@ -148,6 +148,9 @@ def test_the_core_is_pure() -> None:
     ("reach.server", ("reach.sdk", "reach.store", "reach.reach", "reach.adapters")),
     ("reach.sdk", ("reach.gateway", "reach.server", "reach.store", "reach.reach",
                    "reach.adapters")),
+    # The cluster's peer links are AgentLinks too; the holder's session lives in server/.
+    ("reach.cluster", ("reach.gateway", "reach.server", "reach.sdk", "reach.store",
+                       "reach.reach", "reach.adapters")),
     # Adapters are AgentLinks at the edge: they know the port and the wire, not the gateway.
     ("reach.adapters", ("reach.gateway", "reach.server", "reach.sdk", "reach.store",
                         "reach.reach")),

@@ -53,6 +53,7 @@ class AgentRecord:
     link: AgentLink | None = None  # how work reaches it (None while disconnected)
     instance: str | None = None  # the agent process's own id (Register.instance)
     kind: str = "websocket"  # what carries its work: websocket, http, process, nats
+    node: str | None = None  # the coordinator holding its connection (None: this one)
     connected: bool = True
     draining: bool = False
     last_beat: float = 0.0

@@ -67,12 +67,14 @@ class Registry:
     def register(self, *, agent_id: str, name: str, version: str, max_concurrency: int,
                  specs: list[CapabilitySpec], link: AgentLink | None, now: float,
                  instance: str | None = None, kind: str = "websocket",
-                 heard: bool = True, heartbeat_interval: float | None = None) -> Registration:
+                 heard: bool = True, heartbeat_interval: float | None = None,
+                 node: str | None = None) -> Registration:
         """Add or refresh an agent. Raises ``SchemaError``/``ValueError`` on a bad declaration.
 
         ``kind`` says what carries its work (websocket, http, process, nats); ``heard=False``
         registers an agent no sign of life has come from yet (an adapter whose first health
-        check failed): it starts suspected, and its first beat makes it online.
+        check failed): it starts suspected, and its first beat makes it online. ``node``
+        names the coordinator holding the agent's connection (None: this one; reach.cluster).
         ``heartbeat_interval`` is the agent's own (bounded: ``liveness.bounded_interval``)."""
         caps: dict[str, Capability] = {}
         warnings: list[str] = []
@@ -142,7 +144,7 @@ class Registry:
             record.name, record.version = name, version
             record.max_concurrency, record.capabilities = max_concurrency, caps
         record.link, record.connected, record.draining = link, True, False
-        record.instance, record.kind = instance, kind
+        record.instance, record.kind, record.node = instance, kind, node
         record.liveness = self.liveness_for(heartbeat_interval)
         record.probe_held, record.probe = False, None
         record.last_beat = record.registered_at = now

@@ -101,7 +101,9 @@ class Dispatcher:
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
                           agent=record.name, started_at=now, instance=record.instance)
         task.attempts.append(attempt)
-        book.move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}")
+        book.move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}" if
+                  record.node is None else  # held by a peer coordinator (reach.cluster)
+                  f"attempt {attempt.number} to {record.name} at node {record.node}")
         tid = env.task_id
         # A declared result schema is checked before the caller is answered; a result that
         # breaks it is held here and judged as the agent's fault below (reach.core.results).

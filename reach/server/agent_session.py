@@ -66,7 +66,8 @@ class AgentSession(Session):
                     f"mode (no tokens) only that same process may take its name over. Stop "
                     f"the other one, or wait: its connection is dropped once it stops "
                     f"answering keepalive pings", agent=reg.name)
-            if previous is not None and not isinstance(previous, AgentSession):
+            if previous is not None and not isinstance(previous, AgentSession) and \
+                    known is not None and known.kind != "peer":
                 # an adapter the operator attached (reach.attach) holds the name
                 raise Unavailable(
                     f"the name {reg.name!r} belongs to a {known.kind if known else ''} agent "

@@ -1,10 +1,11 @@
 """The websocket edge: accept a connection, let its first frame decide its role, cap them all.
 
 The first frame decides the role: ``register`` makes an agent session, ``hello`` a caller
-session, ``admin`` an operator's admin-feed session. A bad frame gets an ``error`` frame (code
-``protocol_error``) and the connection carries on; an oversize frame closes that one
-connection (websocket code 1009). Nothing here decides policy: sessions hand frames to the
-registry and the gateway and post what they answer.
+session (with ``role: "peer"``, another coordinator's peer session), ``admin`` an operator's
+admin-feed session. A bad frame gets an ``error`` frame (code ``protocol_error``) and the
+connection carries on; an oversize frame closes that one connection (websocket code 1009).
+Nothing here decides policy: sessions hand frames to the registry and the gateway and post
+what they answer.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from reach.errors import ProtocolError
 from reach.server.admin_session import AdminSession
 from reach.server.agent_session import AgentSession, oversize_register
 from reach.server.caller_session import CallerSession
+from reach.server.peer_session import PeerSession
 from reach.server.services import Services
 from reach.server.session import POLICY_VIOLATION, LoopLag, Session, refuse
 from reach.wire import protocol as p
 
-__all__ = ["AdminSession", "AgentSession", "CallerSession", "Channel"]
+__all__ = ["AdminSession", "AgentSession", "CallerSession", "Channel", "PeerSession"]
 TRY_AGAIN_LATER = 1013
 
 
@@ -90,6 +92,9 @@ class Channel:
         if isinstance(first, p.Register):
             agent = AgentSession(self.services, ws)
             session, running = agent, agent.run(first)
+        elif isinstance(first, p.Hello) and first.role == "peer":
+            peer = PeerSession(self.services, ws)
+            session, running = peer, peer.run(first)
         elif isinstance(first, p.Hello):
             caller = CallerSession(self.services, ws, self.loop_lag)
             session, running = caller, caller.run(first)

@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from reach.cluster import Node
 from reach.config import Settings
 from reach.core.registry import Registry
 from reach.core.trust import Trust
@@ -64,4 +65,11 @@ class Services:
     identities: Identities
     operator: Operator
     admin_token: str
+    # the cluster (docs/protocol.md §14): this node's id, the token peers must present, the
+    # feed of this node's own agents to its peer sessions (None: no peer sessions taken)
+    node: Node | None = None
+
+    @property
+    def node_id(self) -> str:
+        return "" if self.node is None else self.node.node_id
 

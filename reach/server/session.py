@@ -70,7 +70,8 @@ class Session:
         self.out = Outbox(ws, name=f"reach-session-out {peer}",
                           limit=services.settings.max_outbox_bytes)
 
-    async def _frames(self, on_frame: Callable[[Any], None]) -> None:
+    async def _frames(self, on_frame: Callable[[Any], None],
+                      parse: Callable[[str | bytes], Any] = p.parse) -> None:
         """Read frames until the socket closes; a bad one is answered, not fatal."""
         read = 0
         try:
@@ -81,7 +82,7 @@ class Session:
                     # must not hold the loop from every other connection.
                     await asyncio.sleep(0)
                 try:
-                    frame = p.parse(raw)
+                    frame = parse(raw)
                 except (ProtocolError, InvalidParams) as exc:
                     # Echo the request id when there is one: the caller is waiting on it.
                     self.out.post(error_frame(exc, id=p.request_id(raw)))

@@ -60,7 +60,8 @@ class AgentView(_Object):
     name: str
     agent_id: str
     state: str  # online | suspected | offline
-    kind: str = "websocket"  # what carries its work: websocket | http | process | nats
+    kind: str = "websocket"  # what carries its work: websocket | http | process | nats | peer
+    node: str | None = None  # the coordinator holding the agent's connection (reach.cluster)
     version: str = "0"
     inflight: int = 0
     max_concurrency: int = 1
@@ -222,6 +223,7 @@ class Coordinator(_Object):
     version: str
     started_at: float
     store: str
+    node: str | None = None  # this coordinator's node id (reach.cluster)
 
 
 # ---------------------------------------------------------------- frames (reach → admin)

@@ -200,7 +200,8 @@ class Deregister(Frame):
 
 class Welcome(Frame):
     type: Literal["welcome"] = "welcome"
-    role: Literal["agent", "caller"] = "agent"
+    role: Literal["agent", "caller", "peer"] = "agent"
+    node: Name | None = Field(default=None, max_length=200)  # to a peer: this node's id
     agent_id: Name | None = Field(default=None, max_length=200)
     heartbeat_interval: float = Field(default=10.0, gt=0, le=86_400)
     max_frame_bytes: int = Field(default=1 << 20, ge=1, le=1 << 32)
@@ -253,9 +254,14 @@ class ProbeResult(Frame):
 # ---------------------------------------------------------------- caller side
 
 class Hello(Frame):
+    """A caller's first frame; with ``role: "peer"``, another coordinator's (``node`` is its
+    id, ``token`` the cluster's peer token: docs/protocol.md §14)."""
+
     type: Literal["hello"] = "hello"
     caller: Name = Field(default="anonymous", min_length=1, max_length=200)
     token: Token | None = None
+    role: Literal["caller", "peer"] | None = None  # None (left out): a caller
+    node: Name | None = Field(default=None, max_length=200)
 
 
 class AdminHello(Frame):
