@@ -97,6 +97,7 @@ class GroupCommit:
         self.node_id: str | None = None
         self.on_lost: Callable[[list[str]], None] | None = None
         self.unique_keys = False  # the key index is there: a duplicate fails alone
+        self._counts: dict[str, int] = {}
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         if self._pool is None:
@@ -241,7 +242,7 @@ class GroupCommit:
         inserts, updates, waiters = self._take()
         futures = [f for _, f in inserts] + waiters
         try:  # rows built here, on the loop: a worker thread never reads a task mid-change
-            dupes, lost = await self._run(self._commit,
+            dupes, lost = await self._run(self._commit_group,
                                           *commit_rows((t for t, _ in inserts), updates))
         except Exception as exc:  # the submitters learn their task was not stored
             _resolve(futures, exc)
@@ -321,20 +322,20 @@ class GroupCommit:
 
     # ------------------------------------------------------------ transactions (loop or worker)
 
-    def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
-                ) -> tuple[dict[str, DuplicateKey], list[str]]:
-        """One transaction; (task id → its key's first holder) for the new rows whose key
-        another task holds, and the changed tasks no longer this node's (not written)."""
-        update, dupes = "update", {}
+    def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                      ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        """Commit a group (``_commit``); (task id → its key's first holder) for the new rows
+        whose key another task holds, left out and the rest committed again, and the changed
+        tasks no longer this node's (not written)."""
+        dupes: dict[str, DuplicateKey] = {}
         if self.node_id is not None:
-            update = "update_owned"
             for row in new_rows:
                 row["owner"] = self.node_id
             for row in changed:
                 row["k_owner"] = self.node_id
         while True:
             try:
-                counts = self._transaction(("insert", new_rows), (update, changed))
+                self._commit(new_rows, changed)
                 break
             except Exception as exc:
                 if not (self.unique_keys and postgres.key_violation(exc)):
@@ -344,25 +345,29 @@ class GroupCommit:
                 if not held:  # pragma: no cover — the holder's row is visible once it refuses
                     raise
                 for row in new_rows:
-                    key = row["idempotency_key"]
-                    if key in held:
+                    if row["idempotency_key"] in held:
+                        key = row["idempotency_key"]
                         dupes[row["task_id"]] = DuplicateKey(key, held[key])
                 new_rows = [r for r in new_rows if r["idempotency_key"] not in held]
         lost: list[str] = []
-        if self.node_id is not None and counts.get(update, 0) < len(changed):
+        if self.node_id is not None and self._counts.get("update_owned", 0) < len(changed):
             lost = postgres.not_owned(self._raw, [r["k_task_id"] for r in changed],
                                       self.node_id)
         return dupes, lost
 
+    def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
+        update = "update" if self.node_id is None else "update_owned"
+        self._transaction(("insert", new_rows), (update, changed))
+
     def _commit_agents(self, rows: list[dict[str, Any]]) -> None:
         self._transaction(("agent", rows))
 
-    def _transaction(self, *steps: tuple[str, list[dict[str, Any]]]) -> dict[str, int]:
+    def _transaction(self, *steps: tuple[str, list[dict[str, Any]]]) -> None:
         # The DBAPI directly, with statements SQLAlchemy compiled once for this dialect: the
         # ORM path costs ~250 µs per commit, this one ~25 µs plus a few per row.
         raw = self._raw
         cur = raw.cursor()
-        counts: dict[str, int] = {}
+        self._counts = counts = {}  # rows each statement touched (fencing reads it)
         try:
             for name, rows in steps:
                 if rows:
@@ -373,7 +378,6 @@ class GroupCommit:
                         cur.executemany(sql, [tuple(r[k] for k in order) for r in rows])
                     counts[name] = cur.rowcount
             raw.commit()
-            return counts
         except Exception:
             raw.rollback()
             raise

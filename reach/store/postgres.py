@@ -9,6 +9,11 @@ Idempotency keys are unique in a PostgreSQL store (``KEY_INDEX``): a key runs on
 every coordinator on the database. When a group's transaction fails on that constraint, the
 keys some other node committed first are read back, those submits fail alone with
 ``DuplicateKey`` (naming the first task), and the rest of the group is committed again.
+
+A SQLite store has no such index: its one coordinator's memory answers a repeated key within
+``idempotency_ttl``, and a key repeated after that is new work (the key expired). On
+PostgreSQL a key is held as long as its row is: a repeat after the TTL is answered with the
+first task (the database cannot tell an expired key from another node's live one).
 """
 
 from __future__ import annotations
@@ -16,28 +21,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import Index
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
+from reach.ports import DuplicateKey
 from reach.store.tables import TASKS
+
+__all__ = ["INSTALL", "KEY_INDEX", "DuplicateKey", "StoreUnavailable", "create_key_index",
+           "driver_url", "held_keys", "is_postgres", "key_violation", "not_owned",
+           "unreachable"]
 
 log = logging.getLogger("reach.store")
 
 INSTALL = "pip install 'agent-reach[postgres]'"
-# Unique: a key runs once across the cluster. Made apart from the table so that a database
-# made before it gets it too, when its rows allow (``create_key_index``).
-KEY_INDEX = Index("ux_reach_tasks_idempotency_key", TASKS.c.idempotency_key, unique=True)
-
-
-class DuplicateKey(Exception):
-    """The task's idempotency key was committed first by another task (on another node):
-    this insert was not stored; ``first_task_id`` names the task that holds the key."""
-
-    def __init__(self, key: str, first_task_id: str) -> None:
-        super().__init__(f"idempotency key {key!r} is already held by task {first_task_id}")
-        self.key = key
-        self.first_task_id = first_task_id
+# Unique: a key runs once across the cluster. Made apart from the table (and not in its
+# metadata: SQLite stores have no such index, see below) so that a database made before it
+# gets it too, when its rows allow (``create_key_index``).
+KEY_INDEX = "ux_reach_tasks_idempotency_key"
 
 
 class StoreUnavailable(OSError):
@@ -82,7 +83,9 @@ def create_key_index(engine: Engine) -> bool:
     """Create the unique key index where it is missing; a database whose rows already hold a
     key twice keeps working without it (with a warning). Whether the index is there."""
     try:
-        KEY_INDEX.create(engine, checkfirst=True)
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_INDEX} ON "
+                              f"{TASKS.name} (idempotency_key)"))
     except IntegrityError as exc:
         log.warning("reach_tasks holds some idempotency key twice, so keys are not unique "
                     "across coordinators on this database (%s)", exc.orig)
@@ -104,7 +107,7 @@ def held_keys(conn: Any, keys: list[str]) -> dict[str, str]:
 def key_violation(exc: BaseException) -> bool:
     """Whether the database refused a row for the key index (not, say, a task id twice)."""
     diag = getattr(getattr(exc, "orig", exc), "diag", None)
-    return getattr(diag, "constraint_name", None) == KEY_INDEX.name
+    return getattr(diag, "constraint_name", None) == KEY_INDEX
 
 
 def not_owned(conn: Any, task_ids: list[str], node_id: str) -> list[str]:
