@@ -19,7 +19,9 @@ Table 1 commits fixed batches of 1, 16 and 128 rows one after another (rows/s, c
 of one commit as the event loop sees it). Table 2 is the store's case: 64 submitters, each
 awaiting its own row's commit before it submits the next, through a group committer that takes
 every queued row into the next transaction. Ratios are against ``psycopg-thread`` (the store as
-it is). Loopback only; the scratch database is dropped at the end.
+it is). Table 3 is the ``Store`` itself, as it is, against the same store writing through
+asyncpg on the loop (bench/pg_writer.py), several rounds alternating: the pick is made there.
+Loopback only; the scratch database is dropped at the end.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg  # noqa: E402
 import psycopg  # noqa: E402
+from pg_writer import AsyncpgStore  # noqa: E402  (bench/, beside this file)
 from sqlalchemy import create_engine  # noqa: E402
 
 from reach.core.tasks import Envelope, new_task  # noqa: E402
+from reach.store.store import Store  # noqa: E402
 from reach.store.tables import TASKS, compile_statements, create_tables, task_row  # noqa: E402
 
 PAYLOAD = {"data": "x" * 200}
@@ -187,6 +191,30 @@ async def submitters(commit: Commit, concurrency: int, total: int
     return total / wall, commits / wall, statistics.median(waits) * 1000
 
 
+async def store_rate(db: str, writer: str, concurrency: int, total: int
+                     ) -> tuple[float, float]:
+    """``Store.insert`` awaited by ``concurrency`` submitters: (rows/s, commits/s), for the
+    store as it is (``psycopg-thread``) or with its writes through asyncpg (``asyncpg``)."""
+    store = Store(db) if writer == "psycopg-thread" else AsyncpgStore(db)
+    await store.open()
+    tasks = [new_task(Envelope(task_id=r["task_id"], trace_id=r["trace_id"],
+                               capability="bench.echo", params=PAYLOAD, caller="bench",
+                               idempotency_key=r["idempotency_key"]), time.time())
+             for r in rows(total)]
+    try:
+        commits = store.commits
+        start = time.perf_counter()
+
+        async def submitter() -> None:
+            while tasks:
+                await store.insert(tasks.pop())
+        await asyncio.gather(*(submitter() for _ in range(concurrency)))
+        wall = time.perf_counter() - start
+        return total / wall, (store.commits - commits) / wall
+    finally:
+        await store.close()
+
+
 # ------------------------------------------------------------------ the run
 
 
@@ -235,6 +263,19 @@ async def main(url: str, quick: bool) -> None:
         for d, (rps, cps, p50) in zip(drivers, got, strict=True):
             print(f"{d.name:<16} {64:>5} {rps:>9.0f} {cps:>9.0f} {p50:>7.3f} "
                   f"{rps / got[0][0]:>5.2f}x")
+        print("\n3. the Store itself: 64 submitters awaiting Store.insert (group commit; "
+              "median of the rounds)")
+        print(f"{'writer':<16} {'conc':>5} {'rows/s':>9} {'commits/s':>9} {'ratio':>6}")
+        runs: dict[str, list[tuple[float, float]]] = {"psycopg-thread": [], "asyncpg": []}
+        for _ in range(1 if quick else 3):  # alternating: the machine's load moves between
+            for writer, got_runs in runs.items():
+                await clear.execute(f"TRUNCATE {TASKS.name}")
+                got_runs.append(await store_rate(db, writer, 64, total))
+        medians = {w: (statistics.median(r for r, _ in v), statistics.median(c for _, c in v))
+                   for w, v in runs.items()}
+        for writer, (rps, cps) in medians.items():
+            print(f"{writer:<16} {64:>5} {rps:>9.0f} {cps:>9.0f} "
+                  f"{rps / medians['psycopg-thread'][0]:>5.2f}x")
         await clear.close()
         for d in drivers:
             await d.close()

@@ -119,17 +119,17 @@ async def test_a_failed_commit_fails_its_submitters_and_the_writer_goes_on(
         store_url: str, tmp_path: Path) -> None:
     for store in _stores(store_url, tmp_path, "fail.db"):
         await store.open()
-        real = store._commit
+        real = store._write_group
 
-        def broken(*args: Any) -> None:
+        async def broken(*args: Any) -> Any:
             raise OSError("disk full")
 
         try:
-            store._commit = broken  # type: ignore[method-assign]
+            store._write_group = broken  # type: ignore[method-assign]
             futures = [store.insert(_task(i)) for i in range(3)]
             results = await asyncio.gather(*futures, return_exceptions=True)
             assert all(isinstance(r, OSError) for r in results)
-            store._commit = real  # type: ignore[method-assign]
+            store._write_group = real  # type: ignore[method-assign]
             await store.insert(_task(9))
             assert [t.task_id for t in await store.unfinished()] == ["t-9"]
             assert store.rows_written == 1

@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from reach.core.tasks import Task
+from reach.ports import DuplicateKey
 from reach.store import postgres
 from reach.store.connect import in_memory, make_engine
-from reach.store.postgres import DuplicateKey
 from reach.store.tables import Statements, commit_rows, compile_statements, create_tables
 
 __all__ = ["GroupCommit", "in_memory", "make_engine"]
@@ -242,8 +242,8 @@ class GroupCommit:
         inserts, updates, waiters = self._take()
         futures = [f for _, f in inserts] + waiters
         try:  # rows built here, on the loop: a worker thread never reads a task mid-change
-            dupes, lost = await self._run(self._commit_group,
-                                          *commit_rows((t for t, _ in inserts), updates))
+            dupes, lost = await self._write_group(
+                *commit_rows((t for t, _ in inserts), updates))
         except Exception as exc:  # the submitters learn their task was not stored
             _resolve(futures, exc)
             return
@@ -275,7 +275,7 @@ class GroupCommit:
     async def _agents_transaction(self, rows: list[dict[str, Any]]) -> Exception | None:
         """Commit ``rows`` together; the database's error, if it refused them."""
         try:
-            await self._run(self._commit_agents, rows)
+            await self._write_agent_rows(rows)
         except Exception as exc:
             return exc
         self.commits += 1
@@ -321,6 +321,16 @@ class GroupCommit:
             raw.close()
 
     # ------------------------------------------------------------ transactions (loop or worker)
+
+    async def _write_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                           ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        """Commit a group where transactions run (``_commit_group``)."""
+        result: tuple[dict[str, DuplicateKey], list[str]] = await self._run(
+            self._commit_group, new_rows, changed)
+        return result
+
+    async def _write_agent_rows(self, rows: list[dict[str, Any]]) -> None:
+        await self._run(self._commit_agents, rows)
 
     def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
                       ) -> tuple[dict[str, DuplicateKey], list[str]]:

@@ -12,6 +12,7 @@ dead node each get a disjoint share and no task twice.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,9 @@ class Nodes:
         self.store = store
         self.node_id: str | None = None
         self.lease_s = 0.0
+        # Until when (time.monotonic) the lease surely holds: lease_s after the last renewal
+        # that succeeded was *sent* (the database's clock started counting no earlier).
+        self.valid_until = 0.0
 
     async def _call(self, sql: str, **params: Any) -> list[Any]:
         def q() -> list[Any]:
@@ -62,20 +66,37 @@ class Nodes:
     async def join(self, node_id: str, url: str, lease_s: float) -> None:
         """Record this node (again, after a restart) with a lease of ``lease_s`` seconds."""
         self.node_id, self.lease_s = node_id, lease_s
+        sent = time.monotonic()
         await self._call(
             f"INSERT INTO {NODES.name} (node_id, url, started_at, lease_until, renewed_at) "
             f"VALUES (:n, :u, {_NOW}, {_NOW} + :s, {_NOW}) ON CONFLICT (node_id) DO UPDATE "
             f"SET url = :u, started_at = {_NOW}, lease_until = {_NOW} + :s, "
             f"renewed_at = {_NOW}", n=node_id, u=url, s=lease_s)
+        self.valid_until = sent + lease_s
+        self.store.unfence()
 
     async def renew(self) -> bool:
         """Extend the lease by ``lease_s`` from now; False once it was lost (expired or
-        removed): the caller must then stop acknowledging (fencing)."""
+        removed): the store is then fenced (it refuses new tasks) and the caller must stop
+        acknowledging and drop its tasks, which survivors take over. ``join`` again to come
+        back. A renewal that raises (the database unreachable) changes nothing: ``holds``
+        says until when the last one counts."""
+        sent = time.monotonic()
         rows = await self._call(
             f"UPDATE {NODES.name} SET lease_until = {_NOW} + :s, renewed_at = {_NOW} "
             f"WHERE node_id = :n AND lease_until > {_NOW} RETURNING node_id",
             n=self._me(), s=self.lease_s)
-        return bool(rows)
+        if not rows:
+            self.valid_until = 0.0
+            self.store.fence(f"node {self.node_id}'s lease was lost")
+            return False
+        self.valid_until = sent + self.lease_s
+        return True
+
+    def holds(self, now: float | None = None) -> bool:
+        """Whether the lease surely still holds (by this machine's monotonic clock, counted
+        from when the last good renewal was sent: never later than the database's end)."""
+        return (time.monotonic() if now is None else now) < self.valid_until
 
     async def leave(self) -> None:
         """Remove this node's row (a graceful stop): its unfinished tasks are the others'

@@ -8,6 +8,7 @@ extends (``reach.store.engine.GroupCommit``: ``insert``, ``update``, ``persist``
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,10 @@ from reach.store.engine import GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
 from reach.store.tables import AGENTS, TASKS, dumps, task_from_row, upsert_agent
+
+
+class Fenced(Exception):
+    """This node may no longer accept tasks (its lease was lost): submit to another node."""
 
 
 class Store(GroupCommit):
@@ -51,6 +56,7 @@ class Store(GroupCommit):
                          group_window=group_window, update_delay=update_delay,
                          max_batch=max_batch)
         self.node_id, self.on_lost = node_id, on_lost
+        self.fenced: str | None = None  # why new tasks are refused (a lost lease), or None
         path = sqlite_path(url)
         self._lock = FileLock(path) if path is not None else None
 
@@ -74,6 +80,25 @@ class Store(GroupCommit):
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+    # ------------------------------------------------------------ fencing
+
+    def fence(self, reason: str) -> None:
+        """Refuse new tasks from now on: each ``insert`` fails with ``Fenced`` (so nothing is
+        acknowledged) until ``unfence``. ``Nodes.renew`` fences the store when the lease is
+        lost: a survivor may be taking this node's tasks over."""
+        self.fenced = reason
+
+    def unfence(self) -> None:
+        self.fenced = None
+
+    def insert(self, task: Task) -> asyncio.Future[None]:
+        """Queue a new task (``GroupCommit.insert``); at once failed while fenced."""
+        if self.fenced is None:
+            return super().insert(task)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_exception(Fenced(f"not accepting tasks: {self.fenced}"))
+        return fut
 
     # ------------------------------------------------------------ tasks
 

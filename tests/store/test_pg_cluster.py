@@ -14,7 +14,7 @@ import pytest
 from reach.core.tasks import Envelope, Task, TaskState, new_task
 from reach.store.nodes import Nodes
 from reach.store.postgres import DuplicateKey
-from reach.store.store import Store
+from reach.store.store import Fenced, Store
 
 
 def task(key: str | None = None, created: float = 1.0) -> Task:
@@ -78,6 +78,25 @@ async def test_leases_live_expire_renew_and_leave(open_store: Callable[..., Any]
     assert await a.live() == []
     with pytest.raises(RuntimeError, match="join"):
         await Nodes(store).renew()
+
+
+async def test_a_lost_lease_fences_the_store_until_it_joins_again(
+        open_store: Callable[..., Any]) -> None:
+    store = await open_store(node_id="b")
+    nodes = Nodes(store)
+    await nodes.join("b", "ws://b", lease_s=0.05)
+    assert nodes.holds() and not nodes.holds(now=nodes.valid_until)
+    await asyncio.sleep(0.08)
+    assert not nodes.holds()  # by this machine's clock too
+    assert await nodes.renew() is False
+    assert store.fenced is not None and "lease was lost" in store.fenced
+    with pytest.raises(Fenced, match="not accepting tasks"):
+        await store.insert(task())  # so the gateway acknowledges nothing
+    assert await store.unfinished() == []
+    await nodes.join("b", "ws://b", lease_s=30)  # back, with a new lease
+    assert store.fenced is None and nodes.holds()
+    await store.insert(task())
+    assert await nodes.renew() is True
 
 
 def test_nodes_need_postgresql() -> None:
