@@ -30,6 +30,7 @@ __all__ = ["GroupCommit", "in_memory", "make_engine"]
 
 _Insert = tuple[Task, asyncio.Future[None]]
 
+
 def _resolve(futures: Iterable[asyncio.Future[None]], exc: Exception | None) -> None:
     """Complete each future not yet done: with ``exc``, or with None when there is none."""
     for fut in futures:

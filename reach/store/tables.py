@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from reach.core.tasks import Attempt, Envelope, Task, TaskState
+from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
 
 
 class AgentRow(SQLModel, table=True):
@@ -78,8 +78,11 @@ NODES: Table = NodeRow.__table__  # type: ignore[attr-defined]
 # A trace's tasks are read back by trace id (a restart's recent traces, an old trace's
 # waterfall). Made apart from the table so that a database from before it gets it too.
 TRACE_INDEX = Index("ix_reach_tasks_trace_id", TASKS.c.trace_id)
-# A node's unfinished tasks (its restart, a take-over) are read by owner, then state.
-OWNER_INDEX = Index("ix_reach_tasks_owner_state", TASKS.c.owner, TASKS.c.state)
+# A node's unfinished tasks (its restart, a take-over) are read by owner, oldest first: on
+# PostgreSQL a partial index holds just the unfinished rows. Not in the table's metadata:
+# SQLite, with one coordinator and no owners, is not made to maintain it on every change.
+OWNER_INDEX = "ix_reach_tasks_owner_unfinished"
+_TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
 ADDED_LATER = ("tags", "owner")  # nullable task columns an older version's database lacks
@@ -88,7 +91,7 @@ ADDED_LATER = ("tags", "owner")  # nullable task columns an older version's data
 def create_tables(engine: Engine) -> None:
     """Create the tables, and the trace index, where they do not exist yet; add the columns
     of ``ADDED_LATER`` to a task table made before them (each is nullable, so old rows read as
-    before), then the owner index."""
+    before), then (PostgreSQL) the owner index."""
     SQLModel.metadata.create_all(engine, [TASKS, AGENTS, NODES])
     TRACE_INDEX.create(engine, checkfirst=True)
     have = {c["name"] for c in inspect(engine).get_columns(TASKS.name)}
@@ -96,7 +99,10 @@ def create_tables(engine: Engine) -> None:
         for name in ADDED_LATER:
             if name not in have:
                 conn.execute(text(f"ALTER TABLE {TASKS.name} ADD COLUMN {name} TEXT"))
-    OWNER_INDEX.create(engine, checkfirst=True)
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE INDEX IF NOT EXISTS {OWNER_INDEX} ON {TASKS.name} "
+                              f"(owner, created_at) WHERE state NOT IN ({_TERMINAL_SQL})"))
 
 
 # ------------------------------------------------------------------ statements

@@ -251,3 +251,23 @@ async def test_an_old_database_with_a_key_twice_opens_without_the_index(
         assert len(await again.unfinished()) == 2
     finally:
         await again.close()
+
+
+async def test_postgresql_gets_the_key_and_owner_indexes_and_sqlite_neither(
+        pg_url: str, tmp_path: Any) -> None:
+    import sqlite3
+
+    import psycopg
+
+    for url in (pg_url, f"sqlite:///{tmp_path / 'plain.db'}"):
+        store = Store(url)
+        await store.open()
+        await store.close()
+    with psycopg.connect(pg_url) as conn:
+        pg = {r[0] for r in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'reach_tasks'")}
+    assert {"ux_reach_tasks_idempotency_key", "ix_reach_tasks_owner_unfinished"} <= pg
+    with sqlite3.connect(tmp_path / "plain.db") as db:
+        lite = {r[1] for r in db.execute("PRAGMA index_list(reach_tasks)")}
+    assert not lite & {"ux_reach_tasks_idempotency_key", "ix_reach_tasks_owner_unfinished"}
+    assert "ix_reach_tasks_trace_id" in lite

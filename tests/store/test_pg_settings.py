@@ -58,6 +58,8 @@ def test_a_plain_postgresql_url_means_psycopg_3() -> None:
     with pytest.raises(ValueError, match="psycopg 3"):
         driver_url("postgresql+asyncpg://u@h/db")
     assert is_postgres("postgresql+psycopg2://h/d") and not is_postgres("sqlite://")
+    # a URL that names another driver is SQLAlchemy's to load (psycopg 3 is not required)
+    assert driver_url("postgresql+psycopg2://u@h/db") == "postgresql+psycopg2://u@h/db"
 
 
 def test_without_psycopg_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
