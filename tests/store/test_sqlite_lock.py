@@ -75,3 +75,18 @@ async def test_reach_serve_twice_on_one_file_the_second_exits_with_one_line(
     first.popen.wait(timeout=10)
     third = _serve(spawn, "third", db)
     await third.wait_for("listening on")
+
+
+async def test_a_file_that_cannot_be_opened_lets_the_lock_go(tmp_path: Path) -> None:
+    from reach.store.postgres import StoreUnavailable
+
+    where = tmp_path / "a-directory"
+    where.mkdir()  # SQLite cannot open a directory as its database
+    store = Store(f"sqlite:///{where}")
+    with pytest.raises(StoreUnavailable, match="cannot open store sqlite:///"):
+        await store.open()
+    await store.close()
+    taken = Store(f"sqlite:///{where}")  # the lock went with the failed open
+    with pytest.raises(StoreUnavailable):
+        await taken.open()
+    await taken.close()

@@ -64,3 +64,23 @@ async def test_every_read_answers_the_same_on_both_databases(store_url: str) -> 
         assert await again.get("nope") is None
     finally:
         await again.close()
+
+
+async def test_a_task_id_twice_fails_its_group_and_is_no_key_duplicate(store_url: str) -> None:
+    store = Store(store_url)
+    await store.open()
+    try:
+        await store.insert(task("same", "tr", 1.0))
+        clash = task("same", "tr", 2.0)
+        clash.envelope.idempotency_key = "c/other"  # not a key clash: the task id is taken
+        try:
+            await store.insert(clash)
+        except Exception as exc:
+            assert "DuplicateKey" not in type(exc).__name__
+            assert "unique" in str(exc).lower() or "duplicate key" in str(exc).lower()
+        else:
+            raise AssertionError("a second row with the same task id was stored")
+        await store.insert(task("next", "tr", 3.0))  # the writer goes on
+        assert {t.task_id for t in await store.unfinished()} == {"same", "next"}
+    finally:
+        await store.close()
