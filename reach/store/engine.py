@@ -26,9 +26,13 @@ from reach.store import postgres
 from reach.store.connect import in_memory, make_engine
 from reach.store.tables import Statements, commit_rows, compile_statements, create_tables
 
-__all__ = ["GroupCommit", "in_memory", "make_engine"]
+__all__ = ["Fenced", "GroupCommit", "in_memory", "make_engine"]
 
 _Insert = tuple[Task, asyncio.Future[None]]
+
+
+class Fenced(Exception):
+    """This node may no longer accept tasks (its lease was lost): submit to another node."""
 
 
 def _resolve(futures: Iterable[asyncio.Future[None]], exc: Exception | None) -> None:
@@ -93,12 +97,13 @@ class GroupCommit:
         self._last_group = 0
         self._group_target = 0.0  # how many new tasks a gathering writer waits for
         self._filled: asyncio.Future[None] | None = None  # the writer waits for a full group
-        # A cluster's node (Store's node_id): its new rows carry it as owner, and a change
-        # is written only while the row is still its own; on_lost hears of the others.
+        # A cluster's node (Store's node_id and _commit_group): a change is written only
+        # while the row is still its own; on_lost hears of the others.
         self.node_id: str | None = None
         self.on_lost: Callable[[list[str]], None] | None = None
         self.unique_keys = False  # the key index is there: a duplicate fails alone
-        self._counts: dict[str, int] = {}
+        self.fenced: str | None = None  # why new tasks are refused (a lost lease), or None
+        self._counts: dict[str, int] = {}  # rows each statement of a transaction touched
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         if self._pool is None:
@@ -148,8 +153,12 @@ class GroupCommit:
     # ------------------------------------------------------------ queueing
 
     def insert(self, task: Task) -> asyncio.Future[None]:
-        """Queue a new task; the future completes once its row is committed."""
+        """Queue a new task; the future completes once its row is committed (or at once
+        fails with ``Fenced`` while the store is fenced, see ``Store.fence``)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.fenced is not None:
+            fut.set_exception(Fenced(f"not accepting tasks: {self.fenced}"))
+            return fut
         self._inserts.append((task, fut))
         self._pending[task.task_id] = fut
         self._wake.set()
@@ -251,9 +260,10 @@ class GroupCommit:
         self.commits += 1
         self.rows_written += len(inserts) + len(updates)
         self._maybe_checkpoint()
-        for task, fut in inserts:  # a key another node holds: that submit alone fails
-            if task.task_id in dupes:
-                _resolve((fut,), dupes[task.task_id])
+        if dupes:  # a key another node holds: that submit alone fails
+            for task, fut in inserts:
+                if task.task_id in dupes:
+                    _resolve((fut,), dupes[task.task_id])
         _resolve(futures, None)
         if lost and self.on_lost is not None:
             self.on_lost(lost)
@@ -335,36 +345,10 @@ class GroupCommit:
 
     def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
                       ) -> tuple[dict[str, DuplicateKey], list[str]]:
-        """Commit a group (``_commit``); (task id → its key's first holder) for the new rows
-        whose key another task holds, left out and the rest committed again, and the changed
-        tasks no longer this node's (not written)."""
-        dupes: dict[str, DuplicateKey] = {}
-        if self.node_id is not None:
-            for row in new_rows:
-                row["owner"] = self.node_id
-            for row in changed:
-                row["k_owner"] = self.node_id
-        while True:
-            try:
-                self._commit(new_rows, changed)
-                break
-            except Exception as exc:
-                if not (self.unique_keys and postgres.key_violation(exc)):
-                    raise
-                held = postgres.held_keys(self._raw, [r["idempotency_key"] for r in new_rows])
-                self._raw.rollback()
-                if not held:  # pragma: no cover — the holder's row is visible once it refuses
-                    raise
-                for row in new_rows:
-                    if row["idempotency_key"] in held:
-                        key = row["idempotency_key"]
-                        dupes[row["task_id"]] = DuplicateKey(key, held[key])
-                new_rows = [r for r in new_rows if r["idempotency_key"] not in held]
-        lost: list[str] = []
-        if self.node_id is not None and self._counts.get("update_owned", 0) < len(changed):
-            lost = postgres.not_owned(self._raw, [r["k_task_id"] for r in changed],
-                                      self.node_id)
-        return dupes, lost
+        """Commit a group; no key held elsewhere, no task owned elsewhere (``Store``, a
+        cluster's node, says otherwise)."""
+        self._commit(new_rows, changed)
+        return {}, []
 
     def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
         update = "update" if self.node_id is None else "update_owned"

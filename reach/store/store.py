@@ -8,7 +8,6 @@ extends (``reach.store.engine.GroupCommit``: ``insert``, ``update``, ``persist``
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,14 +16,14 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import OperationalError
 
 from reach.core.tasks import TERMINAL, Task, TaskState
-from reach.store.engine import GroupCommit, in_memory, make_engine
+from reach.ports import DuplicateKey
+from reach.store import postgres
+from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
 from reach.store.tables import AGENTS, TASKS, dumps, task_from_row, upsert_agent
 
-
-class Fenced(Exception):
-    """This node may no longer accept tasks (its lease was lost): submit to another node."""
+__all__ = ["Fenced", "Store"]
 
 
 class Store(GroupCommit):
@@ -56,7 +55,6 @@ class Store(GroupCommit):
                          group_window=group_window, update_delay=update_delay,
                          max_batch=max_batch)
         self.node_id, self.on_lost = node_id, on_lost
-        self.fenced: str | None = None  # why new tasks are refused (a lost lease), or None
         path = sqlite_path(url)
         self._lock = FileLock(path) if path is not None else None
 
@@ -92,13 +90,41 @@ class Store(GroupCommit):
     def unfence(self) -> None:
         self.fenced = None
 
-    def insert(self, task: Task) -> asyncio.Future[None]:
-        """Queue a new task (``GroupCommit.insert``); at once failed while fenced."""
-        if self.fenced is None:
-            return super().insert(task)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fut.set_exception(Fenced(f"not accepting tasks: {self.fenced}"))
-        return fut
+    # ------------------------------------------------------------ a cluster's node
+
+    def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                      ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        """Commit a group (``_commit``, on the worker thread): with ``node_id``, new rows
+        carry it as owner and changes are written ``WHERE owner = node_id``. Returns (task
+        id → its key's first holder) for the new rows whose key another task holds — left
+        out and the rest committed again — and the changed tasks another node now owns."""
+        dupes: dict[str, DuplicateKey] = {}
+        if self.node_id is not None:
+            for row in new_rows:
+                row["owner"] = self.node_id
+            for row in changed:
+                row["k_owner"] = self.node_id
+        while True:
+            try:
+                self._commit(new_rows, changed)
+                break
+            except Exception as exc:
+                if not (self.unique_keys and postgres.key_violation(exc)):
+                    raise
+                held = postgres.held_keys(self._raw, [r["idempotency_key"] for r in new_rows])
+                self._raw.rollback()
+                if not held:  # pragma: no cover — the holder's row is visible once it refuses
+                    raise
+                for row in new_rows:
+                    if row["idempotency_key"] in held:
+                        key = row["idempotency_key"]
+                        dupes[row["task_id"]] = DuplicateKey(key, held[key])
+                new_rows = [r for r in new_rows if r["idempotency_key"] not in held]
+        lost: list[str] = []
+        if self.node_id is not None and self._counts.get("update_owned", 0) < len(changed):
+            lost = postgres.not_owned(self._raw, [r["k_task_id"] for r in changed],
+                                      self.node_id)
+        return dupes, lost
 
     # ------------------------------------------------------------ tasks
 
