@@ -151,7 +151,9 @@ def compile_statements(engine: Engine) -> Statements:
     the task change's update and, where the dialect has one, the agents' upsert."""
     dialect = engine.dialect
     statements: list[tuple[str, Any, list[str] | None]] = [
-        ("insert", insert(TASKS), [c.name for c in TASKS.columns]),
+        # (owner only where a cluster can be: SQLite's rows are unowned, their NULL unbound)
+        ("insert", insert(TASKS), [c.name for c in TASKS.columns
+                                   if c.name != "owner" or dialect.name == "postgresql"]),
         ("update", TASK_UPDATE, None), ("update_owned", TASK_UPDATE_OWNED, None)]
     upsert = agent_upsert(dialect.name)
     if upsert is not None:
