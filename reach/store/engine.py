@@ -335,20 +335,14 @@ class GroupCommit:
 
     async def _write_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
                            ) -> tuple[dict[str, DuplicateKey], list[str]]:
-        """Commit a group where transactions run (``_commit_group``)."""
-        result: tuple[dict[str, DuplicateKey], list[str]] = await self._run(
-            self._commit_group, new_rows, changed)
-        return result
+        """Commit a group where transactions run; (task id → the key's holder) for new rows
+        another task's key kept out, and the changed tasks another node owns: none here
+        (``Store`` overrides this for PostgreSQL's unique keys and a cluster's owners)."""
+        await self._run(self._commit, new_rows, changed)
+        return {}, []
 
     async def _write_agent_rows(self, rows: list[dict[str, Any]]) -> None:
         await self._run(self._commit_agents, rows)
-
-    def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
-                      ) -> tuple[dict[str, DuplicateKey], list[str]]:
-        """Commit a group; no key held elsewhere, no task owned elsewhere (``Store``, a
-        cluster's node, says otherwise)."""
-        self._commit(new_rows, changed)
-        return {}, []
 
     def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
         update = "update" if self.node_id is None else "update_owned"

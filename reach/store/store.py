@@ -92,6 +92,14 @@ class Store(GroupCommit):
 
     # ------------------------------------------------------------ a cluster's node
 
+    async def _write_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                           ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        if self.node_id is None and not self.unique_keys:  # alone: one transaction, as ever
+            return await super()._write_group(new_rows, changed)
+        result: tuple[dict[str, DuplicateKey], list[str]] = await self._run(
+            self._commit_group, new_rows, changed)
+        return result
+
     def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
                       ) -> tuple[dict[str, DuplicateKey], list[str]]:
         """Commit a group (``_commit``, on the worker thread): with ``node_id``, new rows
