@@ -90,3 +90,20 @@ async def test_a_file_that_cannot_be_opened_lets_the_lock_go(tmp_path: Path) -> 
     with pytest.raises(StoreUnavailable):
         await taken.open()
     await taken.close()
+
+
+async def test_any_failure_at_open_lets_the_lock_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'broken.db'}"
+    store = Store(url)
+
+    def broken() -> None:
+        raise RuntimeError("tables could not be made")
+
+    monkeypatch.setattr(store, "_setup", broken)
+    with pytest.raises(RuntimeError, match="tables"):
+        await store.open()
+    await store.close()
+    again = Store(url)
+    await again.open()  # not StoreLocked
+    await again.close()
