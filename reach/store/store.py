@@ -9,13 +9,21 @@ extends (``reach.store.engine.GroupCommit``: ``insert``, ``update``, ``persist``
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
+from sqlalchemy.exc import OperationalError
 
 from reach.core.tasks import TERMINAL, Task, TaskState
-from reach.store.engine import GroupCommit, in_memory, make_engine
+from reach.ports import DuplicateKey
+from reach.store import postgres
+from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
+from reach.store.lock import FileLock, sqlite_path
+from reach.store.postgres import is_postgres, unreachable
 from reach.store.tables import AGENTS, TASKS, dumps, task_from_row, upsert_agent
+
+__all__ = ["Fenced", "Store"]
 
 
 class Store(GroupCommit):
@@ -29,15 +37,102 @@ class Store(GroupCommit):
 
     def __init__(self, url: str = "sqlite://", synchronous: str = "normal",
                  threaded: bool | None = None, group_window: float = 0.001,
-                 update_delay: float = 0.02, max_batch: int | None = None) -> None:
+                 update_delay: float = 0.02, max_batch: int | None = None,
+                 node_id: str | None = None,
+                 on_lost: Callable[[list[str]], None] | None = None) -> None:
+        """``node_id`` makes this the store of one node of a cluster (PostgreSQL only): its
+        new tasks are owned by it, ``unfinished`` answers only its own, and a change to a
+        task another node took over is not written but reported to ``on_lost`` (task ids,
+        called on the loop after the commit: the gateway drops them)."""
         self.url = url
         sqlite = url.startswith("sqlite")
+        if node_id is not None and not is_postgres(url):
+            raise ValueError(f"node_id needs a PostgreSQL store, not {url!r}")
         if threaded is None:
             threaded = not sqlite or synchronous.lower() in ("full", "extra")
         super().__init__(make_engine(url, synchronous), threaded=threaded,
                          wal=sqlite and not in_memory(url) and not threaded,
                          group_window=group_window, update_delay=update_delay,
                          max_batch=max_batch)
+        self.node_id, self.on_lost = node_id, on_lost
+        path = sqlite_path(url)
+        self._lock = FileLock(path) if path is not None else None
+
+    async def open(self) -> None:
+        """Take the SQLite file's lock (``StoreLocked`` if another coordinator has it), then
+        create the tables if needed and start the writer."""
+        if self._lock is not None:
+            self._lock.acquire()
+        try:
+            await super().open()
+        except BaseException as exc:
+            if self._lock is not None:
+                self._lock.release()
+            if isinstance(exc, OperationalError):  # the server is down, or refused us
+                raise unreachable(self.url, exc) from exc
+            raise
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    # ------------------------------------------------------------ fencing
+
+    def fence(self, reason: str) -> None:
+        """Refuse new tasks from now on: each ``insert`` fails with ``Fenced`` (so nothing is
+        acknowledged) until ``unfence``. ``Nodes.renew`` fences the store when the lease is
+        lost: a survivor may be taking this node's tasks over."""
+        self.fenced = reason
+
+    def unfence(self) -> None:
+        self.fenced = None
+
+    # ------------------------------------------------------------ a cluster's node
+
+    async def _write_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                           ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        if self.node_id is None and not self.unique_keys:  # alone: one transaction, as ever
+            return await super()._write_group(new_rows, changed)
+        result: tuple[dict[str, DuplicateKey], list[str]] = await self._run(
+            self._commit_group, new_rows, changed)
+        return result
+
+    def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                      ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        """Commit a group (``_commit``, on the worker thread): with ``node_id``, new rows
+        carry it as owner and changes are written ``WHERE owner = node_id``. Returns (task
+        id → its key's first holder) for the new rows whose key another task holds — left
+        out and the rest committed again — and the changed tasks another node now owns."""
+        dupes: dict[str, DuplicateKey] = {}
+        if self.node_id is not None:
+            for row in new_rows:
+                row["owner"] = self.node_id
+            for row in changed:
+                row["k_owner"] = self.node_id
+        while True:
+            try:
+                self._commit(new_rows, changed)
+                break
+            except Exception as exc:
+                if not (self.unique_keys and postgres.key_violation(exc)):
+                    raise
+                held = postgres.held_keys(self._raw, [r["idempotency_key"] for r in new_rows])
+                self._raw.rollback()
+                if not held:  # pragma: no cover — the holder's row is visible once it refuses
+                    raise
+                for row in new_rows:
+                    if row["idempotency_key"] in held:
+                        key = row["idempotency_key"]
+                        dupes[row["task_id"]] = DuplicateKey(key, held[key])
+                new_rows = [r for r in new_rows if r["idempotency_key"] not in held]
+        lost: list[str] = []
+        if self.node_id is not None and self._counts.get("update_owned", 0) < len(changed):
+            lost = postgres.not_owned(self._raw, [r["k_task_id"] for r in changed],
+                                      self.node_id)
+        return dupes, lost
 
     # ------------------------------------------------------------ tasks
 
@@ -46,9 +141,13 @@ class Store(GroupCommit):
         return task_from_row(rows[0]) if rows else None
 
     async def unfinished(self) -> list[Task]:
-        """Tasks not in a terminal state, oldest first: what a restart resumes."""
+        """Tasks not in a terminal state, oldest first: what a restart resumes (a cluster's
+        node: only its own; a dead node's come to it by ``Nodes.take_over``)."""
         done = [s.value for s in TERMINAL]
-        rows = await self._run(self._select, TASKS.c.state.not_in(done))
+        where: ColumnElement[bool] = TASKS.c.state.not_in(done)
+        if self.node_id is not None:
+            where = (TASKS.c.owner == self.node_id) & where
+        rows = await self._run(self._select, where)
         return [task_from_row(r) for r in rows]
 
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]:
