@@ -41,8 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-http", action="store_true",
                        help="no REST front door: websocket callers only")
     serve.add_argument("--store", default="sqlite:///reach.db",
-                       help="database URL: sqlite:///file.db (default reach.db) or sqlite:// "
-                            "(in memory, gone at exit); one coordinator per file")
+                       help="database URL: sqlite:///file.db (default reach.db; one "
+                            "coordinator per file), sqlite:// (in memory, gone at exit) or "
+                            "postgresql://USER@HOST/DB (pip install 'agent-reach[postgres]'; "
+                            "docs/cluster.md)")
     serve.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="S",
                        help="seconds between agent heartbeats (default 10)")
     serve.add_argument("--suspect-after", type=float, default=2.0, metavar="N",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
@@ -19,6 +21,12 @@ class Settings:
     http_port: int | None = 0
     store: str = "sqlite://"
     sqlite_synchronous: str = "normal"
+    # a cluster (docs/cluster.md): several coordinators on one PostgreSQL store. Each node
+    # has an id (node_id; None: one is made at start, host name and random) and a lease in
+    # the database it renews; lease_s after its last renewal the others take its tasks over
+    cluster: bool = False
+    node_id: str | None = None
+    lease_s: float = 5.0
     # liveness (heartbeat every 10 s, suspected after 2 missed, offline after 3)
     heartbeat_interval: float = 10.0
     suspect_after: float = 2.0
@@ -92,10 +100,10 @@ class Settings:
     audit_params: bool = False  # also record params and intent text (see the risk in the doc)
     # alert rules and webhooks (docs/alerts.md): a rules file's path, or one already loaded
     alerts: str | PathLike[str] | AlertConfig | None = None
-    # the cluster's peer links (reach/cluster, docs/protocol.md §14): this node's id (None: a
-    # short random one at start), the token peers present (None: the admin token), peer URLs
-    # linked at start, the agents one peer may announce, and how long changes are coalesced
-    node_id: str | None = None
+    # the cluster's peer links (reach/cluster, docs/protocol.md §14; this node's id is
+    # node_id above, outside a cluster a short random one at start): the token peers present
+    # (None: the admin token), peer URLs linked at start, the agents one peer may announce,
+    # and how long changes are coalesced
     peer_token: str | None = None
     peers: Sequence[str] = ()
     max_peer_agents: int = 10_000
@@ -122,17 +130,36 @@ class Settings:
                      "last_good_bytes", "max_peer_agents", "peer_flush"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        if not self.store.startswith("sqlite:"):
-            raise ValueError(
-                f"store {self.store!r} is not supported: use sqlite:///FILE.db (a file, survives "
-                f"restarts) or sqlite:// (in memory). A PostgreSQL store, for several "
-                f"coordinators on one database, is not in this version")
+        self._check_store()
         if self.tokens is None and not self.insecure and not loopback(self.host):
             raise ValueError(
                 f"refusing to bind {self.host!r} without tokens: anyone who can reach it could "
                 f"register agents and read results. Pass tokens={{token: principal}} "
                 f"(reach serve --tokens-file), or insecure=True (--insecure) if the network "
                 f"itself is trusted")
+
+
+    def _check_store(self) -> None:
+        postgres = self.store.partition("://")[0].partition("+")[0] in ("postgresql",
+                                                                         "postgres")
+        if not (self.store.startswith("sqlite:") or postgres):
+            raise ValueError(
+                f"store {self.store!r} is not supported: use sqlite:///FILE.db (a file, survives "
+                f"restarts), sqlite:// (in memory) or postgresql://USER@HOST/DB (several "
+                f"coordinators on one database: docs/cluster.md)")
+        if self.cluster and not postgres:
+            raise ValueError(
+                f"a cluster needs a PostgreSQL store (--store postgresql://USER@HOST/DB), not "
+                f"{self.store!r}: a SQLite file serves one coordinator")
+        if not 0.05 <= self.lease_s <= 3600:
+            raise ValueError("lease_s must be between 0.05 and 3600 seconds")
+        if self.node_id is not None and not (
+                0 < len(self.node_id) <= 128 and self.node_id.isprintable()
+                and " " not in self.node_id):
+            raise ValueError("node_id must be 1..128 printable characters without spaces")
+        if self.cluster and self.node_id is None:
+            object.__setattr__(self, "node_id",
+                               f"{socket.gethostname()[:64]}-{os.urandom(4).hex()}")
 
 
 def loopback(host: str) -> bool:

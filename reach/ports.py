@@ -86,12 +86,24 @@ class Clock(Protocol):
     async def sleep(self, delay: float) -> None: ...
 
 
+class DuplicateKey(Exception):
+    """What a ``TaskStore.insert`` future fails with when the task's idempotency key is
+    already held by a committed task (one another coordinator of a cluster accepted first):
+    the task was not stored, and the submit is a duplicate of ``first_task_id``."""
+
+    def __init__(self, key: str, first_task_id: str) -> None:
+        super().__init__(f"idempotency key {key!r} is already held by task {first_task_id}")
+        self.key = key
+        self.first_task_id = first_task_id
+
+
 class TaskStore(Protocol):
     """Durable tasks: an acknowledged task's row is committed before the caller hears of it."""
 
     def insert(self, task: Task) -> asyncio.Future[None]:
         """Queue the first write of a task; the future completes once it is committed (the
-        gateway acknowledges the task from its done-callback, without a coroutine)."""
+        gateway acknowledges the task from its done-callback, without a coroutine), or fails
+        with ``DuplicateKey`` when another task holds its key."""
         ...
 
     def update(self, task: Task) -> None:

@@ -1,5 +1,6 @@
-"""Shared test settings and the ``spawn`` fixture (tests/subprocs.py); ``reach_cluster`` comes
-from the reach pytest plugin."""
+"""Shared test settings, the ``spawn`` fixture (tests/subprocs.py) and the PostgreSQL fixtures
+(tests/pg.py: ``pg_database``, ``pg_url``, ``store_url``); ``reach_cluster`` comes from the
+reach pytest plugin."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pg import pg_database, pg_url, store_url  # noqa: F401 (fixtures, used by name)
 from subprocs import Proc, spawner
 
 # Subprocesses started by tests import the package from this checkout.

@@ -1,5 +1,6 @@
 """Group commit under load: the writer waits for the last group's submitters to come back,
-never longer than ``group_window``, and a partial group still commits."""
+never longer than ``group_window``, and a partial group still commits. Each test runs on a
+SQLite file and on PostgreSQL (``store_url``, tests/pg.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ async def _group(store: Store, start: int, n: int) -> None:
     await asyncio.gather(*(store.insert(_task(i)) for i in range(start, start + n)))
 
 
-async def test_a_full_group_commits_without_waiting_out_the_window(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'g.db'}", group_window=30.0)
+async def test_a_full_group_commits_without_waiting_out_the_window(store_url: str) -> None:
+    store = Store(store_url, group_window=30.0)
     await store.open()
     try:
         await _group(store, 0, 2)  # warm: not under load yet
@@ -37,8 +38,8 @@ async def test_a_full_group_commits_without_waiting_out_the_window(tmp_path: Pat
             await store.close()
 
 
-async def test_a_partial_group_commits_when_the_window_ends(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'p.db'}", group_window=0.05)
+async def test_a_partial_group_commits_when_the_window_ends(store_url: str) -> None:
+    store = Store(store_url, group_window=0.05)
     await store.open()
     try:
         await _group(store, 0, 2)
@@ -53,14 +54,16 @@ async def test_a_partial_group_commits_when_the_window_ends(tmp_path: Path) -> N
 
 # ------------------------------------------------------------------ the writer's other paths
 
-def _stores(tmp_path: Path, name: str) -> list[Store]:
-    """The writer on the loop (SQLite, WAL) and on its worker thread (as for PostgreSQL)."""
-    return [Store(f"sqlite:///{tmp_path / name}"),
-            Store(f"sqlite:///{tmp_path / ('t-' + name)}", threaded=True)]
+def _stores(store_url: str, tmp_path: Path, name: str) -> list[Store]:
+    """The store of ``store_url``; for SQLite also its writer on a worker thread (the loop
+    is the default there)."""
+    if not store_url.startswith("sqlite"):
+        return [Store(store_url)]
+    return [Store(store_url), Store(f"sqlite:///{tmp_path / ('t-' + name)}", threaded=True)]
 
 
-async def test_persist_of_a_queued_insert_is_that_insert(tmp_path: Path) -> None:
-    for store in _stores(tmp_path, "persist.db"):
+async def test_persist_of_a_queued_insert_is_that_insert(store_url: str, tmp_path: Path) -> None:
+    for store in _stores(store_url, tmp_path, "persist.db"):
         await store.open()
         try:
             task = _task(1)
@@ -74,8 +77,8 @@ async def test_persist_of_a_queued_insert_is_that_insert(tmp_path: Path) -> None
             await store.close()
 
 
-async def test_persist_and_update_of_a_stored_task_reach_the_row(tmp_path: Path) -> None:
-    for store in _stores(tmp_path, "later.db"):
+async def test_persist_and_update_of_a_stored_task_reach_the_row(store_url: str, tmp_path: Path) -> None:
+    for store in _stores(store_url, tmp_path, "later.db"):
         await store.open()
         try:
             task = _task(1)
@@ -94,8 +97,8 @@ async def test_persist_and_update_of_a_stored_task_reach_the_row(tmp_path: Path)
             await store.close()
 
 
-async def test_an_update_alone_is_written_after_update_delay(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'behind.db'}", update_delay=0.01)
+async def test_an_update_alone_is_written_after_update_delay(store_url: str) -> None:
+    store = Store(store_url, update_delay=0.01)
     await store.open()
     try:
         task = _task(1)
@@ -113,20 +116,20 @@ async def test_an_update_alone_is_written_after_update_delay(tmp_path: Path) -> 
 
 
 async def test_a_failed_commit_fails_its_submitters_and_the_writer_goes_on(
-        tmp_path: Path) -> None:
-    for store in _stores(tmp_path, "fail.db"):
+        store_url: str, tmp_path: Path) -> None:
+    for store in _stores(store_url, tmp_path, "fail.db"):
         await store.open()
-        real = store._commit
+        real = store._write_group
 
-        def broken(*args: Any) -> None:
+        async def broken(*args: Any) -> Any:
             raise OSError("disk full")
 
         try:
-            store._commit = broken  # type: ignore[method-assign]
+            store._write_group = broken  # type: ignore[method-assign]
             futures = [store.insert(_task(i)) for i in range(3)]
             results = await asyncio.gather(*futures, return_exceptions=True)
             assert all(isinstance(r, OSError) for r in results)
-            store._commit = real  # type: ignore[method-assign]
+            store._write_group = real  # type: ignore[method-assign]
             await store.insert(_task(9))
             assert [t.task_id for t in await store.unfinished()] == ["t-9"]
             assert store.rows_written == 1
@@ -134,8 +137,8 @@ async def test_a_failed_commit_fails_its_submitters_and_the_writer_goes_on(
             await store.close()
 
 
-async def test_max_batch_one_is_a_commit_per_task(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'one.db'}", max_batch=1)
+async def test_max_batch_one_is_a_commit_per_task(store_url: str) -> None:
+    store = Store(store_url, max_batch=1)
     await store.open()
     try:
         commits = store.commits
@@ -146,8 +149,8 @@ async def test_max_batch_one_is_a_commit_per_task(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_close_commits_what_is_queued(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'close.db'}"
+async def test_close_commits_what_is_queued(store_url: str) -> None:
+    url = store_url
     store = Store(url)
     await store.open()
     task = _task(1)

@@ -44,7 +44,7 @@ from reach.gateway.events import BREAKER, TASK, EventBus
 from reach.gateway.fallback import FOLLOWED, Fallbacks
 from reach.gateway.probing import Probes
 from reach.gateway.slots import SlotQueue
-from reach.ports import Clock, TaskStore
+from reach.ports import Clock, DuplicateKey, TaskStore
 
 S = TaskState
 
@@ -112,7 +112,11 @@ class Gateway:
         task = admission.task or await self.first_of(
             admission.lookup or "", request.capability, request.idempotency_key)
         if admission.commit is not None:
-            await asyncio.shield(admission.commit)
+            try:
+                await asyncio.shield(admission.commit)
+            except DuplicateKey as dup:  # another node holds the key: answer with its task
+                return await self.first_of(dup.first_task_id, request.capability,
+                                           request.idempotency_key), True
         return task, admission.duplicate
 
     async def first_of(self, task_id: str, capability: str, key: str | None) -> Task:
@@ -226,6 +230,9 @@ class Gateway:
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
                 self.book.forget(task)
+                dup = None if c.cancelled() else c.exception()
+                if isinstance(dup, DuplicateKey):  # the next repeat is answered from memory
+                    self.book.remember_key(dup.key, dup.first_task_id, now)
                 if self.audit is not None:
                     self.audit.ended(task, "not_stored")
         commit.add_done_callback(settled)

@@ -20,7 +20,7 @@ from websockets.asyncio.server import ServerConnection
 from reach.core.tasks import SubmitRequest, TaskState
 from reach.core.trust import may_read
 from reach.errors import InvalidParams, ProtocolError, ReachError, Unavailable
-from reach.ports import Timer
+from reach.ports import DuplicateKey, Timer
 from reach.server.services import Services
 from reach.server.session import LoopLag, Session, error_frame, refuse, wire_error
 from reach.wire import protocol as p
@@ -172,6 +172,10 @@ class CallerSession(Session):
 
     def _acknowledge(self, f: p.Submit, task: Any, duplicate: bool,
                      commit: asyncio.Future[None] | None = None) -> None:
+        dup = None if commit is None or commit.cancelled() else commit.exception()
+        if isinstance(dup, DuplicateKey):  # another coordinator accepted the key first
+            self._spawn(self._late_duplicate(f, dup.first_task_id))
+            return
         if commit is not None and (commit.cancelled() or commit.exception() is not None):
             # The store failed: the task was not accepted, so it is not acknowledged.
             why = "cancelled" if commit.cancelled() else repr(commit.exception())

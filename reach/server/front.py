@@ -25,6 +25,7 @@ from reach.core.tasks import SubmitRequest, Task, TaskState
 from reach.core.trust import may_read
 from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable
 from reach.gateway.clock import within
+from reach.ports import DuplicateKey
 from reach.server import front_sse
 from reach.server.front_models import (
     CallQuery,
@@ -160,6 +161,9 @@ class FrontDoor:
         if admission.commit is not None:
             try:
                 await asyncio.shield(admission.commit)
+            except DuplicateKey as dup:  # another coordinator accepted the key first
+                return await gateway.first_of(dup.first_task_id, request.capability,
+                                              request.idempotency_key), True
             except Exception as exc:
                 log.error("submit not committed: %r", exc)
                 raise Unavailable(f"task not accepted (the store failed: {exc!r}); "

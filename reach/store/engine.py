@@ -14,51 +14,21 @@ transaction. The store checkpoints the WAL itself, on a worker thread (``GroupCo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlalchemy.pool import StaticPool
-from sqlmodel import create_engine
 
 from reach.core.tasks import Task
+from reach.ports import DuplicateKey
+from reach.store import postgres
+from reach.store.connect import in_memory, make_engine
 from reach.store.tables import Statements, commit_rows, compile_statements, create_tables
 
+__all__ = ["GroupCommit", "in_memory", "make_engine"]
+
 _Insert = tuple[Task, asyncio.Future[None]]
-
-# ------------------------------------------------------------------ engine
-
-
-def in_memory(url: str) -> bool:
-    """Is ``url`` an in-memory SQLite database (one shared connection, no WAL)?"""
-    return url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
-
-
-def make_engine(url: str, synchronous: str = "normal") -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and a shared in-memory pool."""
-    if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
-    memory = in_memory(url)
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
-    if memory:
-        kwargs["poolclass"] = StaticPool
-    engine = create_engine(url, **kwargs)
-
-    @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            # The store checkpoints from its own thread (GroupCommit._checkpoint): an automatic
-            # checkpoint would fsync inside a commit, on the event loop.
-            cur.execute("PRAGMA wal_autocheckpoint=0")
-        cur.execute("PRAGMA busy_timeout=5000")
-        cur.close()
-
-    return engine
 
 
 def _resolve(futures: Iterable[asyncio.Future[None]], exc: Exception | None) -> None:
@@ -123,6 +93,12 @@ class GroupCommit:
         self._last_group = 0
         self._group_target = 0.0  # how many new tasks a gathering writer waits for
         self._filled: asyncio.Future[None] | None = None  # the writer waits for a full group
+        # A cluster's node (Store's node_id): its new rows carry it as owner, and a change
+        # is written only while the row is still its own; on_lost hears of the others.
+        self.node_id: str | None = None
+        self.on_lost: Callable[[list[str]], None] | None = None
+        self.unique_keys = False  # the key index is there: a duplicate fails alone
+        self._counts: dict[str, int] = {}
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         if self._pool is None:
@@ -139,6 +115,8 @@ class GroupCommit:
 
     def _setup(self) -> None:
         create_tables(self.engine)
+        if self.engine.dialect.name == "postgresql":
+            self.unique_keys = postgres.create_key_index(self.engine)
         self._sql = compile_statements(self.engine)
         self._raw = self.engine.raw_connection()
 
@@ -265,14 +243,20 @@ class GroupCommit:
         inserts, updates, waiters = self._take()
         futures = [f for _, f in inserts] + waiters
         try:  # rows built here, on the loop: a worker thread never reads a task mid-change
-            await self._run(self._commit, *commit_rows((t for t, _ in inserts), updates))
+            dupes, lost = await self._write_group(
+                *commit_rows((t for t, _ in inserts), updates))
         except Exception as exc:  # the submitters learn their task was not stored
             _resolve(futures, exc)
             return
         self.commits += 1
         self.rows_written += len(inserts) + len(updates)
         self._maybe_checkpoint()
+        for task, fut in inserts:  # a key another node holds: that submit alone fails
+            if task.task_id in dupes:
+                _resolve((fut,), dupes[task.task_id])
         _resolve(futures, None)
+        if lost and self.on_lost is not None:
+            self.on_lost(lost)
 
     async def _write_agents(self) -> None:
         """Registrations in a transaction of their own, after the tasks'. If it fails (another
@@ -292,7 +276,7 @@ class GroupCommit:
     async def _agents_transaction(self, rows: list[dict[str, Any]]) -> Exception | None:
         """Commit ``rows`` together; the database's error, if it refused them."""
         try:
-            await self._run(self._commit_agents, rows)
+            await self._write_agent_rows(rows)
         except Exception as exc:
             return exc
         self.commits += 1
@@ -339,8 +323,52 @@ class GroupCommit:
 
     # ------------------------------------------------------------ transactions (loop or worker)
 
+    async def _write_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                           ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        """Commit a group where transactions run (``_commit_group``)."""
+        result: tuple[dict[str, DuplicateKey], list[str]] = await self._run(
+            self._commit_group, new_rows, changed)
+        return result
+
+    async def _write_agent_rows(self, rows: list[dict[str, Any]]) -> None:
+        await self._run(self._commit_agents, rows)
+
+    def _commit_group(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]
+                      ) -> tuple[dict[str, DuplicateKey], list[str]]:
+        """Commit a group (``_commit``); (task id → its key's first holder) for the new rows
+        whose key another task holds, left out and the rest committed again, and the changed
+        tasks no longer this node's (not written)."""
+        dupes: dict[str, DuplicateKey] = {}
+        if self.node_id is not None:
+            for row in new_rows:
+                row["owner"] = self.node_id
+            for row in changed:
+                row["k_owner"] = self.node_id
+        while True:
+            try:
+                self._commit(new_rows, changed)
+                break
+            except Exception as exc:
+                if not (self.unique_keys and postgres.key_violation(exc)):
+                    raise
+                held = postgres.held_keys(self._raw, [r["idempotency_key"] for r in new_rows])
+                self._raw.rollback()
+                if not held:  # pragma: no cover — the holder's row is visible once it refuses
+                    raise
+                for row in new_rows:
+                    if row["idempotency_key"] in held:
+                        key = row["idempotency_key"]
+                        dupes[row["task_id"]] = DuplicateKey(key, held[key])
+                new_rows = [r for r in new_rows if r["idempotency_key"] not in held]
+        lost: list[str] = []
+        if self.node_id is not None and self._counts.get("update_owned", 0) < len(changed):
+            lost = postgres.not_owned(self._raw, [r["k_task_id"] for r in changed],
+                                      self.node_id)
+        return dupes, lost
+
     def _commit(self, new_rows: list[dict[str, Any]], changed: list[dict[str, Any]]) -> None:
-        self._transaction(("insert", new_rows), ("update", changed))
+        update = "update" if self.node_id is None else "update_owned"
+        self._transaction(("insert", new_rows), (update, changed))
 
     def _commit_agents(self, rows: list[dict[str, Any]]) -> None:
         self._transaction(("agent", rows))
@@ -350,6 +378,7 @@ class GroupCommit:
         # ORM path costs ~250 µs per commit, this one ~25 µs plus a few per row.
         raw = self._raw
         cur = raw.cursor()
+        self._counts = counts = {}  # rows each statement touched (fencing reads it)
         try:
             for name, rows in steps:
                 if rows:
@@ -358,6 +387,7 @@ class GroupCommit:
                         cur.executemany(sql, rows)
                     else:
                         cur.executemany(sql, [tuple(r[k] for k in order) for r in rows])
+                    counts[name] = cur.rowcount
             raw.commit()
         except Exception:
             raw.rollback()

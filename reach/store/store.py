@@ -8,14 +8,23 @@ extends (``reach.store.engine.GroupCommit``: ``insert``, ``update``, ``persist``
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
+from sqlalchemy.exc import OperationalError
 
 from reach.core.tasks import TERMINAL, Task, TaskState
 from reach.store.engine import GroupCommit, in_memory, make_engine
+from reach.store.lock import FileLock, sqlite_path
+from reach.store.postgres import is_postgres, unreachable
 from reach.store.tables import AGENTS, TASKS, dumps, task_from_row, upsert_agent
+
+
+class Fenced(Exception):
+    """This node may no longer accept tasks (its lease was lost): submit to another node."""
 
 
 class Store(GroupCommit):
@@ -29,15 +38,67 @@ class Store(GroupCommit):
 
     def __init__(self, url: str = "sqlite://", synchronous: str = "normal",
                  threaded: bool | None = None, group_window: float = 0.001,
-                 update_delay: float = 0.02, max_batch: int | None = None) -> None:
+                 update_delay: float = 0.02, max_batch: int | None = None,
+                 node_id: str | None = None,
+                 on_lost: Callable[[list[str]], None] | None = None) -> None:
+        """``node_id`` makes this the store of one node of a cluster (PostgreSQL only): its
+        new tasks are owned by it, ``unfinished`` answers only its own, and a change to a
+        task another node took over is not written but reported to ``on_lost`` (task ids,
+        called on the loop after the commit: the gateway drops them)."""
         self.url = url
         sqlite = url.startswith("sqlite")
+        if node_id is not None and not is_postgres(url):
+            raise ValueError(f"node_id needs a PostgreSQL store, not {url!r}")
         if threaded is None:
             threaded = not sqlite or synchronous.lower() in ("full", "extra")
         super().__init__(make_engine(url, synchronous), threaded=threaded,
                          wal=sqlite and not in_memory(url) and not threaded,
                          group_window=group_window, update_delay=update_delay,
                          max_batch=max_batch)
+        self.node_id, self.on_lost = node_id, on_lost
+        self.fenced: str | None = None  # why new tasks are refused (a lost lease), or None
+        path = sqlite_path(url)
+        self._lock = FileLock(path) if path is not None else None
+
+    async def open(self) -> None:
+        """Take the SQLite file's lock (``StoreLocked`` if another coordinator has it), then
+        create the tables if needed and start the writer."""
+        if self._lock is not None:
+            self._lock.acquire()
+        try:
+            await super().open()
+        except BaseException as exc:
+            if self._lock is not None:
+                self._lock.release()
+            if isinstance(exc, OperationalError):  # the server is down, or refused us
+                raise unreachable(self.url, exc) from exc
+            raise
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    # ------------------------------------------------------------ fencing
+
+    def fence(self, reason: str) -> None:
+        """Refuse new tasks from now on: each ``insert`` fails with ``Fenced`` (so nothing is
+        acknowledged) until ``unfence``. ``Nodes.renew`` fences the store when the lease is
+        lost: a survivor may be taking this node's tasks over."""
+        self.fenced = reason
+
+    def unfence(self) -> None:
+        self.fenced = None
+
+    def insert(self, task: Task) -> asyncio.Future[None]:
+        """Queue a new task (``GroupCommit.insert``); at once failed while fenced."""
+        if self.fenced is None:
+            return super().insert(task)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_exception(Fenced(f"not accepting tasks: {self.fenced}"))
+        return fut
 
     # ------------------------------------------------------------ tasks
 
@@ -46,9 +107,13 @@ class Store(GroupCommit):
         return task_from_row(rows[0]) if rows else None
 
     async def unfinished(self) -> list[Task]:
-        """Tasks not in a terminal state, oldest first: what a restart resumes."""
+        """Tasks not in a terminal state, oldest first: what a restart resumes (a cluster's
+        node: only its own; a dead node's come to it by ``Nodes.take_over``)."""
         done = [s.value for s in TERMINAL]
-        rows = await self._run(self._select, TASKS.c.state.not_in(done))
+        where: ColumnElement[bool] = TASKS.c.state.not_in(done)
+        if self.node_id is not None:
+            where = (TASKS.c.owner == self.node_id) & where
+        rows = await self._run(self._select, where)
         return [task_from_row(r) for r in rows]
 
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]:

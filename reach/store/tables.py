@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
-from reach.core.tasks import Attempt, Envelope, Task, TaskState
+from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
 
 
 class AgentRow(SQLModel, table=True):
@@ -50,6 +50,7 @@ class TaskRow(SQLModel, table=True):
     traceparent: str | None = None
     params: str = "{}"
     tags: str | None = None  # the submit's routing tags as JSON (added later: see create_tables)
+    owner: str | None = None  # the node that drives it, in a cluster (added later); None: alone
     state: str = Field(default="pending", index=True)
     result: str | None = None
     error: str | None = None
@@ -59,27 +60,49 @@ class TaskRow(SQLModel, table=True):
     updated_at: float = 0.0
 
 
+class NodeRow(SQLModel, table=True):
+    """A coordinator of a cluster and its lease, in the database's clock (epoch seconds):
+    the node owns its tasks while ``lease_until`` is ahead of the database's now."""
+
+    __tablename__ = "reach_nodes"
+    node_id: str = Field(primary_key=True)
+    url: str = ""
+    started_at: float = 0.0
+    lease_until: float = Field(default=0.0, index=True)
+    renewed_at: float = 0.0
+
+
 TASKS: Table = TaskRow.__table__  # type: ignore[attr-defined]
 AGENTS: Table = AgentRow.__table__  # type: ignore[attr-defined]
+NODES: Table = NodeRow.__table__  # type: ignore[attr-defined]
 # A trace's tasks are read back by trace id (a restart's recent traces, an old trace's
 # waterfall). Made apart from the table so that a database from before it gets it too.
 TRACE_INDEX = Index("ix_reach_tasks_trace_id", TASKS.c.trace_id)
+# A node's unfinished tasks (its restart, a take-over) are read by owner, oldest first: on
+# PostgreSQL a partial index holds just the unfinished rows. Not in the table's metadata:
+# SQLite, with one coordinator and no owners, is not made to maintain it on every change.
+OWNER_INDEX = "ix_reach_tasks_owner_unfinished"
+_TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
-ADDED_LATER = ("tags",)  # nullable task columns a database made by an older version lacks
+ADDED_LATER = ("tags", "owner")  # nullable task columns an older version's database lacks
 
 
 def create_tables(engine: Engine) -> None:
-    """Create both tables, and the trace index, where they do not exist yet; add the columns
+    """Create the tables, and the trace index, where they do not exist yet; add the columns
     of ``ADDED_LATER`` to a task table made before them (each is nullable, so old rows read as
-    before)."""
-    SQLModel.metadata.create_all(engine, [TASKS, AGENTS])
+    before), then (PostgreSQL) the owner index."""
+    SQLModel.metadata.create_all(engine, [TASKS, AGENTS, NODES])
     TRACE_INDEX.create(engine, checkfirst=True)
     have = {c["name"] for c in inspect(engine).get_columns(TASKS.name)}
     with engine.begin() as conn:
         for name in ADDED_LATER:
             if name not in have:
                 conn.execute(text(f"ALTER TABLE {TASKS.name} ADD COLUMN {name} TEXT"))
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE INDEX IF NOT EXISTS {OWNER_INDEX} ON {TASKS.name} "
+                              f"(owner, created_at) WHERE state NOT IN ({_TERMINAL_SQL})"))
 
 
 # ------------------------------------------------------------------ statements
@@ -95,6 +118,9 @@ TASK_UPDATE = (  # a task's later changes: the rows ``commit_rows`` builds for i
             attempts=bindparam("attempts"), history=bindparam("history"),
             updated_at=bindparam("updated_at"))
 )
+# A node of a cluster writes only the tasks it still owns (fencing: a task taken over by
+# another node is not overwritten by the node that lost it).
+TASK_UPDATE_OWNED = TASK_UPDATE.where(TASKS.c.owner == bindparam("k_owner"))
 
 
 def agent_upsert(dialect: str) -> Any:
@@ -126,7 +152,7 @@ def compile_statements(engine: Engine) -> Statements:
     dialect = engine.dialect
     statements: list[tuple[str, Any, list[str] | None]] = [
         ("insert", insert(TASKS), [c.name for c in TASKS.columns]),
-        ("update", TASK_UPDATE, None)]
+        ("update", TASK_UPDATE, None), ("update_owned", TASK_UPDATE_OWNED, None)]
     upsert = agent_upsert(dialect.name)
     if upsert is not None:
         statements.append(("agent", upsert, [c.name for c in AGENTS.columns]))
@@ -155,7 +181,7 @@ def task_row(task: Task) -> dict[str, Any]:
         "priority": env.priority, "timeout": env.timeout, "max_retries": env.max_retries,
         "parent_task_id": env.parent_task_id, "traceparent": env.traceparent,
         "params": dumps(env.params), "created_at": env.created_at,
-        "tags": dumps(env.tags) if env.tags else None,
+        "tags": dumps(env.tags) if env.tags else None, "owner": None,
         **task_changes(task),
     }
 

@@ -43,9 +43,9 @@ async def test_a_server_database_runs_every_transaction_on_the_worker_thread(
     threads: list[str] = []
     commit = store._commit
 
-    def on_thread(*rows: Any) -> None:
+    def on_thread(*rows: Any) -> Any:
         threads.append(threading.current_thread().name)
-        commit(*rows)
+        return commit(*rows)
 
     monkeypatch.setattr(store, "_commit", on_thread)
     await store.open()
@@ -84,7 +84,7 @@ async def test_a_driver_with_named_parameters_gets_each_row_as_a_mapping(
 def test_a_dialect_without_an_upsert_gets_no_agent_statement() -> None:
     mysql = create_mock_engine("mysql://", lambda *a, **k: None)  # type: ignore[arg-type]
     statements = compile_statements(mysql)
-    assert set(statements) == {"insert", "update"}
+    assert set(statements) == {"insert", "update", "update_owned"}
     assert "reach_tasks" in statements["insert"][0]
 
 

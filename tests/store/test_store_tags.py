@@ -17,8 +17,8 @@ def envelope(task_id: str, tags: dict[str, str | bool] | None) -> Envelope:
                     created_at=1.0, tags=tags)
 
 
-async def test_tags_survive_a_restart_of_the_store(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'r.db'}"
+async def test_tags_survive_a_restart_of_the_store(store_url: str) -> None:
+    url = store_url
     store = Store(url)
     await store.open()
     await store.insert(new_task(envelope("eu", {"region": "eu", "gpu": True}), 1.0))

@@ -1,0 +1,159 @@
+"""The coordinators of a cluster and their leases, in ``reach_nodes`` (PostgreSQL).
+
+A node joins with a lease of ``lease_s`` seconds and renews it well before it ends. Every time
+is the database's (``clock_timestamp()``), never a coordinator's: two machines whose clocks
+disagree still agree on whose lease has run out, so clock skew cannot make two nodes own one
+task. ``renew`` answers False once the lease was lost (it ran out, or another node already
+removed the row): from then on the node must stop acknowledging work (it is fenced), since a
+survivor may be taking its tasks over. ``take_over`` moves a dead node's unfinished tasks to
+the caller with ``SELECT .. FOR UPDATE SKIP LOCKED`` in batches, so survivors racing for one
+dead node each get a disjoint share and no task twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+from reach.core.tasks import TERMINAL, Task
+from reach.store.store import Store
+from reach.store.tables import NODES, TASKS, task_from_row
+
+_NOW = "extract(epoch from clock_timestamp())"
+# the terminal states as an SQL list (an enum's own values, never input), spelled as the
+# owner index's predicate is, so the planner can use that partial index
+_DONE = "(" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL)) + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One row of ``reach_nodes``: times in the database's epoch seconds."""
+
+    node_id: str
+    url: str
+    started_at: float
+    lease_until: float
+
+
+class Nodes:
+    """This node's lease and the cluster's membership, on the store's database.
+
+    Calls run on the store's worker thread, behind its commits: a node whose database is
+    unreachable cannot renew, which is what must fence it."""
+
+    def __init__(self, store: Store) -> None:
+        if store.engine.dialect.name != "postgresql":
+            raise ValueError("a cluster's nodes live in a PostgreSQL store")
+        self.store = store
+        self.node_id: str | None = None
+        self.lease_s = 0.0
+        # Until when (time.monotonic) the lease surely holds: lease_s after the last renewal
+        # that succeeded was *sent* (the database's clock started counting no earlier).
+        self.valid_until = 0.0
+
+    async def _call(self, sql: str, **params: Any) -> list[Any]:
+        def q() -> list[Any]:
+            with self.store.engine.begin() as conn:
+                result = conn.execute(text(sql), params)
+                return list(result) if result.returns_rows else []
+        rows: list[Any] = await self.store._run(q)
+        return rows
+
+    # ------------------------------------------------------------ this node
+
+    async def join(self, node_id: str, url: str, lease_s: float) -> None:
+        """Record this node (again, after a restart) with a lease of ``lease_s`` seconds."""
+        self.node_id, self.lease_s = node_id, lease_s
+        sent = time.monotonic()
+        await self._call(
+            f"INSERT INTO {NODES.name} (node_id, url, started_at, lease_until, renewed_at) "
+            f"VALUES (:n, :u, {_NOW}, {_NOW} + :s, {_NOW}) ON CONFLICT (node_id) DO UPDATE "
+            f"SET url = :u, started_at = {_NOW}, lease_until = {_NOW} + :s, "
+            f"renewed_at = {_NOW}", n=node_id, u=url, s=lease_s)
+        self.valid_until = sent + lease_s
+        self.store.unfence()
+
+    async def renew(self) -> bool:
+        """Extend the lease by ``lease_s`` from now; False once it was lost (expired or
+        removed): the store is then fenced (it refuses new tasks) and the caller must stop
+        acknowledging and drop its tasks, which survivors take over. ``join`` again to come
+        back. A renewal that raises (the database unreachable) changes nothing: ``holds``
+        says until when the last one counts."""
+        sent = time.monotonic()
+        rows = await self._call(
+            f"UPDATE {NODES.name} SET lease_until = {_NOW} + :s, renewed_at = {_NOW} "
+            f"WHERE node_id = :n AND lease_until > {_NOW} RETURNING node_id",
+            n=self._me(), s=self.lease_s)
+        if not rows:
+            self.valid_until = 0.0
+            self.store.fence(f"node {self.node_id}'s lease was lost")
+            return False
+        self.valid_until = sent + self.lease_s
+        return True
+
+    def holds(self, now: float | None = None) -> bool:
+        """Whether the lease surely still holds (by this machine's monotonic clock, counted
+        from when the last good renewal was sent: never later than the database's end)."""
+        return (time.monotonic() if now is None else now) < self.valid_until
+
+    async def leave(self) -> None:
+        """Remove this node's row (a graceful stop): its unfinished tasks are the others'
+        to take over at once, with no lease to wait out."""
+        await self._call(f"DELETE FROM {NODES.name} WHERE node_id = :n", n=self._me())
+
+    def _me(self) -> str:
+        if self.node_id is None:
+            raise RuntimeError("join() first")
+        return self.node_id
+
+    # ------------------------------------------------------------ the cluster
+
+    async def live(self) -> list[Node]:
+        """The nodes whose lease has not run out, by id."""
+        return await self._nodes(f"lease_until > {_NOW}")
+
+    async def expired(self) -> list[Node]:
+        """The nodes whose lease ran out (dead, or cut off from the database), by id."""
+        return await self._nodes(f"lease_until <= {_NOW}")
+
+    async def _nodes(self, where: str) -> list[Node]:
+        rows = await self._call(f"SELECT node_id, url, started_at, lease_until FROM "
+                                f"{NODES.name} WHERE {where} ORDER BY node_id")
+        return [Node(r.node_id, r.url, r.started_at, r.lease_until) for r in rows]
+
+    async def orphan_owners(self) -> list[str]:
+        """Owners of unfinished tasks that have no live lease (their row expired or gone):
+        the nodes whose tasks are waiting to be taken over."""
+        rows = await self._call(
+            f"SELECT DISTINCT t.owner FROM {TASKS.name} t WHERE t.owner IS NOT NULL AND "
+            f"t.state NOT IN {_DONE} AND NOT EXISTS (SELECT 1 FROM {NODES.name} n WHERE "
+            f"n.node_id = t.owner AND n.lease_until > {_NOW}) ORDER BY 1")
+        return [r[0] for r in rows]
+
+    async def take_over(self, dead_node_id: str, me: str, limit: int = 500) -> list[Task]:
+        """Move up to ``limit`` of a dead node's unfinished tasks to ``me``, oldest first, and
+        return them to resume. Nothing while ``dead_node_id`` still holds a live lease, or
+        once ``me`` holds none (a fenced node takes nothing). Rows another survivor is moving
+        are skipped (SKIP LOCKED), so racing survivors get disjoint shares; call again until
+        it returns nothing. The dead node's row goes once it has nothing left."""
+        def q() -> list[Any]:
+            with self.store.engine.begin() as conn:
+                alive = {r[0] for r in conn.execute(text(
+                    f"SELECT node_id FROM {NODES.name} WHERE node_id IN (:d, :m) "
+                    f"AND lease_until > {_NOW}"), {"d": dead_node_id, "m": me})}
+                if dead_node_id in alive or me not in alive:
+                    return []
+                rows = list(conn.execute(text(
+                    f"UPDATE {TASKS.name} SET owner = :m WHERE task_id IN (SELECT task_id "
+                    f"FROM {TASKS.name} WHERE owner = :d AND state NOT IN {_DONE} "
+                    f"ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED) RETURNING *"),
+                    {"m": me, "d": dead_node_id, "n": limit}))
+                if len(rows) < limit:
+                    conn.execute(text(f"DELETE FROM {NODES.name} WHERE node_id = :d AND "
+                                      f"lease_until <= {_NOW}"), {"d": dead_node_id})
+                return rows
+        rows: list[Any] = await self.store._run(q)
+        return sorted((task_from_row(r) for r in rows), key=lambda t: t.envelope.created_at)
