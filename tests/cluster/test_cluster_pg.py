@@ -15,7 +15,9 @@ from reach import Agent, Client, Reach
 
 pytestmark = pytest.mark.timeout(60)
 
-LEASE = 0.3
+# A lease short enough for a test, long enough that a loaded machine's stalled loop does not
+# let it run out (a node whose renewal comes late fences itself, then rejoins).
+LEASE = 1.0
 
 
 async def until(check: Callable[[], Any], limit: float = 10.0) -> None:
@@ -93,13 +95,14 @@ async def test_a_dead_nodes_tasks_are_taken_over_once(pg_url: str, stack: AsyncE
     gate = asyncio.Event()
     runs: list[str] = []
     on_b = agent_with("worker-1", gate, runs)
-    await on_b.connect([b_reach.url, a.url])
+    await on_b.connect([b_reach.url, a.url])  # (on either node: B routes to it both ways)
+    await until(lambda: any(v["name"] == "worker-1" and v["state"] == "online"
+                            for v in b_reach.agents()))
     caller = await Client.connect(b_reach.url, caller="planner")
     handle = await caller.submit("work.do", {"n": 3}, idempotency_key="k-3")
     await until(lambda: runs == ["worker-1"])
     # Node B dies without leaving: its loops stop, its sockets go, its lease runs out.
-    assert b_reach.cluster is not None
-    b_reach.cluster.nodes.renew = _never  # type: ignore[method-assign]
+    cut_off(b_reach)
     await until(lambda: b_reach.cluster is not None and b_reach.cluster.fenced, 5)
     await until(lambda: a.cluster is not None and a.cluster.taken_over == 1, 10)
     gate.set()
@@ -111,8 +114,19 @@ async def test_a_dead_nodes_tasks_are_taken_over_once(pg_url: str, stack: AsyncE
     await b_reach.stop()
 
 
+def cut_off(reach: Reach) -> None:
+    """The node can no longer reach the database: its renewals and rejoins fail."""
+    assert reach.cluster is not None
+    reach.cluster.nodes.renew = _never  # type: ignore[method-assign]
+    reach.cluster.nodes.join = _refused  # type: ignore[method-assign]
+
+
 async def _never() -> bool:
     return False
+
+
+async def _refused(*_args: object) -> None:
+    raise ConnectionRefusedError("the database is unreachable")
 
 
 async def test_a_fenced_node_refuses_work_and_sends_it_elsewhere(
@@ -120,9 +134,11 @@ async def test_a_fenced_node_refuses_work_and_sends_it_elsewhere(
     a = await node(stack, pg_url, "node-a")
     b = await node(stack, pg_url, "node-b")
     await stack.enter_async_context(agent_with("worker").connect([a.url, b.url]))
-    assert b.cluster is not None
-    b.cluster.nodes.renew = _never  # type: ignore[method-assign]
+    cut_off(b)
     await until(lambda: b.cluster is not None and b.cluster.fenced, 5)
     client = await stack.enter_async_context(Client.connect([b.url, a.url], caller="p"))
     assert client.url == a.url  # the fenced node refused the hello: the caller moved on
+    # (an agent that was on B moves to A: A routes to it once it has registered there)
+    await until(lambda: any(v["name"] == "worker" and v["state"] == "online" and
+                            v["node"] == "node-a" for v in a.agents()))
     assert await client.call("work.do", {"n": 2}, timeout=10) == {"n": 2, "by": "worker"}
