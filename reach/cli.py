@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
                             "coordinator per file), sqlite:// (in memory, gone at exit) or "
                             "postgresql://USER@HOST/DB (pip install 'agent-reach[postgres]'; "
                             "docs/cluster.md)")
+    serve.add_argument("--cluster", action="store_true",
+                       help="join the other coordinators on the same --store postgresql://... "
+                            "as one Reach: agents and tasks are shared, a dead node's tasks "
+                            "are taken over (docs/cluster.md)")
+    serve.add_argument("--lease", type=float, default=5.0, metavar="S",
+                       help="with --cluster: seconds a node's lease lasts; that long after a "
+                            "node dies the others take its tasks over (default 5)")
     serve.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="S",
                        help="seconds between agent heartbeats (default 10)")
     serve.add_argument("--suspect-after", type=float, default=2.0, metavar="N",
@@ -169,7 +176,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             tokens=_rules(args.tokens_file, str), permissions=_rules(args.permissions_file, list),
             serves=_rules(args.serves_file, list), insecure=args.insecure,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
-            audit_log=args.audit_log, audit_params=args.audit_params)
+            audit_log=args.audit_log, audit_params=args.audit_params,
+            cluster=args.cluster, lease_s=args.lease)
 
 
 def _agents(path: Path | None) -> list[Any]:

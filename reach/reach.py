@@ -22,9 +22,11 @@ from typing import Any
 
 from websockets.asyncio.server import Server
 
-from reach.adapters.base import Adapter, Membership
+from reach import attached
+from reach.adapters.base import Adapter
 from reach.alert_rules import AlertConfig, load_alerts
 from reach.cluster import Node
+from reach.clustering import ClusterNode
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
@@ -38,7 +40,6 @@ from reach.gateway.gateway import Gateway
 from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
-from reach.server.agent_session import precompile
 from reach.server.alerting import Alerting
 from reach.server.audit import AuditWriter
 from reach.server.channel import Channel
@@ -61,7 +62,9 @@ class Reach:
         self.settings = s = settings or Settings()
         # One time base for every part: a wall-time function (as before) or a whole Clock.
         self.clock: Clock = LoopClock(clock) if callable(clock) else clock
-        self.store = Store(s.store, s.sqlite_synchronous)
+        # In a cluster the store is this node's: its tasks are owned by it (docs/cluster.md).
+        self.store = Store(s.store, s.sqlite_synchronous,
+                           node_id=s.node_id if s.cluster else None)
         self.registry = Registry(LivenessPolicy(s.heartbeat_interval, s.suspect_after,
                                                 s.offline_after), s.breaker_open_for,
                                  max_schema_bytes=s.max_schema_bytes, warmup=s.warmup)
@@ -79,6 +82,8 @@ class Reach:
         self.node = Node.of(s, self.registry, self.clock, self.gateway.known,
                             self.admin_token, rng)  # the cluster: node id, ``reach.peers``
         self.peers, self.ops.node_id = self.node.peers, self.node.node_id
+        self.store.on_lost = self._lost
+        self.cluster: ClusterNode | None = None  # the lease and take-over loop, once started
         self.channel = Channel(Services(
             settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
             clock=self.clock, identities=self.identities, operator=self.ops,
@@ -177,11 +182,19 @@ class Reach:
         if self.alerting is not None:
             self.alerting.start()
         await self.node.start()
+        if s.cluster:
+            self.cluster = ClusterNode(self.node.node_id, s.lease_s, self.store, self.gateway,
+                                       self.peers, self.channel, lambda: self.url)
+            await self.cluster.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()
         self.started = True
         for warning in self.trust_warnings():
             log.warning("%s", warning)
+
+    def _lost(self, task_ids: list[str]) -> None:
+        """The store found other nodes own these tasks now: stop driving them here."""
+        self.gateway.following.let_go(task_ids)
 
     def trust_warnings(self) -> list[str]:
         """What an operator must know about how open this coordinator is (said at start)."""
@@ -199,6 +212,8 @@ class Reach:
         if self.alerting is not None:
             await self.alerting.close()
         await self.gateway.stop(self.settings.drain_timeout)
+        if self.cluster is not None:  # after the drain: what is left is the others' at once
+            await self.cluster.stop()
         await self.peers.close()  # (after the drain: its attempts may ride the peer links)
         await asyncio.gather(*(a.close("coordinator stopping") for a in self.adapters.values()),
                              return_exceptions=True)
@@ -258,52 +273,12 @@ class Reach:
         driven by the coordinator with every guarantee a websocket agent gets. Returns its
         view, as ``reach.agents()`` shows it. Its first health check decides whether it starts
         online or suspected; either way it is attached, and recovers when the check passes."""
-        if not self.started:
-            raise RuntimeError("start the coordinator before attaching agents: "
-                               "reach = await Reach.start(); await reach.attach(...)")
-        name = adapter.name
-        taken = self.registry.by_name.get(name)
-        if name in self.adapters or (taken is not None and taken.link is not None):
-            raise ValueError(f"an agent named {name!r} is already attached or connected; "
-                             f"detach it first (await reach.detach({name!r})) or pick "
-                             f"another name")
-        s = self.settings
-        await adapter.open()
-        try:
-            # (after open: an adapter may read its capabilities there, e.g. from OpenAPI)
-            await asyncio.to_thread(precompile, [spec.params for spec in adapter.specs],
-                                    s.max_schema_bytes)
-            healthy = await adapter.first_check(s.heartbeat_interval)
-            # Its checks are its beats, every health_interval: that is its heartbeat interval.
-            every = adapter.health_interval or s.heartbeat_interval
-            registration = self.registry.register(
-                agent_id=self.identities.identity(name), name=name, version=adapter.version,
-                max_concurrency=adapter.max_concurrency, specs=adapter.specs, link=adapter,
-                now=self.clock.wall(), kind=adapter.kind, heard=healthy,
-                heartbeat_interval=every)
-        except BaseException:
-            await adapter.close("attach failed")
-            raise
-        for warning in registration.warnings:
-            log.warning("agent %s: %s", name, warning)
-        self.adapters[name] = adapter
-        adapter.watch(Membership(self.registry, registration.record, self.clock,
-                                 registration.record.liveness.interval, self.gateway.probes))
-        await self.identities.remember(registration.record, adapter.specs)
-        return self.ops.agents(names={name})[0]
+        return await attached.attach(self, adapter)
 
     async def detach(self, name: str, *, grace: float | None = None) -> None:
         """Stop routing to an attached agent, let its in-flight calls finish (up to ``grace``
         seconds, default ``drain_timeout``), then release it."""
-        adapter = self.adapters.pop(name, None)
-        if adapter is None:
-            raise ValueError(f"no attached agent named {name!r}; attached: "
-                             f"{sorted(self.adapters) or 'none'}")
-        record = self.registry.by_name.get(name)
-        if record is not None:  # pragma: no branch — attach registered it; names stay
-            self.registry.deregister(record, self.clock.wall())
-            await adapter.drained(self.settings.drain_timeout if grace is None else grace)
-        await adapter.close("detached")
+        await attached.detach(self, name, grace)
 
     def identity(self, name: str) -> str:
         """The agent id for ``name``: the same one across reconnects and restarts."""

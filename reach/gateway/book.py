@@ -108,6 +108,13 @@ class TaskBook:
         self._watchers.setdefault(task_id, []).append(fn)
         return True
 
+    def hand_over(self, task_id: str
+                  ) -> tuple[asyncio.Future[Task] | None, list[Callable[[Task], None]]]:
+        """Take a live task's waiters away (another node drives it now): its outcome future
+        and watchers, which the book no longer answers."""
+        self._chunk_sinks.pop(task_id, None)
+        return self._outcomes.pop(task_id, None), self._watchers.pop(task_id, [])
+
     def add_chunk_sink(self, task_id: str, sink: ChunkSink) -> None:
         self._chunk_sinks.setdefault(task_id, []).append(sink)
 

@@ -25,6 +25,16 @@ class Crew:
         task.add_done_callback(self._tasks.discard)
         return task
 
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        return set(self._tasks)
+
+    def cancel_named(self, names: set[str]) -> int:
+        """Cancel the running tasks of these names (spawned with ``name``); how many."""
+        hit = [t for t in self._tasks if t.get_name() in names]
+        for task in hit:
+            task.cancel()
+        return len(hit)
+
     async def stop(self, grace: float = 0.0) -> None:
         """Give the running tasks ``grace`` seconds to end, then cancel the rest and wait
         for them to unwind."""

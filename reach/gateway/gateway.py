@@ -42,6 +42,7 @@ from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
 from reach.gateway.events import BREAKER, TASK, EventBus
 from reach.gateway.fallback import FOLLOWED, Fallbacks
+from reach.gateway.follow import Following
 from reach.gateway.probing import Probes
 from reach.gateway.slots import SlotQueue
 from reach.ports import Clock, DuplicateKey, TaskStore
@@ -74,6 +75,7 @@ class Gateway:
         self.driver = Driver(settings, registry, router, store, clock, self.rng, self.book,
                              self.slots, self.dispatch, self.metrics, self.budget, self)
         self._drivers = Crew()
+        self.following = Following(store, self.book, clock, self._drivers, enabled=settings.cluster)
         self.fallbacks = Fallbacks(settings, clock, self.metrics, self._drivers, self)
         self.accepting = True
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
@@ -306,11 +308,11 @@ class Gateway:
 
     def outcome(self, task_id: str) -> asyncio.Future[Task] | None:
         """A future that completes with the task once it is terminal (None if not live)."""
-        return self.book.outcome(task_id)
+        return self.book.outcome(task_id) or self.following.outcome(task_id)
 
     def watch(self, task_id: str, fn: Callable[[Task], None]) -> bool:
         """Call ``fn(task)`` the moment the task's outcome is released; False if not live."""
-        return self.book.watch(task_id, fn)
+        return self.book.watch(task_id, fn) or self.following.watch(task_id, fn)
 
     def add_chunk_sink(self, task_id: str, sink: ChunkSink) -> None:
         self.book.add_chunk_sink(task_id, sink)
@@ -391,3 +393,4 @@ class Gateway:
         self.book.fail_waiters(Unavailable(
             "the coordinator stopped before the task ended; it resumes on restart"))
         self.slots.cancel_all()
+        await self.following.close(Unavailable("the coordinator stopped before the task ended"))

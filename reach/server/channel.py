@@ -18,7 +18,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from reach.core import counts
-from reach.errors import ProtocolError
+from reach.errors import ProtocolError, Unavailable
 from reach.server.admin_session import AdminSession
 from reach.server.agent_session import AgentSession, oversize_register
 from reach.server.caller_session import CallerSession
@@ -39,6 +39,9 @@ class Channel:
         self.sessions: set[Session] = set()
         self.open = 0  # connections being handled (sessions and those still before hello)
         self.loop_lag = LoopLag()
+        # Why this node refuses agents and callers (a cluster's node that lost its lease; they
+        # go to another node), or None.
+        self.fenced: str | None = None
         self._pending: dict[str, int] = {}  # address → connections not yet past hello
 
     @property
@@ -48,6 +51,13 @@ class Channel:
 
     async def watch_lag(self) -> None:
         await self.loop_lag.watch()
+
+    async def close_work(self, code: int, reason: str) -> int:
+        """Close every agent's and caller's connection (a fenced node: they move to another
+        node); operators' and peers' stay. How many were closed."""
+        work = [x for x in self.sessions if isinstance(x, (AgentSession, CallerSession))]
+        await asyncio.gather(*(x.ws.close(code, reason) for x in work), return_exceptions=True)
+        return len(work)
 
     @property
     def full(self) -> bool:
@@ -86,6 +96,11 @@ class Channel:
             first = p.parse(raw)
         except ProtocolError as exc:
             await refuse(ws, exc)
+            return
+        if self.fenced is not None and (isinstance(first, p.Register) or (
+                isinstance(first, p.Hello) and first.role != "peer")):
+            await refuse(ws, Unavailable(f"this coordinator is {self.fenced}; connect to "
+                                         f"another node of the cluster"))
             return
         session: Session
         running: Coroutine[Any, Any, None]

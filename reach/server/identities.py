@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 
 from reach.core.agents import AgentRecord
 from reach.core.registry import Registry
@@ -11,8 +11,11 @@ from reach.ports import Clock, TaskStore
 from reach.wire.protocol import CapabilitySpec
 
 
-def new_agent_id() -> str:
-    return "ag-" + uuid.uuid4().hex[:16]
+def new_agent_id(name: str) -> str:
+    """The id of a name no store has seen yet: derived from the name, so that the nodes of a
+    cluster that each see an agent for the first time give it the same id without asking each
+    other (a name seen before keeps the id its store holds)."""
+    return "ag-" + hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
 
 
 class Identities:
@@ -36,7 +39,7 @@ class Identities:
             return record.agent_id
         agent_id = self._ids.get(name)
         if agent_id is None:
-            agent_id = self._ids[name] = new_agent_id()
+            agent_id = self._ids[name] = new_agent_id(name)
         return agent_id
 
     async def remember(self, record: AgentRecord, specs: list[CapabilitySpec]) -> None:

@@ -1,0 +1,175 @@
+"""This coordinator as one node of a cluster (``Reach.start(cluster=True)``, docs/cluster.md).
+
+Every ``lease_s / 3`` seconds the node renews its lease in ``reach_nodes``, links to the other
+live nodes as peers (``reach.peers``) and unlinks from those that are gone, and takes over the
+unfinished tasks of nodes whose lease ran out (``Nodes.take_over``: ``SKIP LOCKED``, so
+survivors share a dead node's tasks and none runs twice). PostgreSQL's LISTEN/NOTIFY is not
+used: the lease period already bounds how late a change is seen, and a missed notification
+could not be told from none (PgBouncer's transaction mode drops them).
+
+Fencing: a node that cannot renew before its lease ends (cut off from the database, or so slow
+that another node removed it) must not act as the owner of its tasks any more, since a survivor
+takes them over the moment the lease ends. It refuses new tasks (the store's ``fence``), lets go
+of the tasks it was driving (their callers here follow them in the store), closes its agents'
+and callers' connections so that they move to another node, refuses new ones, and drops its
+peer links. When the database answers again it joins anew, under the same node id, and carries
+on as a fresh node: the tasks still owned by it are resumed, the rest were taken over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from reach.cluster.peers import Peers
+from reach.gateway.gateway import Gateway
+from reach.server.channel import Channel
+from reach.store.nodes import Nodes
+from reach.store.store import Store
+
+log = logging.getLogger("reach.cluster")
+
+GOING_AWAY = 1001  # websocket close code: the endpoint is going away (clients move on)
+
+
+def advertised(url: str) -> str:
+    """The URL other nodes dial to reach this one: ``url``, with an unspecified bind address
+    (0.0.0.0, ::) replaced by this machine's name."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if host not in ("0.0.0.0", "::", ""):
+        return url
+    name = socket.getfqdn()
+    return urlunsplit(parts._replace(netloc=f"{name}:{parts.port}"))
+
+
+class ClusterNode:
+    """The lease, discovery and take-over loop of one node, and its fencing."""
+
+    def __init__(self, node_id: str, lease_s: float, store: Store, gateway: Gateway,
+                 peers: Peers, channel: Channel, url: Callable[[], str]) -> None:
+        self.node_id, self.lease_s = node_id, lease_s
+        self.store, self.gateway, self.peers, self.channel = store, gateway, peers, channel
+        self.nodes = Nodes(store)
+        self.url = url
+        self.every = lease_s / 3
+        self.fenced = False
+        self.taken_over = 0  # tasks this node took over from dead ones
+        self._task: asyncio.Task[None] | None = None
+        self._known: dict[str, str] = {}  # peer node id → url, as linked
+
+    def view(self) -> dict[str, Any]:
+        return {"node": self.node_id, "fenced": self.fenced, "lease_s": self.lease_s,
+                "peers": sorted(self._known), "taken_over": self.taken_over}
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Join (this node's row and lease), link to the live nodes, take over what dead ones
+        left, then keep doing so every ``lease_s / 3`` seconds."""
+        await self.nodes.join(self.node_id, advertised(self.url()), self.lease_s)
+        await self._discover()
+        await self._take_over()
+        self._task = asyncio.get_running_loop().create_task(self._loop(),
+                                                            name="reach-cluster")
+
+    async def stop(self) -> None:
+        """Leave the cluster (after the gateway drained): the row goes, so the others take
+        what is left unfinished over at once rather than a lease later."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if not self.fenced:
+            try:
+                await self.nodes.leave()
+            except Exception as exc:  # the database is gone: the lease runs out by itself
+                log.warning("node %s could not leave the cluster: %r", self.node_id, exc)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            try:
+                await self.tick()
+            except Exception:  # one bad round must not end the node's membership
+                log.exception("node %s: cluster round failed", self.node_id)
+
+    async def tick(self) -> None:
+        """One round: renew (or fence, or rejoin), discover, take over."""
+        if self.fenced:
+            if not await self._rejoin():
+                return
+        elif not await self._renew():
+            await self._fence()
+            return
+        await self._discover()
+        await self._take_over()
+
+    # ------------------------------------------------------------ the lease
+
+    async def _renew(self) -> bool:
+        try:
+            return await self.nodes.renew()
+        except Exception as exc:  # the database did not answer: the last renewal may hold
+            held = self.nodes.holds()
+            log.warning("node %s could not renew its lease (%r); %s", self.node_id, exc,
+                        "it still holds" if held else "it has run out")
+            return held
+
+    async def _fence(self) -> None:
+        self.fenced = True
+        why = "cut off from the cluster's database (its lease ran out)"
+        self.store.fence(why)
+        self.channel.fenced = why
+        log.error("node %s is fenced: %s; it stops accepting work, lets its tasks go to the "
+                  "other nodes and closes its agents' and callers' connections",
+                  self.node_id, why)
+        self.gateway.following.let_go(list(self.gateway.book.live))
+        await self.channel.close_work(GOING_AWAY, "this coordinator is fenced: use another")
+        for node_id in list(self._known):
+            await self.peers.remove(node_id)
+        self._known.clear()
+
+    async def _rejoin(self) -> bool:
+        try:
+            await self.nodes.join(self.node_id, advertised(self.url()), self.lease_s)
+        except Exception:  # still cut off: try again next round
+            return False
+        self.fenced = False
+        self.channel.fenced = None
+        for task in await self.store.unfinished():  # still ours: nobody took them over
+            if self.gateway.book.outcome(task.task_id) is None:
+                self.gateway.resume(task)
+        log.warning("node %s is back in the cluster", self.node_id)
+        return True
+
+    # ------------------------------------------------------------ the others
+
+    async def _discover(self) -> None:
+        live = {n.node_id: n.url for n in await self.nodes.live() if n.node_id != self.node_id}
+        for node_id in [n for n in self._known if n not in live]:
+            await self.peers.remove(node_id)
+            del self._known[node_id]
+            log.warning("node %s left the cluster (or its lease ran out)", node_id)
+        for node_id, url in live.items():
+            if self._known.get(node_id) != url:
+                await self.peers.add(node_id, url)
+                self._known[node_id] = url
+
+    async def _take_over(self) -> None:
+        for dead in await self.nodes.orphan_owners():
+            if dead == self.node_id:
+                continue
+            while True:
+                tasks = await self.nodes.take_over(dead, self.node_id)
+                if not tasks:
+                    break
+                for task in tasks:
+                    if self.gateway.book.outcome(task.task_id) is None:
+                        self.gateway.resume(task)
+                self.taken_over += len(tasks)
+                log.warning("node %s took over %d task(s) of node %s", self.node_id,
+                            len(tasks), dead)

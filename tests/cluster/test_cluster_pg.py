@@ -1,0 +1,144 @@
+"""Coordinators on one PostgreSQL as one Reach (``cluster=True``, docs/cluster.md): they find
+each other through ``reach_nodes``, route to each other's agents, follow each other's tasks,
+take over a dead node's tasks and fence themselves when cut off from the database."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+
+from reach import Agent, Client, Reach
+
+pytestmark = pytest.mark.timeout(60)
+
+# A lease short enough for a test, long enough that a loaded machine's stalled loop does not
+# let it run out (a node whose renewal comes late fences itself, then rejoins).
+LEASE = 1.0
+
+
+async def until(check: Callable[[], Any], limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as s:
+        yield s
+
+
+async def node(stack: AsyncExitStack, url: str, name: str, **kw: Any) -> Reach:
+    reach = await stack.enter_async_context(Reach.start(
+        store=url, cluster=True, node_id=name, lease_s=LEASE, admin_token="t",
+        heartbeat_interval=0.05, http_port=None, **kw))
+    return reach
+
+
+def agent_with(name: str, gate: asyncio.Event | None = None, runs: list[str] | None = None
+               ) -> Agent:
+    agent = Agent(name, heartbeat_interval=0.05)
+
+    @agent.capability("work.do", idempotent=True, latency_ms=5000)
+    async def do(n: int) -> dict[str, Any]:
+        if runs is not None:
+            runs.append(name)
+        if gate is not None:
+            await gate.wait()
+        return {"n": n, "by": name}
+
+    return agent
+
+
+async def test_nodes_find_each_other_and_call_across(pg_url: str, stack: AsyncExitStack
+                                                     ) -> None:
+    a = await node(stack, pg_url, "node-a")
+    b = await node(stack, pg_url, "node-b")
+    agent = agent_with("worker-b")
+    await stack.enter_async_context(agent.connect(b.url))
+    await until(lambda: any(v["name"] == "worker-b" for v in a.agents()))
+    seen = {v["name"]: v["node"] for v in a.agents()}
+    assert seen["worker-b"] == "node-b"
+    client = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    assert await client.call("work.do", {"n": 1}, timeout=10) == {"n": 1, "by": "worker-b"}
+    assert a.cluster is not None and a.cluster.view()["peers"] == ["node-b"]
+
+
+async def test_a_caller_on_another_node_waits_for_the_owners_result(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    a = await node(stack, pg_url, "node-a")
+    b = await node(stack, pg_url, "node-b")
+    gate = asyncio.Event()
+    await stack.enter_async_context(agent_with("worker", gate).connect(a.url))
+    first = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    handle = await first.submit("work.do", {"n": 7}, idempotency_key="k-7")
+    # The same caller, on the other node, asks for the task node A drives.
+    other = await stack.enter_async_context(Client.connect(b.url, caller="planner"))
+    waiting = asyncio.ensure_future(other.result(handle.task_id, timeout=10))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    gate.set()
+    assert await waiting == {"n": 7, "by": "worker"}
+    assert len(b.gateway.following) == 0
+
+
+async def test_a_dead_nodes_tasks_are_taken_over_once(pg_url: str, stack: AsyncExitStack
+                                                      ) -> None:
+    a = await node(stack, pg_url, "node-a")
+    b = Reach.start(store=pg_url, cluster=True, node_id="node-b", lease_s=LEASE,
+                    admin_token="t", heartbeat_interval=0.05, http_port=None)
+    b_reach = await b
+    gate = asyncio.Event()
+    runs: list[str] = []
+    on_b = agent_with("worker-1", gate, runs)
+    await on_b.connect([b_reach.url, a.url])  # (on either node: B routes to it both ways)
+    await until(lambda: any(v["name"] == "worker-1" and v["state"] == "online"
+                            for v in b_reach.agents()))
+    caller = await Client.connect(b_reach.url, caller="planner")
+    handle = await caller.submit("work.do", {"n": 3}, idempotency_key="k-3")
+    await until(lambda: runs == ["worker-1"])
+    # Node B dies without leaving: its loops stop, its sockets go, its lease runs out.
+    cut_off(b_reach)
+    await until(lambda: b_reach.cluster is not None and b_reach.cluster.fenced, 5)
+    await until(lambda: a.cluster is not None and a.cluster.taken_over == 1, 10)
+    gate.set()
+    mover = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    assert await mover.result(handle.task_id, timeout=10) == {"n": 3, "by": "worker-1"}
+    assert runs == ["worker-1"]  # the agent's key cache answered the take-over: run once
+    await caller.close()
+    await on_b.close()
+    await b_reach.stop()
+
+
+def cut_off(reach: Reach) -> None:
+    """The node can no longer reach the database: its renewals and rejoins fail."""
+    assert reach.cluster is not None
+    reach.cluster.nodes.renew = _never  # type: ignore[method-assign]
+    reach.cluster.nodes.join = _refused  # type: ignore[method-assign]
+
+
+async def _never() -> bool:
+    return False
+
+
+async def _refused(*_args: object) -> None:
+    raise ConnectionRefusedError("the database is unreachable")
+
+
+async def test_a_fenced_node_refuses_work_and_sends_it_elsewhere(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    a = await node(stack, pg_url, "node-a")
+    b = await node(stack, pg_url, "node-b")
+    await stack.enter_async_context(agent_with("worker").connect([a.url, b.url]))
+    cut_off(b)
+    await until(lambda: b.cluster is not None and b.cluster.fenced, 5)
+    client = await stack.enter_async_context(Client.connect([b.url, a.url], caller="p"))
+    assert client.url == a.url  # the fenced node refused the hello: the caller moved on
+    # (an agent that was on B moves to A: A routes to it once it has registered there)
+    await until(lambda: any(v["name"] == "worker" and v["state"] == "online" and
+                            v["node"] == "node-a" for v in a.agents()))
+    assert await client.call("work.do", {"n": 2}, timeout=10) == {"n": 2, "by": "worker"}
