@@ -2,25 +2,23 @@
 
 An adapter (reach.adapters: HTTP service, command-line tool, NATS worker) is registered under
 its name like a websocket agent and driven with the same guarantees; its health checks are its
-heartbeats.
+heartbeats. ``reach`` is the ``Reach`` coordinator (typed ``Any`` here: reach.reach imports
+this module).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reach.adapters.base import Adapter, Membership
 from reach.server.agent_session import precompile
 
-if TYPE_CHECKING:
-    from reach.reach import Reach
-
 log = logging.getLogger("reach")
 
 
-async def attach(reach: Reach, adapter: Adapter) -> dict[str, Any]:
+async def attach(reach: Any, adapter: Adapter) -> dict[str, Any]:
     """Register ``adapter`` with ``reach`` (see ``Reach.attach``); its view."""
     if not reach.started:
         raise RuntimeError("start the coordinator before attaching agents: "
@@ -54,10 +52,11 @@ async def attach(reach: Reach, adapter: Adapter) -> dict[str, Any]:
     adapter.watch(Membership(reach.registry, registration.record, reach.clock,
                              registration.record.liveness.interval, reach.gateway.probes))
     await reach.identities.remember(registration.record, adapter.specs)
-    return reach.ops.agents(names={name})[0]
+    view: dict[str, Any] = reach.ops.agents(names={name})[0]
+    return view
 
 
-async def detach(reach: Reach, name: str, grace: float | None) -> None:
+async def detach(reach: Any, name: str, grace: float | None) -> None:
     """Stop routing to an attached agent, drain it, release it (see ``Reach.detach``)."""
     adapter = reach.adapters.pop(name, None)
     if adapter is None:

@@ -26,7 +26,7 @@ from reach import attached
 from reach.adapters.base import Adapter
 from reach.alert_rules import AlertConfig, load_alerts
 from reach.cluster import Node
-from reach.clustering import ClusterNode
+from reach.membership import ClusterNode
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
