@@ -20,8 +20,9 @@ from a random one, the lost one last); ``agent.url`` is the one it is on.
 intervals (it bounds them and says in ``welcome`` what it granted); ``threads`` sizes the
 agent's own pool for sync handlers (default ``max_concurrency``), shut down on ``close``.
 
-Running handlers (idempotency, acks, answers) is ``Serving``'s job, in serving.py; this module
-declares capabilities and keeps the connection.
+Running handlers (idempotency, acks, answers) is ``Serving``'s job, in serving.py (handlers.py:
+what a declared handler is, and its arguments); this module declares capabilities and keeps
+the connection.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ from reach.errors import ReachError
 from reach.sdk.client import Client
 from reach.sdk.connection import unreachable
 from reach.sdk.endpoints import Endpoints, dial_any
+from reach.sdk.handlers import Handler, inspect_handler
 from reach.sdk.opening import Opening
-from reach.sdk.serving import Handler, Serving, inspect_handler
+from reach.sdk.serving import Serving
 from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
 
@@ -271,6 +273,7 @@ class Agent(Serving):
                 async for raw in ws:
                     self._on_frame(raw)
             finally:
+                self._lost_connection()  # what came in on it is not answered on the next
                 beat.cancel()
                 await asyncio.gather(beat, return_exceptions=True)
         finally:

@@ -9,6 +9,13 @@ One idempotency key never runs twice here: a duplicate that arrives while the fi
 waits for it; one that arrives later gets the cached answer (a bounded cache). Faults are not
 cached, so a retry after a fault really runs again.
 
+Frames about an invoke (its ack, chunks, outcome) and a probe's answer go out only on the
+connection it came in on. Once that connection is gone (``_lost_connection``) they are dropped,
+not sent on the next one: the work counts as lost with its connection (docs/protocol.md §2),
+so the coordinator that takes over delivers it again under a new attempt, and it is that
+attempt which is answered, from the run still going (which it joins) or from the cache. Sent
+on the new connection, the old attempt's answer could only be refused as naming the wrong one.
+
 Sync handlers run on the agent's own thread pool (``threads`` workers), never on Python's
 shared default executor: one agent's blocked handlers cannot starve another agent's, or the
 application's ``asyncio.to_thread``. A ``probe`` from the coordinator is answered from here,
@@ -24,22 +31,19 @@ import contextvars
 import functools
 import inspect
 import logging
-import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from reach.core.keys import unscoped_key
 from reach.core.names import normalize
 from reach.errors import ReachError, TaskError
 from reach.sdk.client import Client
-from reach.sdk.context import Context
 from reach.sdk.faults import FaultLog
+from reach.sdk.handlers import Handler, arguments, jsonable
 from reach.wire import protocol as p
 
 log = logging.getLogger("reach.agent")
@@ -52,34 +56,6 @@ _Result = p.unchecked(p.Result)
 _Error = p.unchecked(p.Error)
 _WireError = p.unchecked(p.WireError)
 _ProbeResult = p.unchecked(p.ProbeResult)
-
-
-@dataclass(slots=True)
-class Handler:
-    spec: p.CapabilitySpec
-    fn: Callable[..., Any]
-    model: type[BaseModel] | None
-    ctx_param: str | None
-    accepts: frozenset[str] | None  # None: takes **kwargs
-    streaming: bool
-    is_async: bool
-
-
-def inspect_handler(fn: Callable[..., Any]) -> tuple[str | None, frozenset[str] | None]:
-    sig = inspect.signature(fn)
-    ctx_param = None
-    names: set[str] = set()
-    var_kw = False
-    for param in sig.parameters.values():
-        ann = param.annotation
-        if ann is Context or ann == "Context" or (ann is inspect.Parameter.empty
-                                                  and param.name == "ctx"):
-            ctx_param = param.name
-        elif param.kind is inspect.Parameter.VAR_KEYWORD:
-            var_kw = True
-        else:
-            names.add(param.name)
-    return ctx_param, None if var_kw else frozenset(names)
 
 
 class Serving:
@@ -105,7 +81,7 @@ class Serving:
         self.executions = 0  # handler runs started (duplicates answered from cache excluded)
         self._runs: dict[str, asyncio.Future[Outcome]] = {}
         # reads waiting out the ack grace, in deadline order, and the one timer for them
-        self._acks: deque[tuple[float, p.Invoke, asyncio.Future[Outcome]]] = deque()
+        self._acks: deque[tuple[float, p.Invoke, int, asyncio.Future[Outcome]]] = deque()
         self._ack_timer: asyncio.TimerHandle | None = None
         self._by_task: dict[str, asyncio.Task[None]] = {}
         self._done: OrderedDict[str, Outcome] = OrderedDict()
@@ -113,12 +89,24 @@ class Serving:
         self._slots: asyncio.Semaphore | None = None
         self._waiting = 0
         self._faults = FaultLog()  # one traceback per task (reach.sdk.faults)
+        self._conn = 0  # which connection frames are read from now (counted as they go)
 
     def _post_text(self, text: str) -> None:
         raise NotImplementedError
 
     async def _get_client(self) -> Client:
         raise NotImplementedError
+
+    def _lost_connection(self) -> None:
+        """The connection frames were read from is gone: what is still to be said about the
+        work and probes that came in on it is dropped, not said on the next one."""
+        self._conn += 1
+
+    def _send(self, conn: int, text: str) -> None:
+        """Send ``text``, about something that came in on connection ``conn``, if that is
+        still the connection (``_post_text`` sends on the current one)."""
+        if conn == self._conn:
+            self._post_text(text)
 
     # ------------------------------------------------------------ threads and probes
 
@@ -141,12 +129,12 @@ class Serving:
     def _on_probe(self, f: p.Probe) -> None:
         if self._closing:
             return
-        task = asyncio.get_running_loop().create_task(self._answer_probe(f.id),
+        task = asyncio.get_running_loop().create_task(self._answer_probe(f.id, self._conn),
                                                       name=f"probe-{f.id}")
         self._probing.add(task)
         task.add_done_callback(self._probing.discard)
 
-    async def _answer_probe(self, probe_id: int) -> None:
+    async def _answer_probe(self, probe_id: int, conn: int) -> None:
         """Answer probe ``probe_id`` as work is served: wait for a handler slot, run the
         check where a handler would run (the thread pool for a sync check, and for the
         default check of an agent with sync handlers), then say how it went."""
@@ -165,7 +153,7 @@ class Serving:
                         ok, detail = False, "the probe check returned False"
             except Exception as exc:  # a failed check is an answer, not a crash
                 ok, detail = False, f"{type(exc).__name__}: {exc}"[:2000]
-        self._post_text(p.dump(_ProbeResult(id=probe_id, ok=ok, detail=detail)))
+        self._send(conn, p.dump(_ProbeResult(id=probe_id, ok=ok, detail=detail)))
 
     def _stop_probes(self) -> None:
         for task in list(self._probing):
@@ -206,35 +194,36 @@ class Serving:
                 code="unavailable", message=f"agent {self.name!r} is shutting down",
                 details={"agent": self.name}))))
             return
-        key = f.idempotency_key
+        key, conn = f.idempotency_key, self._conn
         cached = self._done.get(key)
         if cached is not None:
             self._done.move_to_end(key)
-            self._reply(f, cached)
+            self._reply(f, conn, cached)
             return
         loop = asyncio.get_running_loop()
         running = self._runs.get(key)
         if running is not None:  # same key while the first run goes on: share its outcome
-            running.add_done_callback(lambda fut: self._reply(f, fut.result()))
+            running.add_done_callback(lambda fut: self._reply(f, conn, fut.result()))
         else:
             outcome: asyncio.Future[Outcome] = loop.create_future()
             self._runs[key] = outcome
-            work = loop.create_task(self._execute(f, outcome), name=f"handler-{f.task_id}")
+            work = loop.create_task(self._execute(f, conn, outcome),
+                                    name=f"handler-{f.task_id}")
             self._work.add(work)
             self._by_task[f.task_id] = work
             work.add_done_callback(self._work.discard)
-            work.add_done_callback(lambda w: self._cancelled_early(w, f, outcome))
+            work.add_done_callback(lambda w: self._cancelled_early(w, f, conn, outcome))
             running = outcome
         handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
         if handler is not None and not handler.spec.idempotent:
             # A write is acknowledged before it starts: were this process to die unacked, the
             # coordinator takes the work as never delivered and sends it elsewhere, which is
             # only safe if it really did not start here.
-            self._ack(f, running)
+            self._ack(f, conn, running)
         else:  # a quick read answers within the grace, sparing the ack frame
-            self._ack_later(loop, f, running)
+            self._ack_later(loop, f, conn, running)
 
-    def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke,
+    def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke, conn: int,
                          outcome: asyncio.Future[Outcome]) -> None:
         """A task cancelled before its first step never ran ``_execute``'s cleanup."""
         if not work.cancelled() or outcome.done():
@@ -242,18 +231,18 @@ class Serving:
         self._runs.pop(f.idempotency_key, None)
         self._by_task.pop(f.task_id, None)
         outcome.set_result(_error("task_failed", "cancelled", answer=False, agent=self.name))
-        self._reply(f, outcome.result())
+        self._reply(f, conn, outcome.result())
 
-    def _ack(self, f: p.Invoke, running: asyncio.Future[Outcome]) -> None:
+    def _ack(self, f: p.Invoke, conn: int, running: asyncio.Future[Outcome]) -> None:
         if not running.done():
-            self._post_text(p.dump(_Ack(task_id=f.task_id, attempt=f.attempt)))
+            self._send(conn, p.dump(_Ack(task_id=f.task_id, attempt=f.attempt)))
 
-    def _ack_later(self, loop: asyncio.AbstractEventLoop, f: p.Invoke,
+    def _ack_later(self, loop: asyncio.AbstractEventLoop, f: p.Invoke, conn: int,
                    running: asyncio.Future[Outcome]) -> None:
         """Ack ``f`` after the grace unless it has answered by then. All reads share one
         grace, so their deadlines come in order and one timer serves them all: a timer per
         invoke cost a heap push, and a loop wake-up each, for acks that are almost never sent."""
-        self._acks.append((loop.time() + self.ack_grace, f, running))
+        self._acks.append((loop.time() + self.ack_grace, f, conn, running))
         if self._ack_timer is None:
             self._ack_timer = loop.call_at(self._acks[0][0], self._acks_due, loop)
 
@@ -261,21 +250,21 @@ class Serving:
         self._ack_timer = None
         now = loop.time()
         acks = self._acks
-        while acks and (acks[0][0] <= now or acks[0][2].done()):
-            _, f, running = acks.popleft()
-            self._ack(f, running)  # a no-op for one that has answered
+        while acks and (acks[0][0] <= now or acks[0][3].done()):
+            _, f, conn, running = acks.popleft()
+            self._ack(f, conn, running)  # a no-op for one that has answered
         if acks:
             self._ack_timer = loop.call_at(acks[0][0], self._acks_due, loop)
 
-    async def _execute(self, f: p.Invoke, outcome: asyncio.Future[Outcome]) -> None:
+    async def _execute(self, f: p.Invoke, conn: int, outcome: asyncio.Future[Outcome]) -> None:
         key = f.idempotency_key
         try:
-            result = await self._run_handler(f)
+            result = await self._run_handler(f, conn)
         except asyncio.CancelledError:
             self._runs.pop(key, None)
             outcome.set_result(("error", {"code": "task_failed", "message": "cancelled",
                                           "details": {"answer": False, "agent": self.name}}))
-            self._reply(f, outcome.result())
+            self._reply(f, conn, outcome.result())
             raise
         finally:
             self._by_task.pop(f.task_id, None)
@@ -285,9 +274,9 @@ class Serving:
             if len(self._done) > self.cache_size:
                 self._done.popitem(last=False)
         outcome.set_result(result)
-        self._reply(f, result)
+        self._reply(f, conn, result)
 
-    async def _run_handler(self, f: p.Invoke) -> Outcome:
+    async def _run_handler(self, f: p.Invoke, conn: int) -> Outcome:
         handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
         if handler is None:
             return _error("task_failed", f"agent {self.name!r} does not serve {f.capability!r}",
@@ -300,20 +289,20 @@ class Serving:
             self._waiting -= 1
         try:
             self.executions += 1
-            kwargs = self._arguments(handler, f)
+            kwargs = arguments(handler, f, self._get_client)
             if handler.streaming:
                 chunks: list[Any] = []
                 async for item in handler.fn(**kwargs):
-                    item = _jsonable(item)
-                    self._post_text(p.dump(_Chunk(task_id=f.task_id, attempt=f.attempt,
-                                                  seq=len(chunks), data=item)))
+                    item = jsonable(item)
+                    self._send(conn, p.dump(_Chunk(task_id=f.task_id, attempt=f.attempt,
+                                                   seq=len(chunks), data=item)))
                     chunks.append(item)
                 value: Any = chunks
             elif handler.is_async:
                 value = await handler.fn(**kwargs)
             else:
                 value = await self._run_sync(handler.fn, **kwargs)
-            value = _jsonable(value)
+            value = jsonable(value)
             to_json(value)  # not JSON-able: a fault, reported now rather than lost
             return ("ok", value)
         except TaskError as exc:
@@ -340,41 +329,22 @@ class Serving:
                 return handler
         return None
 
-    def _arguments(self, handler: Handler, f: p.Invoke) -> dict[str, Any]:
-        if handler.model is not None:
-            model = handler.model.model_validate(f.params)
-            kwargs = {k: getattr(model, k) for k in type(model).model_fields}
-        else:
-            kwargs = dict(f.params)
-        if handler.accepts is not None:
-            kwargs = {k: v for k, v in kwargs.items() if k in handler.accepts}
-        if handler.ctx_param is not None:
-            kwargs[handler.ctx_param] = Context(
-                task_id=f.task_id, trace_id=f.trace_id,
-                idempotency_key=unscoped_key(f.caller, f.idempotency_key),
-                capability=f.capability, caller=f.caller, attempt=f.attempt,
-                parent_task_id=f.parent_task_id, traceparent=f.traceparent,
-                deadline=None if f.deadline_ms is None
-                else time.monotonic() + f.deadline_ms / 1000.0,
-                _client=self._get_client)
-        return kwargs
-
-    def _reply(self, f: p.Invoke, outcome: Outcome) -> None:
+    def _reply(self, f: p.Invoke, conn: int, outcome: Outcome) -> None:
         kind, payload = outcome
         if kind == "ok":
             text = p.dump(_Result(task_id=f.task_id, attempt=f.attempt, result=payload))
             limit = min(self.max_frame_bytes, self.frame_limit)
             size = p.oversize(text, limit)
             if size is None:
-                self._post_text(text)
+                self._send(conn, text)
                 return
             # Sent, it would close the connection (1009) and lose every task on it. Running
             # again would give the same result, so this is a final answer, not a fault.
             payload = _error("task_failed", f"the result is {size} bytes, over "
                              f"the {limit}-byte frame limit; return a reference to large data",
                              answer=True, agent=self.name)[1]
-        self._post_text(p.dump(_Error(task_id=f.task_id, attempt=f.attempt,
-                                      error=_WireError(**payload))))
+        self._send(conn, p.dump(_Error(task_id=f.task_id, attempt=f.attempt,
+                                       error=_WireError(**payload))))
 
 
 def _nothing() -> None:
@@ -383,10 +353,4 @@ def _nothing() -> None:
 
 def _error(code: str, message: str, /, **details: Any) -> Outcome:
     return ("error", {"code": code, "message": message, "details": details})
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return value
 

@@ -249,7 +249,8 @@ class AgentSession(Session):
                 f"invoke's task_id and attempt", type=frame.type, task_id=frame.task_id,
                 attempt=frame.attempt, expected=expected[0])
         # Nothing of that task is in flight here: answered already, lost with an earlier
-        # connection (the SDK answers on its new one), or given up long ago. Ignored.
+        # connection (an agent may answer it on its new one; the SDK does not), or given up
+        # long ago. Ignored.
         return None
 
 
