@@ -175,8 +175,9 @@ class PeerSession(Session):
             why, full = refusal
             # ``full``: the agent is well, only busy (its slots are shared with this node's
             # callers and every peer's): the peer waits or fails over without a fault.
-            self.out.post(error_frame(Unavailable(why, link="undelivered", full=full,
-                                                  agent_id=frame.agent_id),
+            extra = {"full": True} if full else {}
+            self.out.post(error_frame(Unavailable(why, link="undelivered",
+                                                  agent_id=frame.agent_id, **extra),
                                       task_id=frame.task_id, attempt=frame.attempt))
             return
         record = self.services.registry.by_id[frame.agent_id]
