@@ -158,6 +158,14 @@ class Model:
 
     # ------------------------------------------------------------ ordered views
 
+    def nodes(self) -> set[str]:
+        """The coordinators the agents are held by (this one and its peers, reach.cluster);
+        empty from a coordinator without peer links."""
+        found = {view.node for view in self.agents.values() if view.node}
+        if self.coordinator is not None and self.coordinator.node:
+            found.add(self.coordinator.node)
+        return found
+
     def agents_by_name(self) -> list[admin.AgentView]:
         """Every known agent, sorted by name (then id, for two agents of one name)."""
         return sorted(self.agents.values(), key=lambda a: (a.name, a.agent_id))

@@ -127,9 +127,12 @@ def error_text(error: Any, width: int = 48) -> str:
 AGENT_COLUMNS = (
     Column("agent", "Agent", shrink=12), Column("state", "State"), Column("load", "In flight"),
     Column("p95", "P95"), Column("calls", "Calls"), Column("faults", "Faults"),
-    Column("breaker", "Breaker"), Column("beat", "Beat"), Column("kind", "Kind"),
-    Column("caps", "Capabilities", shrink=14),
+    Column("breaker", "Breaker"), Column("beat", "Beat"), Column("node", "Node", shrink=8),
+    Column("kind", "Kind"), Column("caps", "Capabilities", shrink=14),
 )
+"""The Node column is always there, even for one coordinator: the columns stay put when a
+peer links (the feed keeps a gone peer's agents, offline), and on one node it says which
+coordinator this dashboard watches."""
 
 
 def by_hand(agent: str, overrides: admin.Overrides) -> str:
@@ -142,7 +145,9 @@ def by_hand(agent: str, overrides: admin.Overrides) -> str:
 
 
 def agent_row(view: admin.AgentView, at: float,
-              overrides: admin.Overrides | None = None) -> Row:
+              overrides: admin.Overrides | None = None, here: str | None = None) -> Row:
+    """``here``: the node id of the coordinator the feed is from (its own agents' node is
+    shown dim, a peer's plain)."""
     state = view.state
     label = state
     if view.draining:  # an operator's choice, not a fault: not "suspected" (issue 14)
@@ -162,11 +167,12 @@ def agent_row(view: admin.AgentView, at: float,
             Text(str(view.calls), justify="right"),
             Text(str(view.faults), justify="right", style="red" if view.faults else ""),
             breaker_text(view.breaker), Text(age(beat), justify="right"),
+            Text(view.node or DASH, style="dim" if view.node in (None, here) else ""),
             Text(view.kind, style="dim" if view.kind == "websocket" else "magenta"), Text(caps),
         ),
         fields={"agent": view.name, "id": view.agent_id, "state": label,
                 "breaker": view.breaker, "capability": caps, "version": view.version,
-                "kind": view.kind},
+                "kind": view.kind, "node": view.node or ""},
     )
 
 

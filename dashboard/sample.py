@@ -26,13 +26,13 @@ AT = 1764430000.0
 def _agent(name: str, n: int, state: str, *, inflight: int, limit: int, calls: int, faults: int,
            breaker: str, rate: float, probe: float | None, p95: float | None, beat: float,
            caps: list[str], connected: bool = True, draining: bool = False,
-           kind: str = "websocket", opened: float | None = None, open_for: float = 5.0
-           ) -> JSON:
+           kind: str = "websocket", opened: float | None = None, open_for: float = 5.0,
+           node: str = "n-4be1a0") -> JSON:
     held = {} if opened is None else {"opened_at": AT - opened,
                                       "probe_after": AT - opened + open_for,
                                       "tripped_rate": rate, "tripped_calls": 10}
     return {
-        "name": name, "agent_id": f"ag-{n:016x}", "state": state, "kind": kind,
+        "name": name, "agent_id": f"ag-{n:016x}", "state": state, "kind": kind, "node": node,
         "version": "1.2.0",
         "inflight": inflight, "max_concurrency": limit, "load": inflight / limit,
         "queue_depth": 0, "calls": calls, "faults": faults, "capabilities": caps,
@@ -52,7 +52,7 @@ AGENTS = [
            breaker="closed", rate=0.1, probe=None, p95=140.0, beat=0.6, caps=["orders.write"]),
     _agent("orders-2", 3, "suspected", inflight=0, limit=10, calls=431, faults=7,
            breaker="open", rate=0.6, probe=3.2, p95=95.5, beat=2.4, caps=["orders.write"],
-           opened=1.8),
+           opened=1.8, kind="peer", node="n-7c2d19"),
     _agent("reports", 4, "online", inflight=1, limit=4, calls=57, faults=2, breaker="half_open",
            rate=0.5, probe=None, p95=1250.0, beat=0.1, caps=["report.write"], draining=True,
            kind="process", opened=7.5),
@@ -176,7 +176,8 @@ def snapshot() -> JSON:
     """The sample snapshot frame (a fresh copy each call)."""
     return {"v": 1, "type": "snapshot", "at": AT,
             "coordinator": {"url": "ws://127.0.0.1:8765", "version": "0.1.0",
-                            "started_at": AT - 3600.0, "store": "sqlite:///reach.db"},
+                            "started_at": AT - 3600.0, "store": "sqlite:///reach.db",
+                            "node": "n-4be1a0"},
             "agents": [dict(a) for a in AGENTS], "traces": [dict(t) for t in TRACES],
             "dead_letters": [dict(d) for d in DEAD_LETTERS], "metrics": dict(METRICS)}
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from reach.config import Settings
 from reach.core.routing import STRATEGIES
@@ -114,6 +115,20 @@ def _parser() -> argparse.ArgumentParser:
                             "letters, open breakers, slow capabilities, capabilities without "
                             "an agent); see docs/alerts.md")
     serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    peers = serve.add_argument_group(
+        "peer links", "Several coordinators behave as one Reach: each mirrors the agents the "
+        "others hold and routes calls to them (docs/protocol.md §14).")
+    peers.add_argument("--node-id", default=None, metavar="ID",
+                       help="this coordinator's name among its peers (default: a random "
+                            "n-xxxxxx, printed at start); unique per coordinator")
+    peers.add_argument("--peer-token", default=None, metavar="TOKEN",
+                       help="the secret peers present to link; set the same one on every "
+                            "node (default: the admin token, so without either set the same "
+                            "everywhere no two nodes can link)")
+    peers.add_argument("--peer", action="append", default=[], metavar="URL", dest="peers",
+                       help="another coordinator's websocket URL (ws://HOST:PORT) to link to "
+                            "at start and redial while it is down; repeat for each peer. A "
+                            "list naming this node itself is fine (that entry is skipped)")
 
     demo = sub.add_parser("demo", help="a coordinator, three agents and a mix of calls, live",
                           description="Starts a coordinator on an embedded SQLite file, three "
@@ -177,7 +192,35 @@ def _settings(args: argparse.Namespace) -> Settings:
             serves=_rules(args.serves_file, list), insecure=args.insecure,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
-            cluster=args.cluster, lease_s=args.lease)
+            cluster=args.cluster, lease_s=args.lease, **_peering(args))
+
+
+def _peering(args: argparse.Namespace) -> dict[str, Any]:
+    """The peer-link settings of ``--node-id``, ``--peer-token`` and ``--peer``, checked
+    here so that a typo is one line at start, not a link that redials in vain forever."""
+    node = args.node_id
+    if node is not None and (not node.strip() or len(node) > 200 or
+                             any(c.isspace() or not c.isprintable() for c in node)):
+        raise ValueError(f"--node-id {node!r}: give a short name without spaces or control "
+                         f"characters (at most 200), unique to this coordinator")
+    token = args.peer_token
+    if token is not None and not token.strip():
+        raise ValueError("--peer-token must not be empty: peers link only with a secret")
+    urls = []
+    for url in args.peers:
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme not in ("ws", "wss") or not parts.hostname or port is None:
+            raise ValueError(f"--peer {url!r}: give another coordinator's websocket URL with "
+                             f"its port, like ws://10.0.0.2:8765 (wss:// across machines)")
+        urls.append(url)
+    if urls and token is None and args.admin_token is None:
+        raise ValueError("--peer needs --peer-token (or the same --admin-token on every "
+                         "node): with the default random token no peer could link")
+    return {"node_id": node, "peer_token": token, "peers": tuple(urls)}
 
 
 def _agents(path: Path | None) -> list[Any]:
@@ -274,6 +317,9 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     _say(f"reach: coordinator listening on {reach.url} (store {settings.store})")
+    if settings.peers or settings.node_id:
+        _say(f"reach: node {reach.node.node_id}; peers: "
+             f"{', '.join(settings.peers) or 'none yet'}")
     if reach.http_url is not None:
         _say(f"reach: REST front door at {reach.http_url} (OpenAPI at "
              f"{reach.http_url}/openapi.json; docs/http-api.md)")

@@ -157,6 +157,10 @@ class Settings:
                 0 < len(self.node_id) <= 128 and self.node_id.isprintable()
                 and " " not in self.node_id):
             raise ValueError("node_id must be 1..128 printable characters without spaces")
+        if self.cluster and self.peer_token is None and self.admin_token is None:
+            raise ValueError(
+                "a cluster's nodes link to each other with a shared secret: give every node "
+                "the same peer_token (--peer-token), or the same admin_token")
         if self.cluster and self.node_id is None:
             object.__setattr__(self, "node_id",
                                f"{socket.gethostname()[:64]}-{os.urandom(4).hex()}")

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 from textual.binding import Binding, BindingType
 from textual.message import Message
 
-from ..rows import AGENT_COLUMNS, BREAKER_COLUMNS, Row, agent_row, breaker_row
+from ..filtering import Filter
+from ..rows import AGENT_COLUMNS, BREAKER_COLUMNS, Row, agent_row, breaker_row, plural
 from ..screens import AskScreen
 from .base import TableView
 
@@ -109,8 +110,17 @@ class AgentsView(AgentTableView):
     COLUMNS = AGENT_COLUMNS
 
     def rows(self) -> list[Row]:
-        return [agent_row(view, self.model.at, self.model.overrides)
-                for view in self.model.agents_by_name()]
+        model = self.model
+        here = None if model.coordinator is None else model.coordinator.node
+        return [agent_row(view, model.at, model.overrides, here)
+                for view in model.agents_by_name()]
+
+    def caption(self, total: int, wanted: Filter) -> str:
+        """``5 agents · 2 nodes``: with peer links, how many coordinators hold them (the
+        Node column says which; the status line has no room left at 120 columns)."""
+        nodes = self.model.nodes()
+        line = super().caption(total, wanted)
+        return f"{line} · {plural(len(nodes), 'node')}" if nodes else line
 
 
 class BreakersView(AgentTableView):

@@ -152,7 +152,9 @@ class PeerConnection:
         else:
             error = frame.error.model_dump()
             link = error["details"].get("link") if error["code"] == "unavailable" else None
-            if link in LINK_KINDS:
+            if link == "undelivered" and error["details"].get("full") is True:
+                reply.resolve("full")  # no free slot at the holder: neither fault nor hop
+            elif link in LINK_KINDS:
                 reply.resolve(link)
             else:
                 reply.resolve("error", error)

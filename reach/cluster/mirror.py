@@ -100,6 +100,8 @@ class Mirror:
         self.ids.add(row.agent_id)
         reg.heartbeat(record, now - row.beat_age, inflight=row.inflight,
                       queue_depth=row.queue_depth, load=row.load)
+        if record.held_full and row.inflight < row.max_concurrency:
+            reg.holder_full(record, False)  # room again at the holder: slot waiters wake
         # Only a change of the holder's word moves the drain: an operator's drain here of a
         # peer's agent stays until the operator (or a new drain at the holder) lifts it.
         if row.draining != self.draining.get(row.agent_id, False):

@@ -61,6 +61,9 @@ class AgentRecord:
     state: Liveness = Liveness.ONLINE
     _inflight: int = 0
     reported_inflight: int = 0
+    # Its holder (another node, reach.cluster) refused an attempt for want of a free slot:
+    # full here too until the holder reports room again (``Registry.holder_full``).
+    held_full: bool = False
     queue_depth: int = 0
     load: float = 0.0
     calls: int = 0
@@ -176,7 +179,7 @@ class AgentRecord:
 
     def room(self, capability: str) -> bool:
         """A free slot for ``capability``: under ``max_concurrency`` and its bulkhead."""
-        if self._inflight >= self.max_concurrency:
+        if self._inflight >= self.max_concurrency or self.held_full:
             return False
         bulk = self.bulk
         return bulk is None or bulk.room(capability, self.by_cap, self.by_tier)
@@ -267,7 +270,7 @@ def routable(record: AgentRecord, capability: str | None = None) -> int:
         return OUT
     if record.breaker.state is not BreakerState.CLOSED:
         return HELD
-    if record._inflight >= record.max_concurrency:
+    if record._inflight >= record.max_concurrency or record.held_full:
         return FULL
     bulk = record.bulk
     if capability is None or bulk is None or bulk.room(capability, record.by_cap,

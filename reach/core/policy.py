@@ -8,6 +8,9 @@ answers" and "retries" rows is decided here, from plain values, so each is a uni
   capabilities, with backoff, within the task's ``max_retries`` and a hop cap;
 - a ``TaskError`` answer is final and not the agent's fault;
 - a completion timeout caused by the caller's own short deadline is not the agent's fault;
+- an agent held by another node whose holder had no free slot for it ("full": its slots are
+  shared with the holder's own callers) is neither a fault nor a hop: the task fails over or
+  waits for a slot, as for an agent saturated here;
 - "no healthy agent" waits for a breaker about to let work through rather than spend a retry.
 """
 
@@ -40,6 +43,7 @@ class Verdict:
     healthy: bool          # for the agent's breaker and the capability's health: not a fault
     judged: bool           # False: neither success nor fault (the caller's deadline cut it)
     error: str | None      # the attempt's error text
+    full: bool = False     # refused for want of a free slot (at the agent's holder node)
 
     @property
     def finished(self) -> bool:
@@ -58,11 +62,13 @@ _UNDELIVERED = Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")
 _LOST = Verdict(Outcome.LOST, False, True, "connection lost")
 _TIMEOUT = Verdict(Outcome.TIMEOUT, False, True, "completion timeout")
 _CALLER_DEADLINE = Verdict(Outcome.TIMEOUT, False, False, "the caller's deadline passed")
+# Nothing ran and nothing is wrong with the agent: not judged, so no breaker or health moves.
+_FULL = Verdict(Outcome.UNDELIVERED, True, False, "no free slot at the agent's node", True)
 
 
 def classify(kind: str, payload: Any, *, acked: bool, caller_bound: bool) -> Verdict:
     """Judge how an attempt ended. ``kind`` is what the link reported (ok | error | lost |
-    timeout | undelivered); ``caller_bound``: the caller's deadline was shorter than the
+    timeout | undelivered | full); ``caller_bound``: the caller's deadline was shorter than the
     capability's own completion timeout."""
     if kind == "ok":
         return _OK
@@ -79,6 +85,8 @@ def classify(kind: str, payload: Any, *, acked: bool, caller_bound: bool) -> Ver
         return _CALLER_DEADLINE if caller_bound else _TIMEOUT
     if kind == "undelivered":
         return _UNDELIVERED
+    if kind == "full":
+        return _FULL
     return Verdict(Outcome.FAULT, False, True, kind)
 
 
@@ -106,7 +114,11 @@ class Retry:
 
 @dataclass(frozen=True, slots=True)
 class FailOver:
-    """Try another candidate at once (nothing ran: no backoff, no retry spent)."""
+    """Try another candidate at once (nothing ran: no backoff, no retry spent). ``free``:
+    not a hop either (the agent was full: the driver looks for a slot again, and waits for
+    one like any saturated agent's)."""
+
+    free: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +140,7 @@ class Finish:
 Step = Retry | FailOver | Wait | Finish
 _SUCCEEDED = Finish(TaskState.SUCCEEDED)
 _ANSWERED = Finish(TaskState.FAILED)
+_FREE_FAILOVER = FailOver(free=True)
 
 
 @dataclass(slots=True)
@@ -153,6 +166,8 @@ def after_attempt(verdict: Verdict, tries: Tries, *, idempotent: bool,
                   others_left: bool) -> Step:
     """The next step once an attempt ended. ``others_left``: a healthy candidate not yet
     tried remains; ``idempotent``: the capability may run twice."""
+    if verdict.full:
+        return _FREE_FAILOVER
     if verdict.outcome is Outcome.OK:
         return _SUCCEEDED
     if verdict.outcome is Outcome.ANSWER:

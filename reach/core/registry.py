@@ -181,6 +181,16 @@ class Registry:
         record.reported_inflight, record.queue_depth, record.load = inflight, queue_depth, load
         return self._set(record, now)
 
+    def holder_full(self, record: AgentRecord, full: bool) -> None:
+        """A peer-held agent's holder said it has no free slot (``full``), or reported room
+        again: routing sees it full (or not) at once, and a change wakes the slot waiters
+        (through the listeners), as a slot freed here would."""
+        if record.held_full is not full:
+            record.held_full = full
+            record.reshelve()
+            if not full:
+                self._changed(record)
+
     def disconnected(self, record: AgentRecord, now: float) -> Liveness | None:
         record.connected = False
         record.link = None

@@ -148,6 +148,8 @@ class Dispatcher:
                 self.metrics.ended(env.capability, record.name, Outcome.CANCELLED.value, 0.0)
             book.slot_freed(record)
         verdict = policy.classify(kind, payload, acked=delivery.acked, caller_bound=caller_bound)
+        if verdict.full:  # its holder node had no slot: full here too until it reports room
+            self.registry.holder_full(record, True)
         self._record(task, record, attempt, verdict, clock.now() - started, window)
         return verdict, payload, attempt
 

@@ -142,6 +142,8 @@ class Driver:
                     verdict, tries, idempotent=spec is not None and spec.spec.idempotent,
                     others_left=self._others_left(env.capability, exclude, env.tags))
                 if isinstance(step, policy.FailOver):
+                    if step.free:  # the agent was full at its node: a wait, not a hop
+                        tries.hops -= 1
                     continue
                 if isinstance(step, policy.Retry):
                     if not await self._retry(task, tries, step, deadline,

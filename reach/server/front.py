@@ -325,7 +325,7 @@ class FrontDoor:
         """``GET /v1/capabilities``: what this caller may call, and who serves it."""
         caller, _ = self._who(request)
         s = self.services
-        return _json(capabilities(caller, s.registry, s.trust))
+        return _json(capabilities(caller, s.registry, s.trust, s.node_id))
 
     async def openapi(self, request: web.Request) -> web.StreamResponse:
         return web.Response(body=self._spec_bytes, content_type=JSON)

@@ -231,6 +231,8 @@ class AgentOffer(_Out):
     name: str
     kind: str = Field(description="websocket, http, process, nats, ...")
     state: str = Field(description="online, suspected, offline, draining")
+    node: str = Field(description="the coordinator holding the agent's connection: this "
+                                  "one's node id, or a peer's (docs/protocol.md §14)")
 
 
 class CapabilityView(_Out):

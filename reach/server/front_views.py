@@ -2,8 +2,9 @@
 
 A caller sees only the capabilities its call rules let it use (core/trust.py: the same
 ``Permissions`` routing enforces), each with its params schema and the agents serving it
-now; a capability that many agents serve lists the first ``MAX_AGENTS`` of them and counts
-the rest, so one answer stays bounded however large the fleet.
+now, each with the node holding it (with peer links, reach.cluster, a peer's agents are
+listed too); a capability that many agents serve lists the first ``MAX_AGENTS`` of them and
+counts the rest, so one answer stays bounded however large the fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from reach.server.front_models import AgentOffer, CapabilityList, CapabilityView
 MAX_AGENTS = 100  # agents listed per capability
 
 
-def capabilities(caller: str, registry: Registry, trust: Trust) -> CapabilityList:
+def capabilities(caller: str, registry: Registry, trust: Trust, node: str) -> CapabilityList:
+    """The capabilities ``caller`` may call; ``node``: this coordinator's node id (the
+    ``node`` of its own agents, a peer-held agent's being its holder's)."""
     out = []
     for name in sorted(registry.index):
         declared = registry.index[name]
@@ -30,7 +33,8 @@ def capabilities(caller: str, registry: Registry, trust: Trust) -> CapabilityLis
             idempotent=spec.idempotent, latency_ms=spec.latency_ms, intents=list(spec.intents),
             description=spec.description, agent_count=len(records),
             agents=[AgentOffer(name=r.name, kind=r.kind,
-                               state="draining" if r.draining else r.state.value)
+                               state="draining" if r.draining else r.state.value,
+                               node=r.node or node)
                     for r in records[:MAX_AGENTS]]))
     return CapabilityList(caller=caller, capabilities=out)
 

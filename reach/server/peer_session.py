@@ -172,8 +172,12 @@ class PeerSession(Session):
                                 f"already forwarded here", type="forward")
         refusal = self._refusal(frame)
         if refusal is not None:
-            self.out.post(error_frame(Unavailable(refusal, link="undelivered",
-                                                  agent_id=frame.agent_id),
+            why, full = refusal
+            # ``full``: the agent is well, only busy (its slots are shared with this node's
+            # callers and every peer's): the peer waits or fails over without a fault.
+            extra = {"full": True} if full else {}
+            self.out.post(error_frame(Unavailable(why, link="undelivered",
+                                                  agent_id=frame.agent_id, **extra),
                                       task_id=frame.task_id, attempt=frame.attempt))
             return
         record = self.services.registry.by_id[frame.agent_id]
@@ -187,16 +191,19 @@ class PeerSession(Session):
         if not link.deliver(work, relay):
             relay.resolve("undelivered")
 
-    def _refusal(self, frame: wp.Forward) -> str | None:
-        """Why this node cannot pass ``frame`` on to its agent now (None: it can)."""
+    def _refusal(self, frame: wp.Forward) -> tuple[str, bool] | None:
+        """Why this node cannot pass ``frame`` on to its agent now, and whether only for want
+        of a free slot (None: it can)."""
         record = self.services.registry.by_id.get(frame.agent_id)
         here = self.services.node_id
         if record is None or not local(record):
-            return f"no agent {frame.agent_id!r} is held at node {here}"
+            return f"no agent {frame.agent_id!r} is held at node {here}", False
         if record.link is None or not record.reachable or record.draining:
-            return f"agent {record.name!r} is not online at node {here} ({record.state.value})"
+            return (f"agent {record.name!r} is not online at node {here} "
+                    f"({record.state.value})", False)
         if frame.capability not in record.capabilities:
-            return f"agent {record.name!r} does not declare {frame.capability!r}"
+            return (f"agent {record.name!r} does not declare {frame.capability!r}",
+                    False)
         if not record.room(frame.capability):
-            return f"agent {record.name!r} has no free slot for {frame.capability!r}"
+            return f"agent {record.name!r} has no free slot for {frame.capability!r}", True
         return None

@@ -51,7 +51,8 @@ def test_the_page_documents_the_peer_link() -> None:
     text = section("## 14. Peer links between coordinators", "\n## 15.")
     for needed in ('`role: "peer"`', "`forward`", "`agents`", "`synced`", "`beat_age`",
                    '`details.link: "undelivered"`', '`details.link: "lost"`',
-                   "`max_peer_agents`", "`reach.peers.add(node_id, url)`"):
+                   "`max_peer_agents`", "`reach.peers.add(node_id, url)`",
+                   "`details.full: true`"):
         assert needed in text, needed
 
 
@@ -95,6 +96,24 @@ async def test_welcome_snapshot_forward_and_answers(node: Reach) -> None:
     node.drain("conf-worker")
     changed = await link.expect("agents")
     assert changed["rows"][0]["draining"] is True and "capabilities" not in changed["rows"][0]
+    await link.close()
+    await worker.close()
+
+
+async def test_a_forward_to_a_busy_agent_is_refused_as_full(node: Reach) -> None:
+    worker = await agent(node.url, "conf-worker", [CAP], max_concurrency=1)
+    agent_id = worker.welcome["agent_id"]
+    link = await peer(node.url)
+    await link.expect("agents", synced=True)
+    await link.send(forward(agent_id, "t-1"))
+    await worker.expect("invoke", task_id="t-1")  # its one slot
+    await link.send(forward(agent_id, "t-2"))
+    busy = (await link.expect("error", task_id="t-2"))["error"]
+    assert busy["code"] == "unavailable"
+    assert (busy["details"]["link"], busy["details"]["full"]) == ("undelivered", True)
+    await link.send(forward("ag-nobody", "t-3"))  # not busy, not here: no ``full``
+    gone = (await link.expect("error", task_id="t-3"))["error"]
+    assert gone["details"]["link"] == "undelivered" and "full" not in gone["details"]
     await link.close()
     await worker.close()
 

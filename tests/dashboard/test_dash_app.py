@@ -121,7 +121,7 @@ async def test_slash_filters_the_current_table_only(running: Any) -> None:
     await pilot.press("slash", *"orders")
     assert names(app, "agents") == ["orders-1", "orders-2"]
     caption = view(app, "agents").query_one("#caption")
-    assert "2 of 5 agents match “orders”" in plain(caption)
+    assert "2 of 5 agents match “orders” · 2 nodes" in plain(caption)
     await pilot.press("enter")
     assert app.focused is view(app, "agents").table
     assert names(app, "agents") == ["orders-1", "orders-2"]  # enter keeps the filter

@@ -159,3 +159,15 @@ def test_the_sample_state_merges() -> None:
                             metrics=True)
     assert model.at == sample.AT
     assert len(model.agents) == 5 and len(model.dead_letters) == 3
+
+
+def test_nodes_are_this_coordinator_and_the_peers_holding_agents() -> None:
+    model = Model()
+    model.apply(snapshot(agents=[agent("a", 1)]))
+    assert model.nodes() == set()  # a coordinator without peer links says no node
+    model.apply(snapshot(coordinator={**COORDINATOR, "node": "A"},
+                         agents=[agent("a", 1, node="A")]))
+    assert model.nodes() == {"A"}
+    model.apply(delta(agents=[agent("b", 2, node="B", kind="peer"),
+                              agent("c", 3, node="C", kind="peer")]))
+    assert model.nodes() == {"A", "B", "C"}

@@ -170,3 +170,16 @@ def test_waterfall_render_marks_failed_hops_red() -> None:
     styles = {str(span.style) for span in text.spans
               if start <= span.start < start + len(lines[failed_line])}
     assert waterfall.FAILED_STYLE in styles
+
+
+def test_an_agents_node_is_shown_dim_for_this_coordinator_plain_for_a_peer() -> None:
+    by_name = {a.name: rows.agent_row(a, sample.AT, here="n-4be1a0") for a in agents()}
+    node = [c.key for c in rows.AGENT_COLUMNS].index("node")
+    here, peer = by_name["billing"].cells[node], by_name["orders-2"].cells[node]
+    assert (here.plain, str(here.style)) == ("n-4be1a0", "dim")
+    assert (peer.plain, str(peer.style)) == ("n-7c2d19", "")
+    assert by_name["orders-2"].fields["node"] == "n-7c2d19"
+    assert Filter.parse("node:7c2d").matches(by_name["orders-2"].fields)
+    assert not Filter.parse("node:7c2d").matches(by_name["billing"].fields)
+    old = admin.AgentView.model_validate({**sample.AGENTS[0], "node": None})
+    assert rows.agent_row(old, sample.AT).cells[node].plain == rows.DASH  # an older feed

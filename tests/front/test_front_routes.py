@@ -103,7 +103,8 @@ async def test_capabilities_list_schemas_and_who_serves_them(front: Front) -> No
                          "text.generate"}
     sales = caps["sales.query"]
     assert sales["params"]["required"] == ["region", "quarter"]
-    assert sales["agents"] == [{"name": "worker", "kind": "websocket", "state": "online"}]
+    assert sales["agents"] == [{"name": "worker", "kind": "websocket", "state": "online",
+                                "node": front.reach.node.node_id}]
     assert caps["text.generate"]["streaming"] is True and caps["echo.run"]["idempotent"]
 
 
