@@ -36,10 +36,13 @@ def test_a_cluster_needs_postgresql_and_gets_a_node_id() -> None:
         Settings(cluster=True)
     with pytest.raises(ValueError, match="a cluster needs a PostgreSQL store"):
         Settings(store="sqlite:///r.db", cluster=True)
-    a = Settings(store="postgresql://u@h/db", cluster=True)
-    b = Settings(store="postgresql://u@h/db", cluster=True)
+    with pytest.raises(ValueError, match="shared secret"):  # the nodes could never link
+        Settings(store="postgresql://u@h/db", cluster=True)
+    a = Settings(store="postgresql://u@h/db", cluster=True, peer_token="s")
+    b = Settings(store="postgresql://u@h/db", cluster=True, admin_token="s")
     assert a.node_id and b.node_id and a.node_id != b.node_id  # made, one per coordinator
-    named = Settings(store="postgresql://u@h/db", cluster=True, node_id="east-1")
+    named = Settings(store="postgresql://u@h/db", cluster=True, node_id="east-1",
+                     peer_token="s")
     assert named.node_id == "east-1" and named.lease_s == 5.0
     assert Settings().node_id is None and not Settings().cluster  # alone: no node
 
