@@ -275,8 +275,14 @@ async def main(args: argparse.Namespace) -> int:
     calls, sequential, inflight = (150, 40, 16) if quick else (1500, 300, 32)
     hop_calls, held = (40, 4) if quick else (400, 16)
     scratch = f"reach_bench_{secrets.token_hex(4)}"
-    with admin_connect(args.url) as admin:
-        admin.execute(f'CREATE DATABASE "{scratch}"')
+    try:
+        with admin_connect(args.url) as admin:
+            admin.execute(f'CREATE DATABASE "{scratch}"')
+    except Exception as exc:  # no driver (ImportError), no server, no rights
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"bench/cluster.py needs a PostgreSQL server it may create a database on "
+              f"({args.url}): {first}; start one, or pass --url", file=sys.stderr)
+        return 2
     pg = scratch_url(args.url, scratch)
     work = Path(tempfile.mkdtemp(prefix="reach-cluster-bench-"))
     procs: list[Coordinator] = []
