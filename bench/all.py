@@ -52,6 +52,12 @@ BENCHES.append(
      "phrasings (Chinese, English, mixed; dev and held-out halves) over 24 capabilities, "
      "against the matcher it replaced, and the cost of one resolve at 20 and 500 "
      "capabilities"))
+BENCHES.append(
+    ("Several coordinators on one PostgreSQL", "bench/cluster.py",
+     "calls/s and p50 for 1, 2 and 3 `reach serve --cluster` subprocesses on one PostgreSQL "
+     "database against one coordinator on SQLite; the cross-node hop's added p50; fail-over "
+     "time after a SIGKILL (the agent's move, the first task completed elsewhere). On 2 "
+     "cores more nodes cannot be faster: docs/cluster.md says what the numbers mean"))
 SOAK = ("Soak: faults, kills and a coordinator restart", "bench/soak.py",
         "10,000 tasks with 20 % injected faults, agent SIGKILLs and a coordinator SIGKILL: "
         "nothing lost, no key run twice")
