@@ -26,6 +26,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from reach.cluster.peers import Peers
+from reach.core.tasks import TaskState
+from reach.gateway.events import DEAD_LETTER
 from reach.gateway.gateway import Gateway
 from reach.server.channel import Channel
 from reach.store.nodes import Nodes
@@ -61,6 +63,8 @@ class ClusterNode:
         self.taken_over = 0  # tasks this node took over from dead ones
         self._task: asyncio.Task[None] | None = None
         self._known: dict[str, str] = {}  # peer node id → url, as linked
+        self._dead_since = 0.0  # the other nodes' dead letters are read from here on
+        self.foreign_dead: set[str] = set()  # dead letters other nodes own, listed here too
 
     def view(self) -> dict[str, Any]:
         return {"node": self.node_id, "fenced": self.fenced, "lease_s": self.lease_s,
@@ -74,6 +78,7 @@ class ClusterNode:
         await self.nodes.join(self.node_id, advertised(self.url()), self.lease_s)
         await self._discover()
         await self._take_over()
+        await self._dead_letters()
         self._task = asyncio.get_running_loop().create_task(self._loop(),
                                                             name="reach-cluster")
 
@@ -107,6 +112,7 @@ class ClusterNode:
             return
         await self._discover()
         await self._take_over()
+        await self._dead_letters()
 
     # ------------------------------------------------------------ the lease
 
@@ -158,6 +164,36 @@ class ClusterNode:
             if self._known.get(node_id) != url:
                 await self.peers.add(node_id, url)
                 self._known[node_id] = url
+
+    async def _dead_letters(self) -> None:
+        """List the dead letters other nodes made since the last round here too, so every
+        node shows the cluster's (``reach.dead_letters()``, the admin feed)."""
+        book = self.gateway.book
+        for task in await self.store.dead(self.gateway.settings.dead_letters_max,
+                                          self._dead_since):
+            self._dead_since = max(self._dead_since, task.updated_at)
+            if task.task_id in book.dead or book.find(task.task_id) is not None:
+                continue
+            book.dead[task.task_id] = task
+            self.foreign_dead.add(task.task_id)
+            self.gateway.events.publish(DEAD_LETTER, {"action": "added", "task_id": task.task_id,
+                                                      "capability": task.envelope.capability})
+        # ... and drop those a node replayed meanwhile (not one being replayed here).
+        settled = [t for t, task in book.dead.items()
+                   if task.state is TaskState.DEAD and book.outcome(t) is None]
+        for task_id in await self.nodes.not_dead(settled):
+            self.foreign_dead.discard(task_id)
+            if book.outcome(task_id) is None:
+                book.dead.pop(task_id, None)
+                self.gateway.events.publish(DEAD_LETTER, {"action": "resolved",
+                                                          "task_id": task_id})
+
+    async def claim(self, task_id: str) -> bool:
+        """Take over a dead letter to replay it here (``reach.replay`` from any node)."""
+        if not await self.nodes.claim_dead(task_id, self.node_id):
+            return False
+        self.foreign_dead.discard(task_id)
+        return True
 
     async def _take_over(self) -> None:
         for dead in await self.nodes.orphan_owners():

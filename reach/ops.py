@@ -46,6 +46,7 @@ class Ops:
         self.started_at = 0.0
         self._auto_replayed: set[str] = set()
         self.alerting: Any = None  # reach.server.alerting.Alerting, with alert rules
+        self.cluster: Any = None  # reach.membership.ClusterNode, in a cluster
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
@@ -198,6 +199,9 @@ class Ops:
         if task is None or task.state is not TaskState.DEAD:
             raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "
                                 f"see reach.dead_letters()")
+        if self.cluster is not None and not await self.cluster.claim(task_id):
+            raise InvalidParams(f"{task_id!r} is no longer a dead letter: another node of the "
+                                f"cluster replayed it; see reach.task({task_id!r})")
         self.gateway.replay(task)
         fut = self.gateway.outcome(task_id)
         if fut is not None:  # pragma: no branch — replay() made the task live just now
@@ -214,10 +218,15 @@ class Ops:
         """Replay every dead letter matching the filter (as ``dead_letters``); returns their
         task ids at once. Each is a tracked task: follow it with ``task()`` or ``trace()``."""
         letters = [t for t in self._letters(capability, agent, error, since, until)
-                   if t.state is TaskState.DEAD]  # not those being replayed already
+                   if t.state is TaskState.DEAD and not self._foreign(t)]  # not replaying
         for task in letters:
             self.gateway.replay(task)
         return [t.task_id for t in letters]
+
+    def _foreign(self, task: Task) -> bool:
+        """A dead letter another node owns: replayed one at a time (``replay`` claims it
+        first); a filtered replay or auto-replay here leaves it to its owner."""
+        return self.cluster is not None and task.task_id in self.cluster.foreign_dead
 
     def agent_changed(self, record: AgentRecord) -> None:
         """A registry listener: publish the change, and with ``auto_replay``, replay the dead
@@ -228,7 +237,7 @@ class Ops:
             return
         for task in list(self.gateway.dead.values()):
             if (task.state is TaskState.DEAD and task.envelope.capability in record.capabilities
-                    and task.task_id not in self._auto_replayed):
+                    and task.task_id not in self._auto_replayed and not self._foreign(task)):
                 self._auto_replayed.add(task.task_id)
                 self.gateway.replay(task)
 

@@ -185,6 +185,7 @@ class Reach:
         if s.cluster:
             self.cluster = ClusterNode(self.node.node_id, s.lease_s, self.store, self.gateway,
                                        self.peers, self.channel, lambda: self.url)
+            self.ops.cluster = self.cluster
             await self.cluster.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()

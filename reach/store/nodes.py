@@ -157,3 +157,21 @@ class Nodes:
                 return rows
         rows: list[Any] = await self.store._run(q)
         return sorted((task_from_row(r) for r in rows), key=lambda t: t.envelope.created_at)
+
+    async def claim_dead(self, task_id: str, me: str) -> bool:
+        """Make ``me`` the owner of a dead letter, to replay it (from any node of the cluster:
+        a node writes only the tasks it owns). False when the task is not dead any more (its
+        owner, or another node, is replaying it already)."""
+        rows = await self._call(
+            f"UPDATE {TASKS.name} SET owner = :m WHERE task_id = :t AND state = 'dead' "
+            f"RETURNING task_id", m=me, t=task_id)
+        return bool(rows)
+
+    async def not_dead(self, task_ids: list[str]) -> list[str]:
+        """Those of ``task_ids`` that are no longer dead letters (replayed, on any node)."""
+        if not task_ids:
+            return []
+        rows = await self._call(
+            f"SELECT task_id FROM {TASKS.name} WHERE task_id = ANY(:ids) AND state <> 'dead'",
+            ids=task_ids)
+        return [r[0] for r in rows]

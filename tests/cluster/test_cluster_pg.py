@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from reach import Agent, Client, Reach
+from reach.errors import InvalidParams
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -142,3 +143,35 @@ async def test_a_fenced_node_refuses_work_and_sends_it_elsewhere(
     await until(lambda: any(v["name"] == "worker" and v["state"] == "online" and
                             v["node"] == "node-a" for v in a.agents()))
     assert await client.call("work.do", {"n": 2}, timeout=10) == {"n": 2, "by": "worker"}
+
+
+async def test_every_node_lists_the_clusters_dead_letters_and_any_node_replays_one(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    a = await node(stack, pg_url, "node-a", max_retries=0)
+    b = await node(stack, pg_url, "node-b", max_retries=0)
+    healthy = asyncio.Event()
+    agent = Agent("flaky", heartbeat_interval=0.05)
+
+    @agent.capability("work.flaky", idempotent=True, latency_ms=2000)
+    async def flaky(n: int) -> dict[str, Any]:
+        if not healthy.is_set():
+            raise RuntimeError("the database connection dropped")
+        return {"n": n}
+
+    await stack.enter_async_context(agent.connect(a.url))
+    client = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    handle = await client.submit("work.flaky", {"n": 5}, idempotency_key="k-5")
+    await until(lambda: [d["task_id"] for d in a.dead_letters()] == [handle.task_id])
+    # Node B lists node A's dead letter within a round, and replays it from there.
+    await until(lambda: [d["task_id"] for d in b.dead_letters()] == [handle.task_id])
+    assert b.replay_many() == []  # a filtered replay leaves another node's letters alone
+    healthy.set()
+    view = await b.replay(handle.task_id, wait=10)
+    assert view["state"] == "succeeded"
+    assert await client.result(handle.task_id, timeout=10) == {"n": 5}
+    # Node A still lists it until its next round, but cannot replay it twice.
+    assert a.cluster is not None and not await a.cluster.claim(handle.task_id)
+    with pytest.raises(InvalidParams, match="dead letter"):
+        await a.replay(handle.task_id)
+    # Node A drops the letter another node replayed within a round.
+    await until(lambda: a.dead_letters() == [])
