@@ -36,6 +36,7 @@ from reach.store.store import Store
 log = logging.getLogger("reach.cluster")
 
 GOING_AWAY = 1001  # websocket close code: the endpoint is going away (clients move on)
+ORPHAN_EVERY = 30  # rounds between looks for ownerless tasks while no node is seen to die
 
 
 def advertised(url: str) -> str:
@@ -63,6 +64,11 @@ class ClusterNode:
         self.taken_over = 0  # tasks this node took over from dead ones
         self._task: asyncio.Task[None] | None = None
         self._known: dict[str, str] = {}  # peer node id → url, as linked
+        # Whether this round looks for a dead node's tasks: at start, when a node's lease went,
+        # and every ORPHAN_EVERY rounds (a node that died while this one was fenced, say);
+        # the query reads every unfinished task, so it is not run on every round.
+        self._look_for_orphans = True
+        self._rounds = 0
         self._dead_since = 0.0  # the other nodes' dead letters are read from here on
         self.foreign_dead: set[str] = set()  # dead letters other nodes own, listed here too
 
@@ -155,8 +161,12 @@ class ClusterNode:
     # ------------------------------------------------------------ the others
 
     async def _discover(self) -> None:
+        self._rounds += 1
+        if self._rounds % ORPHAN_EVERY == 0 or await self.nodes.expired():
+            self._look_for_orphans = True
         live = {n.node_id: n.url for n in await self.nodes.live() if n.node_id != self.node_id}
         for node_id in [n for n in self._known if n not in live]:
+            self._look_for_orphans = True
             await self.peers.remove(node_id)
             del self._known[node_id]
             log.warning("node %s left the cluster (or its lease ran out)", node_id)
@@ -196,9 +206,11 @@ class ClusterNode:
         return True
 
     async def _take_over(self) -> None:
-        for dead in await self.nodes.orphan_owners():
-            if dead == self.node_id:
-                continue
+        if not self._look_for_orphans:
+            return
+        orphans = [d for d in await self.nodes.orphan_owners() if d != self.node_id]
+        self._look_for_orphans = bool(orphans)  # look again until none is left
+        for dead in orphans:
             while True:
                 tasks = await self.nodes.take_over(dead, self.node_id)
                 if not tasks:
