@@ -136,6 +136,16 @@ class Driver:
                         return
                 verdict, payload, attempt, record = await self.dispatch.run(
                     task, record, deadline)
+                if verdict.outcome in (Outcome.LOST, Outcome.UNDELIVERED) and \
+                        record.node is not None and record.link is None and \
+                        attempt.instance is not None:
+                    # The node holding the agent's connection went away with the work (its
+                    # peer link ended; the agent's ack may have died with it): the agent may
+                    # have run it and is reconnecting to another node. Only its key cache knows
+                    # the key, so the task goes back to it, as a resumed one does (up to
+                    # recovery_grace), rather than running a second time elsewhere.
+                    lost, recovering_until = attempt, clock.now() + self.settings.recovery_grace
+                    continue
                 exclude.add(record.agent_id)
                 spec = record.capabilities.get(env.capability)
                 step = policy.after_attempt(
