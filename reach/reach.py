@@ -26,7 +26,6 @@ from reach import attached
 from reach.adapters.base import Adapter
 from reach.alert_rules import AlertConfig, load_alerts
 from reach.cluster import Node
-from reach.membership import ClusterNode
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy
@@ -37,6 +36,7 @@ from reach.gateway.audit import Audit
 from reach.gateway.clock import LoopClock
 from reach.gateway.events import log_json
 from reach.gateway.gateway import Gateway
+from reach.membership import ClusterNode
 from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
