@@ -218,6 +218,7 @@ class ClusterNode:
                 for task in tasks:
                     if self.gateway.book.outcome(task.task_id) is None:
                         self.gateway.resume(task)
+                    self.gateway.following.taken_over(task.task_id)
                 self.taken_over += len(tasks)
                 log.warning("node %s took over %d task(s) of node %s", self.node_id,
                             len(tasks), dead)

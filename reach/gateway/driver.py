@@ -90,6 +90,7 @@ class Driver:
         # retry on "no healthy agent" (policy.breaker_wait).
         allowance = self.settings.breaker_open_for
         exclude: set[str] = set()
+        back_until: float | None = None  # going back to an agent a peer lost (see below)
         try:
             while True:
                 tries.hops += 1
@@ -136,6 +137,23 @@ class Driver:
                         return
                 verdict, payload, attempt, record = await self.dispatch.run(
                     task, record, deadline)
+                if verdict.outcome in (Outcome.LOST, Outcome.UNDELIVERED) and \
+                        record.node is not None and attempt.instance is not None and \
+                        (back_until is None or clock.now() < back_until):
+                    # Lost at an agent another node holds: that node went away with the work
+                    # (its peer link ended, the agent's ack may have died with it) or lost the
+                    # agent's connection (it was fenced: the agent moves to another node). The
+                    # agent may have run it; only its key cache knows the key, so the task goes
+                    # back to it, as a resumed one does (for up to recovery_grace from the first
+                    # loss; at once elsewhere if it comes back as a new process), instead of
+                    # running a second time at another agent. A loss again on the way back (the
+                    # news that the agent moved has not come yet) waits for the agents to change.
+                    if back_until is None:
+                        back_until = clock.now() + self.settings.recovery_grace
+                    else:
+                        await self.wait_for_agents(policy.RECOVERY_POLL)
+                    lost, recovering_until = attempt, back_until
+                    continue
                 exclude.add(record.agent_id)
                 spec = record.capabilities.get(env.capability)
                 step = policy.after_attempt(

@@ -98,6 +98,14 @@ class Following:
                 self._answer(task)
                 return
 
+    def taken_over(self, task_id: str) -> None:
+        """This node now drives the task (``Gateway.resume`` after a take-over): its waiters
+        here go to the book at once, rather than when the next poll (up to ``most`` seconds
+        away) finds it live."""
+        if (task_id in self._watchers or task_id in self._futures) and \
+                self.book.outcome(task_id) is not None:
+            self._hand_to_book(task_id)
+
     def _hand_to_book(self, task_id: str) -> None:
         for fn in self._watchers.pop(task_id, ()):
             self.book.watch(task_id, fn)

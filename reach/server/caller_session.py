@@ -180,7 +180,10 @@ class CallerSession(Session):
             # The store failed: the task was not accepted, so it is not acknowledged.
             why = "cancelled" if commit.cancelled() else repr(commit.exception())
             log.error("submit not committed: %s", why)
-            self.out.post(error_frame(ReachError(f"task not accepted: {why}"), id=f.id))
+            # (unavailable, as the REST door says it: nothing was acknowledged, so the caller
+            # retries with the same key, on this coordinator or another)
+            self.out.post(error_frame(Unavailable(f"task not accepted (the store failed: "
+                                                  f"{why}); retry"), id=f.id))
             return
         if f.wait and task.terminal and not duplicate:
             # Done before its commit was: one frame both acknowledges and answers.

@@ -355,6 +355,8 @@ class GroupCommit:
         # The DBAPI directly, with statements SQLAlchemy compiled once for this dialect: the
         # ORM path costs ~250 µs per commit, this one ~25 µs plus a few per row.
         raw = self._raw
+        if raw is None:  # the last one was lost: the pool gives a fresh one
+            raw = self._raw = self.engine.raw_connection()
         cur = raw.cursor()
         self._counts = counts = {}  # rows each statement touched (fencing reads it)
         try:
@@ -368,7 +370,14 @@ class GroupCommit:
                     counts[name] = cur.rowcount
             raw.commit()
         except Exception:
-            raw.rollback()
+            if getattr(raw.dbapi_connection, "closed", False):
+                # The database went away under the writer's connection (a restart, a
+                # partition): drop it, so that the next transaction, once the database
+                # answers again, opens a new one instead of failing on this one forever.
+                raw.invalidate()
+                self._raw = None
+            else:
+                raw.rollback()
             raise
         finally:
             cur.close()
