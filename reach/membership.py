@@ -19,6 +19,7 @@ on as a fresh node: the tasks still owned by it are resumed, the rest were taken
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from reach.cluster.peers import Peers
+from reach.core.metrics import combine
 from reach.core.tasks import TaskState
 from reach.gateway.events import DEAD_LETTER
 from reach.gateway.gateway import Gateway
@@ -64,6 +66,7 @@ class ClusterNode:
         self.taken_over = 0  # tasks this node took over from dead ones
         self._task: asyncio.Task[None] | None = None
         self._known: dict[str, str] = {}  # peer node id → url, as linked
+        self._metrics: dict[str, dict[str, Any]] = {}  # the other live nodes', as written
         # Whether this round looks for a dead node's tasks: at start, when a node's lease went,
         # and every ORPHAN_EVERY rounds (a node that died while this one was fenced, say);
         # the query reads every unfinished task, so it is not run on every round.
@@ -71,6 +74,16 @@ class ClusterNode:
         self._rounds = 0
         self._dead_since = 0.0  # the other nodes' dead letters are read from here on
         self.foreign_dead: set[str] = set()  # dead letters other nodes own, listed here too
+
+    def metrics(self) -> dict[str, Any]:
+        """The cluster's metrics (``core.metrics.combine``): this node's now, the others'
+        as their last renewal wrote them (at most ``lease_s / 3`` old)."""
+        own = self.gateway.metrics.snapshot()
+        return combine({**self._metrics, self.node_id: own})
+
+    def _own_metrics(self) -> str:
+        snap = self.gateway.metrics.snapshot()
+        return json.dumps({"totals": snap["totals"], "capabilities": snap["capabilities"]})
 
     def view(self) -> dict[str, Any]:
         return {"node": self.node_id, "fenced": self.fenced, "lease_s": self.lease_s,
@@ -124,7 +137,7 @@ class ClusterNode:
 
     async def _renew(self) -> bool:
         try:
-            return await self.nodes.renew()
+            return await self.nodes.renew(self._own_metrics())
         except Exception as exc:  # the database did not answer: the last renewal may hold
             held = self.nodes.holds()
             log.warning("node %s could not renew its lease (%r); %s", self.node_id, exc,
@@ -164,7 +177,9 @@ class ClusterNode:
         self._rounds += 1
         if self._rounds % ORPHAN_EVERY == 0 or await self.nodes.expired():
             self._look_for_orphans = True
-        live = {n.node_id: n.url for n in await self.nodes.live() if n.node_id != self.node_id}
+        nodes = [n for n in await self.nodes.live() if n.node_id != self.node_id]
+        live = {n.node_id: n.url for n in nodes}
+        self._metrics = {n.node_id: _loads(n.metrics) for n in nodes if n.metrics}
         for node_id in [n for n in self._known if n not in live]:
             self._look_for_orphans = True
             await self.peers.remove(node_id)
@@ -222,3 +237,11 @@ class ClusterNode:
                 self.taken_over += len(tasks)
                 log.warning("node %s took over %d task(s) of node %s", self.node_id,
                             len(tasks), dead)
+
+
+def _loads(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:  # a node of another version, say: its metrics are left out
+        return {}
+    return value if isinstance(value, dict) else {}

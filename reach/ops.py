@@ -149,8 +149,12 @@ class Ops:
 
     def metrics(self) -> dict[str, Any]:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
-        capability, per agent and in total (docs/admin-feed.md, "Metrics")."""
-        return self.gateway.metrics.snapshot()
+        capability, per agent and in total (docs/admin-feed.md, "Metrics"); a cluster's
+        node adds ``cluster``: the counters of every node summed, and each node's totals."""
+        snap = self.gateway.metrics.snapshot()
+        if self.cluster is not None:  # a cluster's node: the whole cluster's counters too
+            snap["cluster"] = self.cluster.metrics()
+        return snap
 
     def alerts(self) -> list[dict[str, Any]]:
         """Alerts firing now, as the admin feed's ``AlertView`` (docs/alerts.md)."""

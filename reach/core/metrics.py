@@ -111,3 +111,26 @@ class Metrics:
         return {"capabilities": {k: s.view() for k, s in sorted(self.capabilities.items())},
                 "agents": {k: s.view() for k, s in sorted(self.agents.items())},
                 "totals": self.totals.view()}
+
+
+# The counters of a ``view`` that add up across coordinators (percentiles do not).
+COUNTERS = ("calls", "succeeded", "answers", "faults", "retries", "rejections", "fallbacks",
+            "inflight")
+
+
+def combine(nodes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A cluster's metrics from its nodes' (node id → ``{"totals", "capabilities"}`` as
+    ``snapshot`` gives them): the counters summed, in total and per capability, beside each
+    node's own. Percentiles stay per node: a cluster-wide P95 is not the sum or the max of
+    the nodes' (scrape every node's ``/metrics`` for those)."""
+    totals = dict.fromkeys(COUNTERS, 0)
+    capabilities: dict[str, dict[str, int]] = {}
+    for snap in nodes.values():
+        for key in COUNTERS:
+            totals[key] += int(snap.get("totals", {}).get(key) or 0)
+        for name, view in snap.get("capabilities", {}).items():
+            into = capabilities.setdefault(name, dict.fromkeys(COUNTERS, 0))
+            for key in COUNTERS:
+                into[key] += int(view.get(key) or 0)
+    return {"totals": totals, "capabilities": dict(sorted(capabilities.items())),
+            "nodes": {n: snap.get("totals", {}) for n, snap in sorted(nodes.items())}}

@@ -36,6 +36,7 @@ class Node:
     url: str
     started_at: float
     lease_until: float
+    metrics: str | None = None  # JSON, as the node last renewed its lease with
 
 
 class Nodes:
@@ -76,17 +77,19 @@ class Nodes:
         self.valid_until = sent + lease_s
         self.store.unfence()
 
-    async def renew(self) -> bool:
+    async def renew(self, metrics: str | None = None) -> bool:
         """Extend the lease by ``lease_s`` from now; False once it was lost (expired or
         removed): the store is then fenced (it refuses new tasks) and the caller must stop
         acknowledging and drop its tasks, which survivors take over. ``join`` again to come
         back. A renewal that raises (the database unreachable) changes nothing: ``holds``
-        says until when the last one counts."""
+        says until when the last one counts. ``metrics`` (JSON text) is kept in the row for
+        the other nodes to read (one view of the cluster's metrics)."""
         sent = time.monotonic()
         rows = await self._call(
-            f"UPDATE {NODES.name} SET lease_until = {_NOW} + :s, renewed_at = {_NOW} "
+            f"UPDATE {NODES.name} SET lease_until = {_NOW} + :s, renewed_at = {_NOW}, "
+            f"metrics = COALESCE(:m, metrics) "
             f"WHERE node_id = :n AND lease_until > {_NOW} RETURNING node_id",
-            n=self._me(), s=self.lease_s)
+            n=self._me(), s=self.lease_s, m=metrics)
         if not rows:
             self.valid_until = 0.0
             self.store.fence(f"node {self.node_id}'s lease was lost")
@@ -120,9 +123,9 @@ class Nodes:
         return await self._nodes(f"lease_until <= {_NOW}")
 
     async def _nodes(self, where: str) -> list[Node]:
-        rows = await self._call(f"SELECT node_id, url, started_at, lease_until FROM "
+        rows = await self._call(f"SELECT node_id, url, started_at, lease_until, metrics FROM "
                                 f"{NODES.name} WHERE {where} ORDER BY node_id")
-        return [Node(r.node_id, r.url, r.started_at, r.lease_until) for r in rows]
+        return [Node(r.node_id, r.url, r.started_at, r.lease_until, r.metrics) for r in rows]
 
     async def orphan_owners(self) -> list[str]:
         """Owners of unfinished tasks that have no live lease (their row expired or gone):

@@ -70,6 +70,7 @@ class NodeRow(SQLModel, table=True):
     started_at: float = 0.0
     lease_until: float = Field(default=0.0, index=True)
     renewed_at: float = 0.0
+    metrics: str | None = None  # the node's metrics (JSON), written with each renewal
 
 
 TASKS: Table = TaskRow.__table__  # type: ignore[attr-defined]

@@ -145,10 +145,20 @@ class Series(_Object):
     p99_ms: float | None = None
 
 
+class ClusterMetrics(_Object):
+    """A cluster's counters: every node's summed, in total and per capability, and each
+    node's own totals (percentiles stay per node)."""
+
+    totals: Series = Field(default_factory=Series)
+    capabilities: dict[str, Series] = Field(default_factory=dict)
+    nodes: dict[str, Series] = Field(default_factory=dict)
+
+
 class Metrics(_Object):
     capabilities: dict[str, Series] = Field(default_factory=dict)
     agents: dict[str, Series] = Field(default_factory=dict)
     totals: Series = Field(default_factory=Series)
+    cluster: ClusterMetrics | None = None  # a cluster's node only
 
 
 class TimelineTask(_Object):

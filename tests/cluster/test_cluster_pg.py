@@ -175,3 +175,30 @@ async def test_every_node_lists_the_clusters_dead_letters_and_any_node_replays_o
         await a.replay(handle.task_id)
     # Node A drops the letter another node replayed within a round.
     await until(lambda: a.dead_letters() == [])
+
+
+async def test_every_node_shows_the_clusters_counters(pg_url: str, stack: AsyncExitStack
+                                                      ) -> None:
+    a = await node(stack, pg_url, "node-a")
+    b = await node(stack, pg_url, "node-b")
+    await stack.enter_async_context(agent_with("worker").connect(a.url))
+    for reach, calls in ((a, 2), (b, 3)):
+        await until(lambda r=reach: any(v["name"] == "worker" and v["state"] == "online"
+                                        for v in r.agents()))
+        client = await stack.enter_async_context(Client.connect(reach.url, caller="p"))
+        for n in range(calls):
+            await client.call("work.do", {"n": n}, timeout=10)
+
+    def seen(reach: Reach) -> dict[str, Any]:
+        cluster: dict[str, Any] = reach.metrics()["cluster"]
+        return cluster
+
+    # Each node's own calls, and the sum, on both nodes once each has renewed its lease.
+    for reach in (a, b):
+        await until(lambda r=reach: seen(r)["totals"]["succeeded"] == 5)
+        view = seen(reach)
+        assert {n: t["succeeded"] for n, t in view["nodes"].items()} == {"node-a": 2,
+                                                                         "node-b": 3}
+        assert view["capabilities"]["work.do"]["succeeded"] == 5
+    assert "cluster" not in (await stack.enter_async_context(
+        Reach.start(http_port=None))).metrics()  # a lone coordinator has no cluster part
