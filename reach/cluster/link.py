@@ -79,8 +79,10 @@ class PeerConnection:
 
     def forward(self, agent_id: str, work: Work, reply: Reply) -> bool:
         """Send one attempt; False (nothing sent: the gateway fails over) once the link is
-        closing, or for a frame over the peer's ``max_frame_bytes``: the peer would close
-        the whole link for it (1009), losing every other attempt on it."""
+        closing. A frame over the peer's ``max_frame_bytes`` is not sent either (the peer
+        would close the whole link for it, 1009, losing every other attempt on it): the
+        attempt is answered ``invalid_params`` instead, a final answer that is no fault of
+        the agent's."""
         if self.out.closed:
             return False
         text = p.dump(_Forward(
@@ -89,7 +91,17 @@ class PeerConnection:
                 trace_id=work.trace_id, parent_task_id=work.parent_task_id,
                 traceparent=work.traceparent, deadline_ms=work.deadline_ms,
                 caller=work.caller, agent_id=agent_id))
-        if p.oversize(text, self.max_frame_bytes) is not None or not self.out.post(text):
+        size = p.oversize(text, self.max_frame_bytes)
+        if size is not None:
+            # The params are the problem, not the agent: answer the attempt at once (a final
+            # answer, so neither a retry nor a fault against the agent's breaker follows).
+            error = InvalidParams(
+                f"the attempt is {size} bytes, over the {self.max_frame_bytes}-byte frame limit "
+                f"of node {self.node} that holds the agent; send smaller params",
+                reason="too large for the agent's node", answer=True).to_wire()
+            asyncio.get_running_loop().call_soon(reply.resolve, "error", error)
+            return True
+        if not self.out.post(text):
             return False
         self.pending[(work.task_id, work.attempt)] = reply
         return True

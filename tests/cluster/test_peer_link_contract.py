@@ -151,7 +151,10 @@ async def test_an_attempt_too_large_for_the_peer_is_not_sent_and_the_link_stays(
     await nodes.serve(echo_agent("echo-b"), b.url)
     await link(a, b)
     client = await nodes.client(a.url)
-    with pytest.raises(ReachError):
+    with pytest.raises(ReachError) as raised:
         await client.call("text.echo", {"text": "x" * 8000}, timeout=2)
+    # The params are at fault, not the agent: a final answer, no retry, no breaker fault.
+    assert raised.value.code == "invalid_params" and "frame limit" in raised.value.message
     assert (await client.call("text.echo", {"text": "small"}, timeout=5))["by"] == "echo-b"
+    assert [v["breaker"] for v in a.agents() if v["name"] == "echo-b"] == ["closed"]
     assert a.peers.view()[0]["links"] == 1  # never closed for it (1009 would drop them all)
