@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import websockets
+from relay import Relay
 from subprocs import Proc
 
 from reach import Agent, Client, Context, ReachError
@@ -194,20 +195,15 @@ class Load:
 # ---------------------------------------------------------------- a link that can be cut
 
 
-class PgProxy:
+class PgProxy(Relay):
     """A loopback TCP proxy in front of PostgreSQL. ``cut()`` closes its listening socket and
     every connection it carries (a partition: new connections are refused, open ones reset);
     ``heal()`` listens again on the same port."""
 
     def __init__(self, target: str) -> None:
         parts = urlsplit(target)
-        self.target, self.host = target, parts.hostname or "127.0.0.1"
-        self.target_port = parts.port or 5432
-        self.port = 0
-        self.cuts = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._pumps: set[asyncio.Task[None]] = set()
+        super().__init__(parts.port or 5432, parts.hostname or "127.0.0.1")
+        self.target = target
 
     @property
     def url(self) -> str:
@@ -216,52 +212,8 @@ class PgProxy:
         user = f"{parts.username}@" if parts.username else ""
         return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self.port}"))
 
-    async def start(self) -> PgProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    heal = start
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self.host, self.target_port)
-        except OSError:
-            writer.close()
-            return
-        self._writers |= {writer, up_writer}
-        loop = asyncio.get_running_loop()
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            pump = loop.create_task(self._pump(src, dst))
-            self._pumps.add(pump)
-            pump.add_done_callback(self._pumps.discard)
-
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                dst.write(data)
-                await dst.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            dst.close()
-            self._writers.discard(dst)
-
-    async def cut(self) -> None:
-        """Stop listening and reset every carried connection, both ways."""
-        self.cuts += 1
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for writer in list(self._writers):
-            transport = writer.transport
-            transport.abort()  # RST now: no half-closed socket lingers while the node waits
-        self._writers.clear()
-        for pump in list(self._pumps):
-            pump.cancel()
-        await asyncio.gather(*self._pumps, return_exceptions=True)
-        if server is not None:
-            await server.wait_closed()
+    async def heal(self) -> PgProxy:
+        return await self.start()
 
     async def close(self) -> None:
         await self.cut()

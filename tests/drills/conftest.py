@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
+from relay import Relay
 from subprocs import Proc, agent_view
 
 from reach import Reach
@@ -123,69 +124,14 @@ class StateWatch:
 # ---------------------------------------------------------------- a network that can blip
 
 
-class Blip:
+class Blip(Relay):
     """A loopback TCP relay in front of the coordinator. ``hold()`` stops moving bytes both
     ways while the sockets stay open (a network blip: nothing arrives, nothing is closed);
     ``release()`` lets what queued up flow again, in order."""
 
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-        self._server: asyncio.Server | None = None
-        self._pumps: set[asyncio.Task[None]] = set()
-        self._writers: list[asyncio.StreamWriter] = []
-        self.port = 0
-
-    async def start(self) -> Blip:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
-
-    def hold(self) -> None:
-        self._flowing.clear()
-
-    def release(self) -> None:
-        self._flowing.set()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self._writers += [writer, up_writer]
-        loop = asyncio.get_running_loop()
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            pump = loop.create_task(self._pump(src, dst))
-            self._pumps.add(pump)
-            pump.add_done_callback(self._pumps.discard)
-
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                data = await src.read(65536)
-                await self._flowing.wait()  # held: the bytes wait here, the socket stays open
-                if not data:
-                    break
-                dst.write(data)
-                await dst.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            dst.close()
-
-    async def close(self) -> None:
-        self.release()
-        if self._server is not None:
-            self._server.close()
-        for writer in self._writers:
-            writer.close()
-        for pump in list(self._pumps):
-            pump.cancel()
-        await asyncio.gather(*self._pumps, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
 
 
 # ---------------------------------------------------------------- real processes
