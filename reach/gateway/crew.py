@@ -25,9 +25,6 @@ class Crew:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def tasks(self) -> set[asyncio.Task[Any]]:
-        return set(self._tasks)
-
     def cancel_named(self, names: set[str]) -> int:
         """Cancel the running tasks of these names (spawned with ``name``); how many."""
         hit = [t for t in self._tasks if t.get_name() in names]

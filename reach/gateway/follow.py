@@ -40,6 +40,7 @@ class Following:
         self._watchers: dict[str, list[Watcher]] = {}
         self._futures: dict[str, asyncio.Future[Task]] = {}
         self._polls = Crew()
+        self._polling: set[str] = set()  # the tasks a poll runs for
 
     def __len__(self) -> int:
         return len(self._watchers.keys() | self._futures.keys())
@@ -70,13 +71,17 @@ class Following:
                                  or len(self) < self.limit)
 
     def _start(self, task_id: str) -> None:
-        if task_id not in self._running():
+        if task_id not in self._polling:
+            self._polling.add(task_id)
             self._polls.spawn(self._poll(task_id), name=f"follow-{task_id}")
 
-    def _running(self) -> set[str]:
-        return {t.get_name()[len("follow-"):] for t in self._polls.tasks()}
-
     async def _poll(self, task_id: str) -> None:
+        try:
+            await self._follow(task_id)
+        finally:
+            self._polling.discard(task_id)
+
+    async def _follow(self, task_id: str) -> None:
         delay = self.every
         while task_id in self._watchers or task_id in self._futures:
             await self.clock.sleep(delay)
