@@ -86,6 +86,11 @@ class CallerSession(Session):
             await self.out.aclose()
 
     def _on_frame(self, frame: Any) -> None:
+        if self.out.closed:
+            # Closed (a slow reader past max_outbox_bytes, or gone): no answer could be sent,
+            # so the work is not done. A submit left unanswered was not acknowledged; the
+            # caller submits it again when it reconnects.
+            return
         if frame.type == "submit":
             self._on_submit(frame)
         elif frame.type == "status":
@@ -269,7 +274,7 @@ class CallerSession(Session):
 
     async def _status(self, f: p.Status) -> None:
         task = await self._readable(f.task_id, f.id)
-        if task is not None:
+        if task is not None and not self.out.closed:  # (a task view can be megabytes)
             self.out.post(p.dump(_TaskInfo(id=f.id, task=task.view())))
 
     async def _await(self, f: p.Result) -> None:
