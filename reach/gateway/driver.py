@@ -86,8 +86,11 @@ class Driver:
         lost = task.attempts[-1] if resumed and task.attempts and \
             task.attempts[-1].outcome == Outcome.LOST else None
         tries = policy.Tries(env.max_retries)
-        # How long this task may wait for breakers to let work through instead of spending a
-        # retry on "no healthy agent" (policy.breaker_wait).
+        # How long this task may wait for resting breakers to let work through instead of
+        # spending a retry on "no healthy agent" (policy.breaker_wait). Waiting on a half-open
+        # probe already out is not spent from it: the probe is an attempt with its own timeout,
+        # its verdict wakes the waiters, and under load it can take longer than the open period
+        # (200 replayed tasks then ran out of waiting and were dead-lettered again).
         allowance = self.settings.breaker_open_for
         exclude: set[str] = set()
         back_until: float | None = None  # going back to an agent a peer lost (see below)
@@ -112,16 +115,16 @@ class Driver:
                             # Degrade at once: the fallback answers now (Gateway.finish).
                             self.g.finish(task, S.DEAD, error=exc)
                             return
+                        wait, probing = self._breaker_wait(env.capability) \
+                            if allowance > 0 else (None, False)  # (spent: not worth looking)
                         step = policy.when_unavailable(
                             tries, recovering_for=recovering_until - clock.now(),
-                            breaker_wait=self._breaker_wait(env.capability)
-                            if allowance > 0 else None,  # (spent: not worth looking)
-                            breaker_allowance=allowance,
+                            breaker_wait=wait, breaker_allowance=allowance,
                             deadline_left=None if deadline is None else deadline - clock.now())
                         if isinstance(step, policy.Wait):
                             waited = clock.now()
                             await self.wait_for_agents(step.seconds)
-                            if step.for_breaker:
+                            if step.for_breaker and not probing:
                                 allowance -= clock.now() - waited
                             continue
                         if isinstance(step, policy.Retry):
@@ -224,13 +227,15 @@ class Driver:
                        tagging.parse(r.capabilities[capability].spec.tags), tags))
                    for r in self.registry.declaring(capability).values())
 
-    def _breaker_wait(self, capability: str) -> float | None:
+    def _breaker_wait(self, capability: str) -> tuple[float | None, bool]:
+        """policy.breaker_wait for ``capability``'s agents, and whether a probe is out."""
         now = self.clock.wall()
         blocked = [r.breaker for r in self.registry.declaring(capability).values()
                    if r.reachable and not r.breaker.allows(now)]
-        return policy.breaker_wait(blocked, now,
+        wait = policy.breaker_wait(blocked, now,
                                    capability_healthy=self.dispatch.mostly_healthy(capability),
                                    probe_wait=self.settings.breaker_open_for)
+        return wait, wait is not None and any(b.probing for b in blocked)
 
     def _idempotent(self, capability: str) -> bool:
         return any(r.capabilities[capability].spec.idempotent

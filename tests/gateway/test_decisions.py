@@ -251,6 +251,32 @@ async def test_no_healthy_agent_waits_for_a_breaker_rather_than_dead_letter() ->
         await rig.close()
 
 
+async def test_waiting_on_a_slow_half_open_probe_is_not_cut_short_by_the_open_period() -> None:
+    """A probe that takes longer than ``breaker_open_for`` (a slow agent, a loaded machine):
+    the tasks behind it wait for its verdict instead of running out of breaker-wait allowance
+    and being dead-lettered while the agent is in fact fine."""
+    rig = Rig(breaker_open_for=0.5, max_retries=0)
+    try:
+        record, link = rig.agent("a", None, idempotent=True, latency_ms=60_000)
+        rig.gateway.dispatch.health["x.work"] = deque([True] * 20, maxlen=50)
+        record.breaker.state = BreakerState.OPEN
+        record.breaker.opened_at = rig.clock.wall() - rig.settings.breaker_open_for
+        probe = await rig.submit()  # rested: the one probe goes through, and is not answered
+        assert probe.state is S.RUNNING and record.breaker.probing
+        behind = await rig.submit()
+        assert not behind.terminal and len(link.delivered) == 1
+        await rig.clock.advance(2.0)  # four open periods: still waiting on the verdict
+        assert not behind.terminal and len(link.delivered) == 1
+        link.finish(probe.task_id, "ok", "fine")  # the verdict: closed
+        await rig.clock.settle()
+        assert probe.state is S.SUCCEEDED and len(link.delivered) == 2
+        link.finish(behind.task_id, "ok", "fine too")
+        await rig.outcome(behind)
+        assert behind.state is S.SUCCEEDED and retries(behind) == 0
+    finally:
+        await rig.close()
+
+
 async def test_a_hedged_read_sends_a_second_copy_past_the_p95_and_the_first_answer_wins(
         rig: Rig) -> None:
     slow_first = {"n": 0}
