@@ -50,7 +50,7 @@ async def bad_deploy_then_replay(cluster_factory: Callable[..., Awaitable[Cluste
     # Liveness is not this drill's subject: wider thresholds keep a busy loop's late beats
     # from suspecting an agent mid-submit.
     cluster = await cluster_factory(max_retries=2, breaker_open_for=open_for,
-                                    suspect_after=6, offline_after=10,
+                                    suspect_after=20, offline_after=40,
                                     backoff=Backoff(base=0.05, cap=0.1))
     reach = cluster.reach
     broken = {"on": False}
