@@ -14,7 +14,7 @@ from reach.testing import Cluster, wait_until
 __all__ = ["cluster"]  # the fixture, used by name
 
 
-async def ask(pilot: Pilot[object], key: str, answer: str) -> None:
+async def ask(pilot: Pilot[None], key: str, answer: str) -> None:
     """Press ``key``, then type ``answer`` into the prompt it opens and press enter.
 
     The answer is put in the prompt's input at once: the pilot waits up to 2 s for the
