@@ -107,7 +107,7 @@ def time_picks(router: Router, reg: Registry, samples: int) -> tuple[list[float]
     declared = reg.declaring(CAP)
     latency = {f"agent-{i:05}": 0.05 + (i % 7) * 0.01 for i in range(0, len(declared), 3)}
     pick, now, clock = router.pick, 1.0, time.perf_counter_ns
-    for _ in range(min(50, samples)):  # warm up
+    for _ in range(min(50, max(1, samples // 4))):  # warm up
         pick(CAP, PARAMS, "planner", declared, now, frozenset(), latency)
     router.examined = 0
     times = []
@@ -118,7 +118,10 @@ def time_picks(router: Router, reg: Registry, samples: int) -> tuple[list[float]
     return times, router.examined / samples
 
 
-def bench_routing(sizes: list[int], samples: int) -> list[dict[str, Any]]:
+def bench_routing(sizes: list[int], samples: int, base_floor: int = 20,
+                  base_work: int = 200_000) -> list[dict[str, Any]]:
+    """The score-all baseline makes ``base_work`` agent-scores' worth of calls per row (each
+    scores every agent: ~0.1 s a call at 10,000), and at least ``base_floor``."""
     rows = []
     for n in sizes:
         reg = populate(n)
@@ -129,7 +132,7 @@ def bench_routing(sizes: list[int], samples: int) -> list[dict[str, Any]]:
             # The baseline scores every ready agent; at 10,000 that is slow, so fewer calls.
             base, base_looked = time_picks(
                 Router(strategy=strategy, rng=random.Random(2), exact=1 << 30), reg,
-                max(20, min(samples, 200_000 // max(1, n))))
+                max(base_floor, min(samples, base_work // max(1, n))))
             rows.append({"agents": n, "strategy": strategy, "p50": pct(times, 0.5),
                          "p99": pct(times, 0.99), "looked": looked,
                          "base_p50": pct(base, 0.5), "base_looked": base_looked})
@@ -548,7 +551,8 @@ def print_heartbeats(rows: list[dict[str, Any]], window: float) -> bool:
 async def run(args: argparse.Namespace) -> int:
     print(f"registry benchmark — python {platform.python_version()}, {os.cpu_count()} cores, "
           f"{'quick' if args.quick else 'full'} run")
-    routing = bench_routing(args.sizes, args.samples)
+    routing = (bench_routing(args.sizes, args.samples, 3, 20_000) if args.quick
+               else bench_routing(args.sizes, args.samples))
     print_routing(routing)
     sweep = [bench_sweep(n, interval, args.sweep_periods)
              for n in args.sweep_sizes for interval in (10.0, 1.0)]
