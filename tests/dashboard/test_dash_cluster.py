@@ -19,6 +19,9 @@ from reach.core.backoff import Backoff
 from reach.testing import Cluster, wait_until
 
 SIZE = (120, 36)
+# Waits that go through the admin feed and a Textual render: ~1 s at most when the machine is
+# loaded, but a CI run under coverage once took over the 3 s default.
+RENDER = 10.0
 
 
 class Switch:
@@ -82,20 +85,20 @@ async def test_agents_tab_shows_live_state_and_load(cluster: Cluster) -> None:
     assert await client.call("x.ok", {}) == 1
     app = dash(cluster.url)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(lambda: app.link.state == "connected")
+        await wait_until(lambda: app.link.state == "connected", timeout=RENDER)
         slow = agent_id(cluster.reach, "slow")
-        await wait_until(lambda: slow in table_view(app, "agents").table.keys)
+        await wait_until(lambda: slow in table_view(app, "agents").table.keys, timeout=RENDER)
         assert cell(app, "agents", slow, "state") == "online"
         assert cell(app, "agents", slow, "caps") == "x.hang"
         pending = asyncio.create_task(client.call("x.hang", {}))
-        await wait_until(lambda: cell(app, "agents", slow, "load").endswith("1/4"))
+        await wait_until(lambda: cell(app, "agents", slow, "load").endswith("1/4"), timeout=RENDER)
         release.set()
         assert await pending == 2
-        await wait_until(lambda: cell(app, "agents", slow, "load").endswith("0/4"))
+        await wait_until(lambda: cell(app, "agents", slow, "load").endswith("0/4"), timeout=RENDER)
         fast = agent_id(cluster.reach, "fast")
         assert cell(app, "agents", fast, "calls") == "1"
         await cluster.agents[0].close()
-        await wait_until(lambda: cell(app, "agents", fast, "state") != "online")
+        await wait_until(lambda: cell(app, "agents", fast, "state") != "online", timeout=RENDER)
         await pilot.pause()
 
 
