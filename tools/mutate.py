@@ -50,6 +50,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import equivalents  # tools/, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "reach" / "core"
 CONFIG = ROOT / "tools" / "mutants.toml"
@@ -507,6 +509,8 @@ def run_job(job: Job) -> Outcome:
 class ModuleConfig:
     tests: list[str]
     equivalent: dict[str, str]
+    texts: dict[str, str] = field(default_factory=dict)  # id: the source line it was declared on
+    moved: dict[str, str] = field(default_factory=dict)  # old id: new id (equivalents.follow)
 
 
 def load_config(path: Path = CONFIG) -> dict[str, ModuleConfig]:
@@ -517,8 +521,40 @@ def load_config(path: Path = CONFIG) -> dict[str, ModuleConfig]:
         for ident, reason in equivalent.items():
             if not reason.strip():
                 raise SystemExit(f"{path}: equivalent {ident} needs a reason")
-        out[name] = ModuleConfig(list(entry.get("tests", [])), equivalent)
+        texts = {e["id"]: e["text"] for e in entry.get("equivalent", []) if "text" in e}
+        out[name] = ModuleConfig(list(entry.get("tests", [])), equivalent, texts)
     return out
+
+
+def follow_moves(config: dict[str, ModuleConfig], found: dict[str, list[Mutant]]) -> None:
+    """Re-key each module's declared equivalents whose line moved (tools/equivalents.py)."""
+    for m, mutants in found.items():
+        conf = config.get(m)
+        if conf is None:
+            continue
+        lines = (CORE / f"{m}.py").read_text().splitlines()
+        conf.moved = equivalents.follow(conf.equivalent, conf.texts,
+                                        ((mu.id, mu.line) for mu in mutants), lines)
+        conf.equivalent = {conf.moved.get(k, k): v for k, v in conf.equivalent.items()}
+
+
+def rebase(config: dict[str, ModuleConfig], found: dict[str, list[Mutant]]) -> int:
+    """Write the moved ids, and every existing equivalent's source text, into CONFIG."""
+    moved: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    for m, mutants in found.items():
+        conf = config.get(m)
+        if conf is None:
+            continue
+        moved.update(conf.moved)
+        lines = (CORE / f"{m}.py").read_text().splitlines()
+        texts.update({mu.id: lines[mu.line - 1].strip() for mu in mutants
+                      if mu.id in conf.equivalent})
+    changed = equivalents.rewrite(CONFIG, moved, texts)
+    for old, new in sorted(moved.items()):
+        print(f"moved: {old} → {new}")
+    print(f"{CONFIG.name}: {changed} entries rewritten ({len(moved)} moved)")
+    return 0
 
 
 def all_modules() -> list[str]:
@@ -543,6 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--json", type=Path, help="write every mutant's outcome here")
     parser.add_argument("--gate", type=float, default=GATE, help="minimum score, percent")
+    parser.add_argument("--rebase", action="store_true",
+                        help="write declared equivalents whose line moved under their new ids, "
+                             "and each entry's source text, into mutants.toml; run nothing")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     config = load_config()
@@ -551,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (CORE / f"{m}.py").exists():
             parser.error(f"no module reach/core/{m}.py")
     found = {m: mutants_of(m) for m in modules}
+    follow_moves(config, found)
+    if args.rebase:
+        return rebase(config, found)
     if args.list:
         for m in modules:
             for mutant in found[m]:
@@ -641,9 +683,12 @@ def report(modules: list[str], found: dict[str, list[Mutant]], config: dict[str,
     for m in modules:
         equivalent = config[m].equivalent
         ids = {mu.id for mu in found[m]}
+        for old, new in sorted(config[m].moved.items()):
+            notes.append(f"  moved: {old} → {new} (counted there; --rebase writes it)")
         for ident in equivalent:
             if ident not in ids:
-                notes.append(f"  stale: {ident} is declared equivalent but no longer exists")
+                notes.append(f"  stale: {ident} is declared equivalent but no longer exists "
+                             f"(no unique line with its text)")
         killed = eq = 0
         for mu in found[m]:
             if mu.id in equivalent:
