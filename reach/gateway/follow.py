@@ -151,7 +151,8 @@ class Following:
             fut, watchers = self.book.hand_over(task_id)
             if task is not None:
                 self.book.unlive(task)
-            self._watchers.setdefault(task_id, []).extend(watchers)
+            if watchers:  # (an empty entry would poll for nobody, and count against limit)
+                self._watchers.setdefault(task_id, []).extend(watchers)
             if fut is not None and not fut.done():
                 self._futures[task_id] = fut
             if task_id in self._watchers or task_id in self._futures:
