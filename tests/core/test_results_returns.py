@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
-import sys
-
 import pytest
+from depth import shallow_recursion
 
 from reach.core.results import BAD_RESULT, bad_result, compile_returns
 from reach.core.schemas import SchemaError, violation
@@ -53,15 +51,8 @@ def test_a_reason_that_does_not_name_the_data_is_kept_as_it_is() -> None:
     nested: list[object] = []
     for _ in range(5000):
         nested = [nested]
-    # A low recursion limit makes the RecursionError come within a few hundred frames: at the
-    # default 1,000 the descent took ~10 ms of the check's 20 ms CPU budget under coverage, and
-    # on a loaded CI run the budget's reason came first.
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(len(inspect.stack()) + 300)
-    try:
+    with shallow_recursion():
         error = bad_result(v, nested, capability="c", agent="a", version="1")
-    finally:
-        sys.setrecursionlimit(limit)
     assert error is not None
     assert error["details"]["errors"] == [{"path": "$",
                                            "message": "nested too deeply to validate"}]
@@ -97,7 +88,8 @@ def test_violation_of_a_value_nested_too_deeply_or_unmeasurable() -> None:
     nested: list[object] = []
     for _ in range(5000):
         nested = [nested]
-    assert violation(deep, nested) == ("$", "nested too deeply to validate")
+    with shallow_recursion():
+        assert violation(deep, nested) == ("$", "nested too deeply to validate")
     huge = compile_returns({"multipleOf": 0.1}, max_bytes=8192)
     assert huge is not None
     found = violation(huge, 10 ** 400)
