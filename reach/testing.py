@@ -48,9 +48,13 @@ class Cluster:
 
     @classmethod
     async def start(cls, **options: Any) -> Cluster:
-        """Start a coordinator; options are ``Reach.start`` options (fast defaults for tests)."""
+        """Start a coordinator; options are ``Reach.start`` options (fast defaults for tests:
+        50 ms heartbeats; an agent suspected after 4 silent beats and offline after 6, not
+        Settings' 2 and 3, as a test process that stalls its loop for 150 ms, a Textual app
+        starting say, would otherwise lose its agents)."""
         defaults: dict[str, Any] = {"heartbeat_interval": 0.05, "ack_timeout": 1.0,
-                                    "recovery_grace": 0.5}
+                                    "recovery_grace": 0.5, "suspect_after": 4.0,
+                                    "offline_after": 6.0}
         defaults.update(options)
         return cls(await Reach.start(**defaults))
 
