@@ -7,6 +7,7 @@ from depth import shallow_recursion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from tracer import SLOWDOWN
 
 from reach.core.schemas import SchemaError, check, compile_schema, schema_of
 
@@ -100,7 +101,6 @@ def test_check_agrees_with_the_rule(sku, qty):
 # --- bounded compile and check (no fetches, no ReDoS, no super-linear keywords) -------------
 
 import re  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
@@ -117,10 +117,9 @@ from reach.core.schemas import (  # noqa: E402
 
 # Seconds: every hostile check below must finish well inside one probe stall. Counted in this
 # thread's CPU time, as the checks' own budget is: time the machine gave other processes is not
-# the check's. Doubled under coverage's tracer, as the stall probes are (tests/security): the
-# colliding-hashes check measured 53.5 ms in a CI run under coverage; a quadratic one would take
-# seconds.
-FAST = 0.05 * (2.0 if sys.gettrace() is not None else 1.0)
+# the check's. Doubled under coverage's tracer (tests/tracer.py): the colliding-hashes check
+# measured 53.5 ms in a CI run under coverage; a quadratic one would take seconds.
+FAST = 0.05 * SLOWDOWN
 
 
 def timed(fn, *args):

@@ -10,23 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import pytest
 import pytest_asyncio
+from tracer import SLOWDOWN
 
 from reach import Client
 from reach.cli import tune_gc
 from reach.testing import Cluster
 
 STALL_LIMIT = 0.05  # a legitimate call must answer within 50 ms, during and after an attack
-# The limits are for the coordinator at its own speed. Coverage's line tracer (CI runs the
-# suite under it) makes its Python about twice as slow: the submit-burst test's p99 measured
-# 20-24 ms without it and 50-52 ms with it, alone on a quiet machine, so under the tracer
-# every limit doubles. A loop that does not yield still fails by seconds.
-SLOWDOWN = 2.0 if sys.gettrace() is not None else 1.0
 
 
 @dataclass
@@ -72,7 +67,7 @@ class StallProbe:
 
     async def check(self, limit: float = STALL_LIMIT, *, saturated: bool = False) -> None:
         """Stop watching; assert the probe never failed or stalled, and still answers now
-        (``limit`` is doubled under coverage's tracer, see SLOWDOWN).
+        (``limit`` is doubled under coverage's tracer: tests/tracer.py).
 
         ``saturated``: the attack keeps the coordinator's CPU busy the whole time (a flood
         from another process). Then 99 % of legitimate calls must answer within ``limit``
