@@ -37,7 +37,7 @@ class Switch:
 
 @pytest.fixture
 async def cluster() -> AsyncIterator[Cluster]:
-    # Suspected after 1 s of silence, offline after 2 (the test default is 100/150 ms):
+    # Suspected after 1 s of silence, offline after 2 (Cluster's default is 200/300 ms):
     # liveness is not these tests' subject, and a Textual app starting in the same loop
     # stalled it past 150 ms now and then, so the agent under test went offline mid-test.
     c = await Cluster.start(admin_token="t", backoff=Backoff(base=0.005, jitter=0.0),

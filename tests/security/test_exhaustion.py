@@ -36,8 +36,8 @@ async def test_a_reader_that_stops_reading_is_closed_not_buffered_for(
     """2,000 `status` asks for a task with 450 KB of params from a client that never reads took
     the coordinator from 63 MB to 1.9 GB. Now its unsent bytes are capped: it is closed 1008
     ("slow reader"), and the legitimate pair carries on."""
-    # Heartbeats at 0.2 s, not the test default 50 ms: the probe agent is suspected after two
-    # missed, and the attack's 25 ms turns under coverage add up to 100 ms on a slow run.
+    # Heartbeats at 0.2 s, not the test default 50 ms: the attack's 25 ms turns under coverage
+    # left the probe agent silent for 100-200 ms in slow runs, about the default's threshold.
     cluster = await Cluster.start(max_outbox_bytes=4 << 20, heartbeat_interval=0.2)
     try:
         probe = await start_probe(cluster)
