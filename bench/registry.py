@@ -118,8 +118,8 @@ def time_picks(router: Router, reg: Registry, samples: int) -> tuple[list[float]
     return times, router.examined / samples
 
 
-def bench_routing(sizes: list[int], samples: int, base_floor: int = 20,
-                  base_work: int = 200_000) -> list[dict[str, Any]]:
+def bench_routing(sizes: list[int], samples: int, base_floor: int,
+                  base_work: int) -> list[dict[str, Any]]:
     """The score-all baseline makes ``base_work`` agent-scores' worth of calls per row (each
     scores every agent: ~0.1 s a call at 10,000), and at least ``base_floor``."""
     rows = []
@@ -551,8 +551,7 @@ def print_heartbeats(rows: list[dict[str, Any]], window: float) -> bool:
 async def run(args: argparse.Namespace) -> int:
     print(f"registry benchmark — python {platform.python_version()}, {os.cpu_count()} cores, "
           f"{'quick' if args.quick else 'full'} run")
-    routing = (bench_routing(args.sizes, args.samples, 3, 20_000) if args.quick
-               else bench_routing(args.sizes, args.samples))
+    routing = bench_routing(args.sizes, args.samples, args.base_floor, args.base_work)
     print_routing(routing)
     sweep = [bench_sweep(n, interval, args.sweep_periods)
              for n in args.sweep_sizes for interval in (10.0, 1.0)]
@@ -595,10 +594,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.sizes, args.samples = [1, 100, 1000, 10_000], 300
+        args.base_floor, args.base_work = 3, 20_000  # a tenth of the full run's baseline
         args.sweep_sizes, args.sweep_periods = [1000], 40
         args.ws_sizes, args.window, args.rate = [200], 1.0, 1000.0
     else:
         args.sizes, args.samples = [1, 100, 1000, 10_000], 5000
+        args.base_floor, args.base_work = 20, 200_000
         args.sweep_sizes, args.sweep_periods = [1000, 10_000], 200
         args.ws_sizes, args.window = [1000, 10_000], 8.0
     return asyncio.run(run(args))
