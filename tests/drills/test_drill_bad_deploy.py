@@ -48,9 +48,11 @@ async def bad_deploy_then_replay(cluster_factory: Callable[..., Awaitable[Cluste
                                  reset_breakers: bool) -> None:
     open_for = 0.3
     # Liveness is not this drill's subject: wider thresholds keep a busy loop's late beats
-    # from suspecting an agent mid-submit.
+    # from suspecting an agent mid-submit, and a 2 s ack timeout (not 0.5) keeps 200 replayed
+    # invokes queued on a loaded machine from counting as unacknowledged: the deploy spent the
+    # retry budget, so one such retry dead-letters the task again (`make test`, once).
     cluster = await cluster_factory(max_retries=2, breaker_open_for=open_for,
-                                    suspect_after=20, offline_after=40,
+                                    suspect_after=20, offline_after=40, ack_timeout=2.0,
                                     backoff=Backoff(base=0.05, cap=0.1))
     reach = cluster.reach
     broken = {"on": False}
