@@ -1,6 +1,7 @@
 """Mutation testing of ``reach/core/``: does a small change to the code make a test fail?
 
     python tools/mutate.py [module ...] [--jobs 2] [--full] [--list] [--json PATH]
+                           [--lines A-B]     # only the mutants on lines A..B (a rerun)
     make mutate                      # every module of reach/core/, the 95 % gate
 
 One mutant is one change at one site, made with ``ast`` (the operators are ``OPERATORS``
@@ -310,7 +311,7 @@ class Mutant:
     line: int
     op: str
     stmt_lines: tuple[int, int]
-    status: str = "pending"  # killed | timeout | survived | uncovered | equivalent | error
+    status: str = "pending"  # killed|timeout|survived|uncovered|equivalent|error|skipped
     seconds: float = 0.0
     cpu: float = 0.0
 
@@ -566,6 +567,14 @@ def _pool(jobs: int, base: str) -> multiprocessing.pool.Pool:
     return ctx.Pool(jobs, initializer=_init_worker, initargs=(base,))
 
 
+def _line_range(text: str) -> range:
+    lo, _, hi = text.partition("-")
+    try:
+        return range(int(lo), int(hi or lo) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a line range (A-B): {text!r}") from None
+
+
 def _score(killed: int, total: int) -> float:
     return 100.0 * killed / total if total else 100.0
 
@@ -582,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebase", action="store_true",
                         help="write declared equivalents whose line moved under their new ids, "
                              "and each entry's source text, into mutants.toml; run nothing")
+    parser.add_argument("--lines", type=_line_range, metavar="A-B",
+                        help="only the mutants on lines A to B of each module: a quick rerun "
+                             "after new tests; the score then covers those lines only")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     config = load_config()
@@ -642,7 +654,9 @@ def main(argv: list[str] | None = None) -> int:
                 timeout = max(10.0, 3 * took[m] + 5)
                 for mutant in found[m]:
                     lo, hi = mutant.stmt_lines
-                    if ran.isdisjoint(range(lo, hi + 1)):
+                    if args.lines and mutant.line not in args.lines:
+                        mutant.status = "skipped"
+                    elif ran.isdisjoint(range(lo, hi + 1)):
                         mutant.status = "uncovered"
                     else:
                         jobs.append(Job(m, mutant.index, config[m].tests, timeout))
@@ -686,11 +700,12 @@ def report(modules: list[str], found: dict[str, list[Mutant]], config: dict[str,
         for old, new in sorted(config[m].moved.items()):
             notes.append(f"  moved: {old} → {new} (counted there; --rebase writes it)")
         for ident in equivalent:
-            if ident not in ids:
+            if ident not in ids and not args.lines:
                 notes.append(f"  stale: {ident} is declared equivalent but no longer exists "
                              f"(no unique line with its text)")
         killed = eq = 0
-        for mu in found[m]:
+        run = [mu for mu in found[m] if mu.status != "skipped"]
+        for mu in run:
             if mu.id in equivalent:
                 if mu.status in killed_states:
                     notes.append(f"  killed: {mu.id} is declared equivalent but a test kills it")
@@ -702,7 +717,7 @@ def report(modules: list[str], found: dict[str, list[Mutant]], config: dict[str,
                 killed += 1
             else:
                 left.append(mu)
-        rows.append((m, len(found[m]), eq, killed, len(found[m]) - eq))
+        rows.append((m, len(run), eq, killed, len(run) - eq))
     width = max(len(r[0]) for r in rows + [("TOTAL", 0, 0, 0, 0)])
     print(f"{'module':<{width}}  mutants  equivalent  killed/counted   score")
     for name, n, eq, killed, counted in rows:
@@ -722,7 +737,8 @@ def report(modules: list[str], found: dict[str, list[Mutant]], config: dict[str,
         print("\n" + "\n".join(notes))
     if args.json:
         args.json.write_text(json.dumps(
-            [asdict(mu) for m in modules for mu in found[m]], indent=1, ensure_ascii=False))
+            [asdict(mu) for m in modules for mu in found[m] if mu.status != "skipped"],
+            indent=1, ensure_ascii=False))
     if score < args.gate:
         print(f"\nmutation score {score:.1f} % is below the gate of {args.gate:.0f} %")
         return 1
