@@ -1,0 +1,4 @@
+"""Tests that pin behaviour of reach/core/registry.py which the mutation run showed unpinned.
+
+Each test says what behaviour it pins and why a user would notice if it changed.
+"""
