@@ -22,6 +22,8 @@ The timeout is CPU time (three times the unchanged module's tests, plus 5 s), en
 ``RLIMIT_CPU``, so a loaded machine does not turn slow survivors into kills; a mutant that hangs
 without spending CPU is stopped at ``WALL_FACTOR`` times that in wall-clock time.
 A mutant on a line the mapped tests never run survives without being run.
+The modules' text is read once, when the run starts: reach/core may be edited while it goes
+on (the tests may too, but a run then measures a mix of old and new tests).
 
 The score is killed / (mutants − declared equivalents): equivalents are left out of the
 denominator. Equivalent mutants are declared in ``tools/mutants.toml`` with a reason; a
@@ -316,8 +318,20 @@ class Mutant:
     cpu: float = 0.0
 
 
+_SOURCES: dict[str, str] = {}  # filled by the main process before the workers fork
+
+
+def source_of(module: str) -> str:
+    """The module's text as the run found it: editing reach/core while a run goes on (say, to
+    fix what its first survivors showed) must not shift the mutants of the jobs still queued,
+    whose indexes count the sites of this text."""
+    if module not in _SOURCES:
+        _SOURCES[module] = (CORE / f"{module}.py").read_text()
+    return _SOURCES[module]
+
+
 def mutants_of(module: str) -> list[Mutant]:
-    source = (CORE / f"{module}.py").read_text()
+    source = source_of(module)
     _, found = sites(source)
     out: list[Mutant] = []
     seen: dict[str, int] = {}
@@ -330,14 +344,14 @@ def mutants_of(module: str) -> list[Mutant]:
 
 
 def mutated_source(module: str, index: int) -> str:
-    tree, found = sites((CORE / f"{module}.py").read_text())
+    tree, found = sites(source_of(module))
     found[index].apply()
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 def plain_source(module: str) -> str:
     """The module round-tripped through ``ast`` unchanged: what the mutants differ from."""
-    return ast.unparse(ast.parse((CORE / f"{module}.py").read_text())) + "\n"
+    return ast.unparse(ast.parse(source_of(module))) + "\n"
 
 
 # ----------------------------------------------------------------------------- workers
@@ -461,7 +475,7 @@ def run_job(job: Job) -> Outcome:
     if job.index == -2:
         text = "raise RuntimeError('mutate canary: the copy shadows the install')\n"
     elif job.index == -1 and job.coverage:  # lines as they are numbered in the module
-        text = (CORE / f"{job.module}.py").read_text()
+        text = source_of(job.module)
     elif job.index == -1:
         text = plain_source(job.module)
     else:
@@ -494,7 +508,7 @@ def run_job(job: Job) -> Outcome:
         _, _, usage = os.wait4(pid, 0)
     seconds = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime
-    _write(job.module, (CORE / f"{job.module}.py").read_text())
+    _write(job.module, source_of(job.module))
     lines: list[int] = []
     if job.coverage:
         path = _COPY / f"lines-{job.module}.json"
@@ -533,7 +547,7 @@ def follow_moves(config: dict[str, ModuleConfig], found: dict[str, list[Mutant]]
         conf = config.get(m)
         if conf is None:
             continue
-        lines = (CORE / f"{m}.py").read_text().splitlines()
+        lines = source_of(m).splitlines()
         conf.moved = equivalents.follow(conf.equivalent, conf.texts,
                                         ((mu.id, mu.line) for mu in mutants), lines)
         conf.equivalent = {conf.moved.get(k, k): v for k, v in conf.equivalent.items()}
@@ -548,7 +562,7 @@ def rebase(config: dict[str, ModuleConfig], found: dict[str, list[Mutant]]) -> i
         if conf is None:
             continue
         moved.update(conf.moved)
-        lines = (CORE / f"{m}.py").read_text().splitlines()
+        lines = source_of(m).splitlines()
         texts.update({mu.id: lines[mu.line - 1].strip() for mu in mutants
                       if mu.id in conf.equivalent})
     changed = equivalents.rewrite(CONFIG, moved, texts)
@@ -730,7 +744,7 @@ def report(modules: list[str], found: dict[str, list[Mutant]], config: dict[str,
     if left:
         print(f"\nsurvivors not declared equivalent ({len(left)}):")
         for mu in left:
-            source = (CORE / f"{mu.module}.py").read_text().splitlines()[mu.line - 1].strip()
+            source = source_of(mu.module).splitlines()[mu.line - 1].strip()
             tag = "" if mu.status == "survived" else f" [{mu.status}]"
             print(f"  {mu.id}{tag}\n      {source}")
     if notes:
