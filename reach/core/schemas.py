@@ -64,6 +64,9 @@ MAX_PATTERN_WORK = 4_000_000
 MAX_REGEX_FORMAT_CHARS = 4096  # longest string the "regex" format will try to compile
 
 
+Clock = Callable[[], float]  # seconds; the checks' budget is counted on one
+
+
 class SchemaError(ValueError):
     """A declared params schema is refused: not a valid JSON schema, or not a safe one."""
 
@@ -109,10 +112,11 @@ class Validator:
         # and a check of small params (the common case) then costs no allocation and no clock.
         self._run = _Run(_FORMATS)
 
-    def __call__(self, params: Any, *, max_seconds: float = MAX_CHECK_SECONDS) -> None:
+    def __call__(self, params: Any, *, max_seconds: float = MAX_CHECK_SECONDS,
+                 clock: Clock = time.thread_time) -> None:
         """Raise ``fastjsonschema.JsonSchemaValueException`` if ``params`` do not fit."""
         run = self._run
-        run.steps, run.deadline, run.budget = _CLOCK_EVERY, None, max_seconds
+        run.steps, run.deadline, run.budget, run.clock = _CLOCK_EVERY, None, max_seconds, clock
         self._func(params, run)
 
 
@@ -128,11 +132,14 @@ def compile_schema(schema: dict[str, Any], *, max_bytes: int = MAX_SCHEMA_BYTES,
     return _compile(text, max_depth)
 
 
-def check(validator: Validator, params: Any, *,
-          max_seconds: float = MAX_CHECK_SECONDS) -> str | None:
-    """None when ``params`` are valid, else a one-line reason (never raises for bad params)."""
+def check(validator: Validator, params: Any, *, max_seconds: float = MAX_CHECK_SECONDS,
+          clock: Clock = time.thread_time) -> str | None:
+    """None when ``params`` are valid, else a one-line reason (never raises for bad params).
+
+    ``max_seconds`` of ``clock`` (this thread's CPU time; a test passes a fake one) is the
+    check's budget."""
     try:
-        validator(params, max_seconds=max_seconds)
+        validator(params, max_seconds=max_seconds, clock=clock)
     except fastjsonschema.JsonSchemaValueException as exc:
         return str(exc.message)
     except RecursionError:
@@ -144,13 +151,13 @@ def check(validator: Validator, params: Any, *,
     return None
 
 
-def violation(validator: Validator, value: Any, *,
-              max_seconds: float = MAX_CHECK_SECONDS) -> tuple[str, str] | None:
+def violation(validator: Validator, value: Any, *, max_seconds: float = MAX_CHECK_SECONDS,
+              clock: Clock = time.thread_time) -> tuple[str, str] | None:
     """None when ``value`` fits, else where and why it does not: (a JSON path such as
     ``$.items[1].q``, a one-line reason). For results (``returns``); never raises for a bad
     value. The compiled validator stops at the first violation, so there is one."""
     try:
-        validator(value, max_seconds=max_seconds)
+        validator(value, max_seconds=max_seconds, clock=clock)
     except fastjsonschema.JsonSchemaValueException as exc:
         name = exc.name or "data"
         return "$" + name[4:] if name.startswith("data") else name, str(exc.message)
@@ -387,11 +394,12 @@ class _Run(dict[str, Callable[[str], bool]]):
     """Per-check state, riding in the ``custom_formats`` argument that every generated function
     takes and passes down to the ones it calls: the formats, and the CPU-time budget."""
 
-    __slots__ = ("budget", "deadline", "steps")
+    __slots__ = ("budget", "clock", "deadline", "steps")
 
     def __init__(self, formats: dict[str, Callable[[str], bool]]) -> None:
         super().__init__(formats)
         self.budget = MAX_CHECK_SECONDS
+        self.clock: Clock = time.thread_time
         self.deadline: float | None = None  # set at the first look at the clock
         self.steps = _CLOCK_EVERY
 
@@ -400,7 +408,7 @@ class _Run(dict[str, Callable[[str], bool]]):
         if self.steps > 0:
             return
         self.steps = _CLOCK_EVERY
-        now = time.thread_time()
+        now = self.clock()
         if self.deadline is None:  # the first _CLOCK_EVERY steps are not timed: a few µs
             self.deadline = now + self.budget
         elif now > self.deadline:
