@@ -65,3 +65,17 @@ def test_a_retry_or_rejection_without_an_agent_counts_for_the_capability_and_tot
     snap = m.snapshot()
     assert list(snap["capabilities"]) == ["b.get", "c.get"]
     assert snap["agents"]["one"]["retries"] == 2 and snap["totals"]["retries"] == 3
+
+
+def test_a_fallback_answer_counts_once_for_its_capability_and_the_totals() -> None:
+    """A task answered by its fallback (no agent took it) is counted where an operator looks
+    for it: the capability and the totals, one per answer, never under an agent."""
+    m = Metrics()
+    m.fell_back("c.get")
+    m.fell_back("c.get")
+    m.fell_back("b.get")
+    snap = m.snapshot()
+    assert snap["agents"] == {}
+    assert snap["capabilities"]["c.get"]["fallbacks"] == 2
+    assert snap["capabilities"]["b.get"]["fallbacks"] == 1
+    assert snap["totals"]["fallbacks"] == 3
