@@ -319,8 +319,8 @@ class _Found:
     __slots__ = ("now", "exclude", "limited", "high_water", "extra", "healthy", "spare",
                  "tripped", "examined", "warming")
 
-    def __init__(self, now: float, exclude: frozenset[str], limited: bool = False,
-                 high_water: float = 1.0) -> None:
+    def __init__(self, now: float, exclude: frozenset[str], limited: bool,
+                 high_water: float) -> None:
         self.now = now
         self.exclude = exclude
         self.limited = limited  # below shed_below: an agent's slots past high_water are not
