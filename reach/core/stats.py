@@ -12,6 +12,7 @@ largest one, not the 99th): a timeout built on it errs long, not short.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 
@@ -86,7 +87,9 @@ class DayRate:
         self.ok = [0] * days
         self.bad = [0] * days
         self._trust = 1.0
-        self._until = -1.0  # when the day ``_trust`` was worked out for ends (-1: stale)
+        # Until when ``_trust`` holds: the end of the day it was worked out for; no call yet:
+        # full trust for ever; -inf after an add (stale at any clock reading, even below 0).
+        self._until = math.inf
 
     def add(self, ok: bool, now: float) -> None:
         """Count one judged call: a success (``ok``) or a fault."""
@@ -98,7 +101,7 @@ class DayRate:
             self.ok[i] += 1
         else:
             self.bad[i] += 1
-        self._until = -1.0
+        self._until = -math.inf
 
     def counts(self, now: float) -> tuple[int, int]:
         """(successes, faults) of the last ``days`` days, today included."""
