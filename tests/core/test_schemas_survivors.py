@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import re2  # type: ignore[import-untyped]
+from depth import shallow_recursion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -463,3 +464,31 @@ def test_the_draft_a_schema_names_decides_its_formats(draft: str | None, checked
     if draft:
         schema["$schema"] = draft
     assert (check(compile_schema(schema), "not-a-uuid") is not None) is checked
+
+
+# --- violation: where a result does not fit ------------------------------------------------------
+
+
+def test_violation_names_the_path_of_the_first_misfit_and_why() -> None:
+    """A result that does not fit its ``returns`` schema is reported with a JSON path from
+    the root ($), so the agent's author finds the field at once."""
+    v = compile_schema({"type": "object", "properties": {"items": {"type": "array", "items": {
+        "type": "object", "properties": {"q": {"type": "integer"}}}}}})
+    assert violation(v, {"items": [{"q": 1}, {"q": 2}]}) is None
+    assert violation(v, {"items": [{"q": 1}, {"q": "x"}]}) == (
+        "$.items[1].q", "data.items[1].q must be integer")
+    assert violation(v, []) == ("$", "data must be object")
+
+
+def test_violation_of_a_value_too_deep_or_too_large_is_at_the_root() -> None:
+    tree = compile_schema({"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}},
+                           "$ref": "#/$defs/t"})
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    with shallow_recursion():
+        assert violation(tree, deep) == ("$", "nested too deeply to validate")
+    half = compile_schema({"type": "number", "multipleOf": 0.5})
+    found = violation(half, 10**400)  # past any float: the division overflows
+    assert found is not None and found[0] == "$"
+    assert found[1].startswith("cannot be validated: ")
