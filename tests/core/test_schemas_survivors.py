@@ -392,6 +392,11 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def all_distinct(items: list[Any]) -> bool:
+    """No two items equal as JSON values: what uniqueItems should accept."""
+    return not any(json_equal(items[i], items[j]) for i in range(len(items)) for j in range(i))
+
+
 SCALARS = st.sampled_from([True, False, None, 0, 1, -1, 0.0, 1.0, 1.5, 1e300, int(1e300),
                            "1", "true", "null", "1.0", "", "e"])
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
@@ -404,8 +409,7 @@ JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
 def test_unique_items_agrees_with_json_equality(items: list[Any]) -> None:
     """uniqueItems refuses a list exactly when two of its items are equal as JSON values: a
     true is not a 1, a null is not "null", 1e300 inside a list equals the integer it is."""
-    unique = not any(json_equal(items[i], items[j])
-                     for i in range(len(items)) for j in range(i))
+    unique = all_distinct(items)
     v = compile_schema({"type": "array", "uniqueItems": True})
     assert (check(v, items) is None) is unique
 
@@ -414,8 +418,7 @@ def test_unique_items_agrees_with_json_equality(items: list[Any]) -> None:
     [True, None], [False, None], [True, False], [None, "null"], [[1e300], [int(1e300)]],
 ])
 def test_unique_items_edge_cases(items: list[Any]) -> None:
-    unique = not any(json_equal(items[i], items[j])
-                     for i in range(len(items)) for j in range(i))
+    unique = all_distinct(items)
     assert (check(compile_schema({"type": "array", "uniqueItems": True}), items) is None) \
         is unique
 
