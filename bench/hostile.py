@@ -81,12 +81,19 @@ class Sizes:
     submits: int = 50_000
     nesting: int = 100_000
     captured_calls: int = 40
+    bomb_bytes: int = 1 << 20     # one compressed REST body (inflates ~1,000x)
+    bombs: int = 2
+    loris: int = 500              # REST sockets that never finish a request
+    polls: int = 200              # long polls one caller holds (the door's request cap)
+    letters: int = 300            # dead letters of letter_bytes of params each
+    letter_bytes: int = 900_000
 
 
 FULL = Sizes()
 QUICK = Sizes(window=1.0, probe_timeout=0.5, tail=0.15, hold=0.3, caps_one=1_000, flood_agents=4,
               caps_each=250, status_frames=200, connections=300, submits=5_000,
-              captured_calls=10)
+              captured_calls=10, bomb_bytes=128 << 10, loris=100, polls=50, letters=40,
+              letter_bytes=400_000)
 
 
 # =====================================================================================
@@ -171,13 +178,13 @@ async def _coordinate(options: dict[str, Any], optional: list[str]) -> None:
         except TypeError as exc:  # an option this version does not have
             unknown = [k for k in optional if k in options and repr(k) in str(exc)]
             if not unknown:
-                say("SPAWNED", os.getpid(), "-", f"n/a on this version: {exc}"[:150])
+                say("SPAWNED", os.getpid(), "-", "-", f"n/a on this version: {exc}"[:150])
                 return
             for key in unknown:
                 del options[key]
                 dropped.append(key)
     tune_gc()  # as `reach serve` does
-    say("SPAWNED", os.getpid(), reach.url, ",".join(dropped) or "-")
+    say("SPAWNED", os.getpid(), reach.url, reach.http_url or "-", ",".join(dropped) or "-")
     await asyncio.Event().wait()
 
 
@@ -426,6 +433,11 @@ class RawAgent:
     async def send(self, frame: dict[str, Any]) -> None:
         await self.ws.send(json.dumps({"v": 1, **frame}))
 
+    def mute(self) -> None:
+        """Stop reading: invokes are left unanswered (or read by the caller's own loop)."""
+        if self._reader is not None:
+            self._reader.cancel()
+
     async def _serve(self) -> None:
         try:
             while (frame := await next_frame(self.ws)) is not None:
@@ -576,6 +588,7 @@ class Ctx:
     url: str
     sizes: Sizes
     probe: Child
+    http: str = "-"  # the REST door's "http://HOST:PORT" ("-": none)
     notes: list[str] = field(default_factory=list)
     last: list[str] = field(default_factory=list)  # notes from cleanups: said after the rest
     doing: str = ""  # the step in progress: names what got no answer when the window ends
@@ -898,12 +911,225 @@ async def heartbeat_values(ctx: Ctx) -> None:
             f"closed {closed}" if closed else f"no error in {took(started)}: taken as is"))
 
 
+def _host_port(http: str) -> tuple[str, int]:
+    host, port = http.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+async def _http_status(ctx: Ctx, request: bytes, timeout: float) -> str:
+    """Send ``request`` on a new REST connection; its status line's code, or what happened."""
+    started = time.perf_counter()
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(*_host_port(ctx.http))
+            writer.write(request)
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+            head = await reader.readuntil(b"\r\n")
+        return f"{head.split(b' ', 2)[1].decode()} in {took(started)}"
+    except TimeoutError:
+        return f"no answer in {took(started)}"
+    except (asyncio.IncompleteReadError, OSError) as exc:
+        return f"{type(exc).__name__} in {took(started)}"
+    finally:
+        if writer is not None:
+            writer.transport.abort()
+
+
+_BOMBS: dict[int, bytes] = {}
+
+
+def gzip_bomb(size: int) -> bytes:
+    """A submit for the probe's capability whose JSON body is ~1,000x ``size`` once inflated:
+    gzip at level 9 of a padding string, cut off once the compressed stream reaches ``size``."""
+    if size not in _BOMBS:
+        import zlib
+
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        out = [z.compress(b'{"capability": "probe.echo", "params": {"n": 1, "pad": "')]
+        chunk, total = b"0" * (1 << 20), 0
+        while total < size:
+            out.append(z.compress(chunk))
+            total += len(out[-1])
+        out += [z.compress(b'"}}'), z.flush()]
+        _BOMBS[size] = b"".join(out)
+    return _BOMBS[size]
+
+
+async def gzip_body(ctx: Ctx) -> None:
+    """Compressed REST bodies, no token: does the coordinator inflate them after answering?"""
+    if ctx.http == "-":
+        ctx.note("no REST door")
+        return
+    body = gzip_bomb(ctx.sizes.bomb_bytes)
+    head = (f"POST /v1/tasks HTTP/1.1\r\nHost: {ctx.http[7:]}\r\nContent-Type: "
+            f"application/json\r\nContent-Encoding: gzip\r\nContent-Length: {len(body)}"
+            "\r\n\r\n").encode()
+    ctx.doing = "uploading"
+    answers = await asyncio.gather(*(_http_status(ctx, head + body, ctx.sizes.window)
+                                     for _ in range(ctx.sizes.bombs)))
+    ctx.note(f"{ctx.sizes.bombs} gzip bodies of {len(body) // 1024} KB: {', '.join(answers)}")
+    await asyncio.sleep(ctx.sizes.hold)  # is it still inflating? the probe's stall says
+
+
+async def rest_loris(ctx: Ctx) -> None:
+    """REST sockets that never finish: a third send nothing, a third half a header, a third
+    a body's first byte of 1,000. Then: does a new HTTP caller get in, and are they closed?"""
+    if ctx.http == "-":
+        ctx.note("no REST door")
+        return
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    n = max(0, min(ctx.sizes.loris, soft - 300))
+    host = ctx.http[7:]
+    starts = (b"", f"POST /v1/tasks HTTP/1.1\r\nHost: {host}\r\n".encode(),
+              f"POST /v1/tasks HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
+              "\r\nContent-Length: 1000\r\n\r\n{".encode())
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    refused = 0
+
+    async def one(i: int) -> None:
+        nonlocal refused
+        try:
+            reader, writer = await asyncio.open_connection(*_host_port(ctx.http))
+        except OSError:
+            refused += 1
+            return
+        held.append((reader, writer))
+        writer.write(starts[i % 3])
+
+    started = time.perf_counter()
+    ctx.doing = "opening"
+    try:
+        for at in range(0, n, 50):
+            await asyncio.gather(*(one(at + i) for i in range(min(50, n - at))))
+        ctx.note(f"{len(held):,} stalled requests open in {took(started)}"
+                 + (f" ({refused:,} refused)" if refused else ""))
+        ctx.doing = "holding"
+        await asyncio.sleep(ctx.sizes.hold)
+        fresh = await _http_status(ctx, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                                   .encode(), 2.0)
+        closed = sum(1 for reader, _ in held if reader.at_eof())
+        ctx.note(f"a new caller's GET /healthz: {fresh}; {closed:,} closed by the coordinator "
+                 f"{ctx.sizes.hold:g} s later")
+    finally:
+        for _, writer in held:
+            writer.transport.abort()
+
+
+async def rest_hog(ctx: Ctx) -> None:
+    """One REST caller holds long polls up to the door's request cap (``max_connections``,
+    set to ``polls`` for this row) on a task that never ends; what does another caller get?"""
+    if ctx.http == "-":
+        ctx.note("no REST door")
+        return
+    host = ctx.http[7:]
+    async with RawAgent(ctx.url, "sink", [cap("sink.hold", latency_ms=60_000)]) as sink:
+        if not sink.welcomed:
+            ctx.note(f"sink: {sink.outcome}")
+            return
+        sink.mute()  # it takes the invoke and never answers
+        body = b'{"capability": "sink.hold", "params": {}, "timeout": 30}'
+        submit = (f"POST /v1/tasks HTTP/1.1\r\nHost: {host}\r\nX-Reach-Caller: hog\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                  ).encode() + body
+        reader, writer = await asyncio.open_connection(*_host_port(ctx.http))
+        try:
+            writer.write(submit)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n")
+                              if ln.lower().startswith(b"content-length")))
+            task_id = json.loads(await reader.readexactly(length))["task_id"]
+        finally:
+            writer.transport.abort()
+        poll = (f"GET /v1/tasks/{task_id}?wait=30 HTTP/1.1\r\nHost: {host}\r\n"
+                "X-Reach-Caller: hog\r\n\r\n").encode()
+        ctx.doing = "polling"
+        polls = [asyncio.ensure_future(_http_status(ctx, poll, ctx.sizes.hold + 1))
+                 for _ in range(ctx.sizes.polls)]
+        try:
+            await asyncio.sleep(min(0.5, ctx.sizes.hold))
+            others = Counter()
+            for _ in range(5):
+                answer = await _http_status(ctx, (f"GET /v1/capabilities HTTP/1.1\r\nHost: "
+                                                  f"{host}\r\nX-Reach-Caller: victim\r\n\r\n"
+                                                  ).encode(), 2.0)
+                others[answer.split(" in ")[0]] += 1
+            early = Counter(p.result().split(" in ")[0] for p in polls if p.done())
+            ctx.note(f"'hog' holds {ctx.sizes.polls} long polls"
+                     + (f" ({', '.join(f'{k} x{v}' for k, v in early.items())} at once)"
+                        if early else "")
+                     + f"; 'victim' x5: {', '.join(f'{k} x{v}' for k, v in others.items())}")
+        finally:
+            for p in polls:
+                p.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+
+
+async def letter_bytes(ctx: Ctx) -> None:
+    """Tasks with large params fail at their one (non-idempotent) attempt: each becomes a
+    dead letter, kept whole. What do they cost in memory?"""
+    spec = cap("letter.fail", latency_ms=100)
+    n, pad = ctx.sizes.letters, "x" * ctx.sizes.letter_bytes
+    async with RawAgent(ctx.url, "failer", [spec]) as failer:
+        if not failer.welcomed:
+            ctx.note(f"failer: {failer.outcome}")
+            return
+        failer.mute()
+
+        async def fail_all() -> None:
+            while (frame := await next_frame(failer.ws)) is not None:
+                if frame.get("type") == "invoke":
+                    await failer.send({"type": "error", "task_id": frame["task_id"],
+                                       "attempt": frame.get("attempt", 0),
+                                       "error": {"code": "task_failed", "message": "boom"}})
+
+        failing = asyncio.ensure_future(fail_all())
+        raw = await RawSocket.open(ctx.url)
+        try:
+            raw.send({"type": "hello", "caller": "letters"})
+            if kind(await raw.recv()) != "welcome":
+                ctx.note(f"hello: {kind(None, raw.close_code)}")
+                return
+            started = time.perf_counter()
+            ctx.doing = "submitting"
+            answers: Counter[str] = Counter()
+            for i in range(n):
+                raw.send({"type": "submit", "id": i, "capability": "letter.fail",
+                          "params": {"i": i, "pad": pad}, "timeout": 5})
+                await raw.writer.drain()
+            with contextlib.suppress(ConnectionError, TimeoutError):
+                async with asyncio.timeout(ctx.sizes.window * 0.8):
+                    while sum(answers.values()) < n and (frame := await raw.recv()) is not None:
+                        if frame.get("type") != "accepted":
+                            answers[kind(frame)] += 1
+            seen = ", ".join(f"{k} {v:,}" for k, v in answers.most_common(3)) or "no answer"
+            ctx.note(f"{n:,} tasks of {ctx.sizes.letter_bytes // 1000} KB params, each failing: "
+                     f"{seen} in {took(started)}")
+        finally:
+            raw.abort()
+            failing.cancel()
+            await asyncio.gather(failing, return_exceptions=True)
+
+
+async def huge_number(ctx: Ctx) -> None:
+    async with RawCaller(ctx.url) as caller:
+        got, outcome = await caller.ask('{"v": 1, "type": "submit", "id": 1, "capability": '
+                                        '"probe.echo", "params": {"n": 1e400}, "timeout": 2}')
+        last = got[-1] if got else None
+        seen = (f"the agent got n={last.get('result')!r}" if last and last.get("type") == "result"
+                else outcome)
+        ctx.note(f"params {{\"n\": 1e400}}: {seen}")
+        ctx.explain(last)
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
     run: Callable[[Ctx], Awaitable[None]]
     what: str
     secured: bool = False  # tokens for every principal, serve rules where there are any
+    options: Callable[[Sizes], dict[str, Any]] | None = None  # more Reach.start options
 
 
 ATTACKS = [
@@ -926,6 +1152,15 @@ ATTACKS = [
     Attack("hostile-names", hostile_names, "NUL, ESC and bidi characters in agent and "
            "capability names"),
     Attack("heartbeat-values", heartbeat_values, 'heartbeat {"inflight": -5, "load": 1e308}'),
+    # the issue "Fix first" (an attack trial against the REST door and the stores)
+    Attack("gzip-body", gzip_body, "2 REST submits of 1 MB gzip that inflate ~1,000x, no "
+           "token (quick 128 KB)"),
+    Attack("rest-loris", rest_loris, "500 REST requests never finished: nothing, half a "
+           "header, 1 byte of a body (quick 100)"),
+    Attack("rest-hog", rest_hog, "one caller holds 200 long polls, the door's whole request "
+           "cap (quick 50)", options=lambda sizes: {"max_connections": sizes.polls}),
+    Attack("letter-bytes", letter_bytes, "300 dead letters of 900 KB params (quick 40 x 400 KB)"),
+    Attack("huge-number", huge_number, 'a submit with params {"n": 1e400}'),
 ]
 
 
@@ -944,22 +1179,24 @@ class Row:
     details: list[str] = field(default_factory=list)
 
 
-def _options(attack: Attack) -> dict[str, Any]:
+def _options(attack: Attack, sizes: Sizes) -> dict[str, Any]:
     options: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "store": "sqlite://"}
     optional: list[str] = []
     if attack.secured:
         options.update(tokens=TOKENS, serves=SERVES)
         optional.append("serves")
+    if attack.options is not None:
+        options.update(attack.options(sizes))
     return {"options": options, "optional": optional}
 
 
 async def run_row(attack: Attack, zygote: Child, probe: Child, sizes: Sizes) -> Row:
     """A fresh coordinator, the probe attached, the attack within ``sizes.window``, the tail,
     then the coordinator killed."""
-    pid, url, extra = (await zygote.request(f"spawn {json.dumps(_options(attack))}",
-                                            "SPAWNED", 30)).split(" ", 2)
+    pid, url, http, extra = (await zygote.request(f"spawn {json.dumps(_options(attack, sizes))}",
+                                                  "SPAWNED", 30)).split(" ", 3)
     row = Row(attack.name, "")
-    ctx = Ctx(url, sizes, probe)
+    ctx = Ctx(url, sizes, probe, http=http)
     try:
         if url == "-":  # the coordinator refused the options: this version has no such thing
             row.outcome = extra
@@ -1063,6 +1300,8 @@ async def parent(args: argparse.Namespace) -> int:
           f"{sizes.probe_timeout:g} s; RSS sampled every {SAMPLE_EVERY * 1000:.0f} ms",
           flush=True)
     started = time.perf_counter()
+    if any(a.run is gzip_body for a in attacks):  # made once, before any row's window opens
+        await asyncio.to_thread(gzip_bomb, sizes.bomb_bytes)
     with tempfile.TemporaryDirectory(prefix="reach-hostile-") as tmp:
         log_dir = os.path.abspath(args.log_dir) if args.log_dir else tmp
         os.makedirs(log_dir, exist_ok=True)
