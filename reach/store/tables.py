@@ -243,6 +243,6 @@ def task_from_row(row: Any) -> Task:
             number=a["number"], agent_id=a["agent_id"], agent=a["agent"],
             started_at=a["started_at"], ended_at=a.get("ended_at"),
             outcome=a.get("outcome", "lost"), error=a.get("error"),
-            instance=a.get("instance")))
+            instance=a.get("instance"), timeout=a.get("timeout")))
     task.history = [(str(st), float(at), str(note)) for st, at, note in json.loads(row.history)]
     return task
