@@ -45,15 +45,16 @@ def hanging_agent() -> Agent:
 
 
 class Rig:
-    """A coordinator on one SQLite file and port, restartable; the agent; a caller."""
+    """A coordinator on one store (a SQLite file, or PostgreSQL) and port, restartable; the
+    agent; a caller."""
 
-    def __init__(self, db: Path) -> None:
-        self.db, self.port = db, free_port()
+    def __init__(self, url: str) -> None:
+        self.url, self.port = url, free_port()
         self.reach: Reach | None = None
         self.agent = hanging_agent()
 
     async def start(self) -> Reach:
-        self.reach = await Reach.start(store=f"sqlite:///{self.db}", port=self.port,
+        self.reach = await Reach.start(store=self.url, port=self.port,
                                        http_port=None, drain_timeout=0.02, **FAST)
         return self.reach
 
@@ -82,11 +83,16 @@ class Rig:
             await client.close()
 
 
-@pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    rig = Rig(tmp_path / "reach.db")
+async def open_rig(url: str) -> Rig:
+    rig = Rig(url)
     await rig.start()
     await rig.agent.connect(f"ws://127.0.0.1:{rig.port}")
+    return rig
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    rig = await open_rig(f"sqlite:///{tmp_path / 'reach.db'}")
     try:
         yield rig
     finally:
@@ -110,16 +116,35 @@ async def attempts_seen(rig: Rig, task_id: str, n: int) -> None:
         await client.close()
 
 
-def stored_attempts(db: Path, task_id: str) -> list[dict[str, Any]]:
+def stored_attempts(url: str, task_id: str) -> list[dict[str, Any]]:
     """The attempts column of the task's row, as stored."""
-    with closing(sqlite3.connect(db)) as conn:
-        (attempts,) = conn.execute("SELECT attempts FROM reach_tasks WHERE task_id = ?",
-                                   (task_id,)).fetchone()
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            (attempts,) = conn.execute("SELECT attempts FROM reach_tasks WHERE task_id = ?",
+                                       (task_id,)).fetchone()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as pg:
+            row = pg.execute("SELECT attempts FROM reach_tasks WHERE task_id = %s",
+                             (task_id,)).fetchone()
+            assert row is not None
+            (attempts,) = row
     found: list[dict[str, Any]] = json.loads(attempts)
     return found
 
 
-async def test_a_restart_keeps_the_attempt_count_and_the_completion_timeout(rig: Rig) -> None:
+async def test_a_restart_keeps_the_attempt_count_and_the_completion_timeout(
+        store_url: str) -> None:
+    rig = await open_rig(store_url)
+    try:
+        await restart_mid_way(rig)
+    finally:
+        await rig.agent.close(drain=0.01)
+        await rig.stop()
+
+
+async def restart_mid_way(rig: Rig) -> None:
     client = await rig.client()
     try:
         await warm(client)
@@ -128,7 +153,7 @@ async def test_a_restart_keeps_the_attempt_count_and_the_completion_timeout(rig:
         await client.close()
     await attempts_seen(rig, handle.task_id, 2)  # attempt 1 timed out, attempt 2 is running
     await rig.stop()
-    on_disk = stored_attempts(rig.db, handle.task_id)  # the timeout is in the row itself
+    on_disk = stored_attempts(rig.url, handle.task_id)  # the timeout is in the row itself
     assert [a["number"] for a in on_disk] == [1, 2]
     assert all(a.get("timeout") is not None for a in on_disk), on_disk
     await rig.start()
