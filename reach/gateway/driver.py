@@ -212,8 +212,8 @@ class Driver:
         if not tries.may_retry():
             self.g.finish(task, S.DEAD, error=Unavailable(
                 f"the coordinator restarted during attempt {lost.number} of "
-                f"{env.capability!r} at agent {lost.agent!r}, the last of {env.max_retries} "
-                f"retries; not sent again (it may have run): check, then replay it",
+                f"{env.capability!r} at agent {lost.agent!r}, its last (max_retries "
+                f"{env.max_retries}); not sent again (it may have run): check, then replay it",
                 agent_id=lost.agent_id))
             return False
         tries.retries += 1
