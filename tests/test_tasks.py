@@ -225,7 +225,8 @@ def test_attempt_to_dict_duration_in_ms_and_open_attempt():
                    outcome="ok")
     assert done.to_dict() == {
         "number": 1, "agent_id": "a1", "agent": "inv", "started_at": 10.0, "ended_at": 10.25,
-        "duration_ms": 250.0, "outcome": "ok", "error": None, "instance": None}
+        "duration_ms": 250.0, "outcome": "ok", "error": None, "instance": None,
+        "timeout": None}
     running = Attempt(number=2, agent_id="a2", agent="inv", started_at=11.0)
     view = running.to_dict()
     assert view["duration_ms"] is None

@@ -162,6 +162,41 @@ class Tries:
         return self.hops < self.max_hops
 
 
+def resumed_tries(max_retries: int, history: Iterable[tuple[str, float, str]]) -> Tries:
+    """The tries a resumed task had spent when the coordinator stopped, from its stored
+    history since it was last accepted or replayed (a "pending" entry not noted "resumed"):
+    its retries are its "retrying" moves (each one ``Tries.retries`` step of the driver's),
+    its hops its "dispatched" moves. A restart must not hand a task a fresh retry count: a
+    task with ``max_retries`` 2 made 4 attempts across one."""
+    retries = hops = 0
+    for state, _, note in reversed(list(history)):
+        if state == TaskState.PENDING.value and note != "resumed":
+            break
+        if state == TaskState.RETRYING.value:
+            retries += 1
+        elif state == TaskState.DISPATCHED.value:
+            hops += 1
+    return Tries(max_retries, retries, hops)
+
+
+def kept_timeout(timeouts: Iterable[float | None]) -> float | None:
+    """The completion timeout a resumed task keeps: its last attempt's that recorded one
+    (``timeouts`` oldest first), or None (none did: the coordinator works one out). A
+    restarted coordinator has lost the latency history behind the one it had (an attempt
+    given 3 s before a restart got 0.36 s after it, from the declared latency alone)."""
+    kept = None
+    for timeout in timeouts:
+        if timeout is not None:
+            kept = timeout
+    return kept
+
+
+def time_left(created_at: float, timeout: float, now: float) -> float:
+    """What is left of a caller's ``timeout`` at wall time ``now`` for a task submitted at
+    ``created_at``: a resumed task's deadline runs from its submit, not from the restart."""
+    return created_at + timeout - now
+
+
 def after_attempt(verdict: Verdict, tries: Tries, *, idempotent: bool,
                   others_left: bool) -> Step:
     """The next step once an attempt ended. ``others_left``: a healthy candidate not yet

@@ -147,6 +147,9 @@ class Attempt:
     outcome: str = Outcome.RUNNING.value  # an ``Outcome`` value, kept as a plain str
     error: str | None = None
     instance: str | None = None  # the agent process it went to (Register.instance)
+    # The completion timeout it was given (s): stored, so that a resumed task keeps it
+    # (policy.kept_timeout). None in rows written before it was recorded.
+    timeout: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         duration = None if self.ended_at is None else round(
@@ -154,7 +157,7 @@ class Attempt:
         return {"number": self.number, "agent_id": self.agent_id, "agent": self.agent,
                 "started_at": self.started_at, "ended_at": self.ended_at,
                 "duration_ms": duration, "outcome": self.outcome, "error": self.error,
-                "instance": self.instance}
+                "instance": self.instance, "timeout": self.timeout}
 
 
 @dataclass(slots=True)

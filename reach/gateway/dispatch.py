@@ -86,7 +86,10 @@ class Dispatcher:
         self.timeouts = TimeoutRule(settings.default_timeout, settings.timeout_floor,
                                     settings.timeout_samples)
 
-    async def attempt(self, task: Task, record: AgentRecord, deadline: float | None) -> Ended:
+    async def attempt(self, task: Task, record: AgentRecord, deadline: float | None,
+                      kept: float | None = None) -> Ended:
+        """One attempt at ``record``. ``kept``: the completion timeout a resumed task without
+        a deadline keeps from before the restart (None: worked out now)."""
         env = task.envelope
         clock, book = self.clock, self.book
         now = clock.wall()
@@ -94,12 +97,14 @@ class Dispatcher:
         window = self.latency.setdefault(env.capability, LatencyWindow())
         # The caller's deadline, when given, overrides the adaptive completion timeout.
         left = None if deadline is None else max(0.0, deadline - clock.now())
-        completion = completion_timeout(cap.spec.latency_ms, window, left, self.timeouts)
+        completion = completion_timeout(cap.spec.latency_ms, window, left, self.timeouts) \
+            if kept is None else kept
         # (The capability's own timeout is only worked out when the caller gave a deadline.)
         caller_bound = left is not None and policy.caller_bound(
             left, completion_timeout(cap.spec.latency_ms, window, None, self.timeouts))
         attempt = Attempt(number=len(task.attempts) + 1, agent_id=record.agent_id,
-                          agent=record.name, started_at=now, instance=record.instance)
+                          agent=record.name, started_at=now, instance=record.instance,
+                          timeout=completion)
         task.attempts.append(attempt)
         book.move(task, S.DISPATCHED, f"attempt {attempt.number} to {record.name}" if
                   record.node is None else  # held by a peer coordinator (reach.cluster)
@@ -221,24 +226,26 @@ class Dispatcher:
 
     # ------------------------------------------------------------ hedged reads
 
-    async def run(self, task: Task, record: AgentRecord, deadline: float | None
+    async def run(self, task: Task, record: AgentRecord, deadline: float | None,
+                  kept: float | None = None
                   ) -> tuple[policy.Verdict, Any, Attempt, AgentRecord]:
         """One attempt at ``record``; for a hedged idempotent read still running past the
         capability's P95, a second attempt at another agent, and the first answer wins (the
-        other is cancelled). A hedge spends the retry budget like a retry."""
+        other is cancelled). A hedge spends the retry budget like a retry. ``kept``: as for
+        ``attempt``."""
         after = self._hedge_after(task, record)
         if after is None:
-            verdict, payload, attempt = await self.attempt(task, record, deadline)
+            verdict, payload, attempt = await self.attempt(task, record, deadline, kept)
             return verdict, payload, attempt, record
         loop = asyncio.get_running_loop()
-        first = loop.create_task(self.attempt(task, record, deadline))
+        first = loop.create_task(self.attempt(task, record, deadline, kept))
         pending: dict[asyncio.Task[Ended], AgentRecord] = {first: record}
         try:
             if not await within(self.clock, first, after):
                 other = self._hedge_target(task, record)
                 if other is not None and self.budget.spend(self.clock.wall()):
                     self.metrics.retried(task.envelope.capability, None)
-                    pending[loop.create_task(self.attempt(task, other, deadline))] = other
+                    pending[loop.create_task(self.attempt(task, other, deadline, kept))] = other
             while True:
                 done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for fut in done:

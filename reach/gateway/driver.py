@@ -78,14 +78,26 @@ class Driver:
     async def drive(self, task: Task) -> None:
         env = task.envelope
         clock = self.clock
-        deadline = None if env.timeout is None else clock.now() + env.timeout
         resumed = bool(task.history) and task.history[-1][2] == "resumed"
-        recovering_until = clock.now() + self.settings.recovery_grace if resumed else 0.0
-        # A task interrupted by a crash goes back to the agent that was running it: only that
-        # agent's cache knows the key, so another agent would run it a second time.
-        lost = task.attempts[-1] if resumed and task.attempts and \
-            task.attempts[-1].outcome == Outcome.LOST else None
+        deadline = None if env.timeout is None else clock.now() + env.timeout
         tries = policy.Tries(env.max_retries)
+        kept = None  # a resumed task's completion timeout, kept from before the restart
+        lost = None
+        if resumed:
+            # A restart changes none of the task's budget: its deadline runs from its submit,
+            # its tries so far count, and it keeps its completion timeout (the latency history
+            # behind it is gone with the old process; a caller's deadline sets it otherwise).
+            if env.timeout is not None:
+                deadline = clock.now() + policy.time_left(env.created_at, env.timeout,
+                                                          clock.wall())
+            else:
+                kept = policy.kept_timeout(a.timeout for a in task.attempts)
+            tries = policy.resumed_tries(env.max_retries, task.history)
+            # A task interrupted by a crash goes back to the agent that was running it: only
+            # that agent's cache knows the key, so another agent would run it a second time.
+            if task.attempts and task.attempts[-1].outcome == Outcome.LOST:
+                lost = task.attempts[-1]
+        recovering_until = clock.now() + self.settings.recovery_grace if resumed else 0.0
         # How long this task may wait for resting breakers to let work through instead of
         # spending a retry on "no healthy agent" (policy.breaker_wait). Waiting on a half-open
         # probe already out is not spent from it: the probe is an attempt with its own timeout,
@@ -95,6 +107,8 @@ class Driver:
         exclude: set[str] = set()
         back_until: float | None = None  # going back to an agent a peer lost (see below)
         try:
+            if lost is not None and not self._interrupted(task, tries, lost):
+                return
             while True:
                 tries.hops += 1
                 if deadline is not None and clock.now() >= deadline:
@@ -139,7 +153,7 @@ class Driver:
                         self.g.finish(task, S.FAILED, error=exc)
                         return
                 verdict, payload, attempt, record = await self.dispatch.run(
-                    task, record, deadline)
+                    task, record, deadline, kept)
                 if verdict.outcome in (Outcome.LOST, Outcome.UNDELIVERED) and \
                         record.node is not None and attempt.instance is not None and \
                         (back_until is None or clock.now() < back_until):
@@ -189,6 +203,23 @@ class Driver:
         except Exception as exc:  # a bug here must not leave a caller waiting forever
             if not task.terminal:
                 self.g.finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
+
+    def _interrupted(self, task: Task, tries: policy.Tries, lost: Attempt) -> bool:
+        """A resumed task whose attempt the restart interrupted: sending it again (to that
+        agent, or elsewhere if it does not come back) is a retry, counted like any other;
+        False (the task is dead-lettered) when it was the last one ``max_retries`` allows."""
+        env = task.envelope
+        if not tries.may_retry():
+            self.g.finish(task, S.DEAD, error=Unavailable(
+                f"the coordinator restarted during attempt {lost.number} of "
+                f"{env.capability!r} at agent {lost.agent!r}, its last (max_retries "
+                f"{env.max_retries}); not sent again (it may have run): check, then replay it",
+                agent_id=lost.agent_id))
+            return False
+        tries.retries += 1
+        self.g.move(task, S.RETRYING, f"retry {tries.retries}: the coordinator restarted "
+                                      f"during attempt {lost.number}")
+        return True
 
     async def _back_to(self, task: Task, lost: Attempt, recovering_until: float
                        ) -> tuple[AgentRecord | None, Attempt | None, bool]:

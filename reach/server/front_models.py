@@ -190,6 +190,7 @@ class AttemptView(_Out):
     outcome: str
     error: str | None
     instance: str | None
+    timeout: float | None = None  # the completion timeout it was given, in seconds
 
 
 class Transition(_Out):

@@ -119,9 +119,10 @@ class GroupCommit:
                                                               name="reach-store-writer")
 
     def _setup(self) -> None:
-        create_tables(self.engine)
-        if self.engine.dialect.name == "postgresql":
-            self.unique_keys = postgres.create_key_index(self.engine)
+        unique: list[bool] = []  # PostgreSQL: whether the key index is there
+        create_tables(self.engine, (lambda conn: unique.append(postgres.create_key_index(conn)))
+                      if self.engine.dialect.name == "postgresql" else None)
+        self.unique_keys = any(unique)
         self._sql = compile_statements(self.engine)
         self._raw = self.engine.raw_connection()
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from reach.core.tasks import TERMINAL, Task
+from reach.store.postgres import unreachable
 from reach.store.store import Store
 from reach.store.tables import NODES, TASKS, task_from_row
 
@@ -69,13 +71,19 @@ class Nodes:
         """Record this node (again, after a restart) with a lease of ``lease_s`` seconds."""
         self.node_id, self.lease_s = node_id, lease_s
         sent = time.monotonic()
+        try:
+            await self._join(node_id, url, lease_s)
+        except DBAPIError as exc:  # at start: one line (``reach serve``), not a traceback
+            raise unreachable(self.store.url, exc) from exc
+        self.valid_until = sent + lease_s
+        self.store.unfence()
+
+    async def _join(self, node_id: str, url: str, lease_s: float) -> None:
         await self._call(
             f"INSERT INTO {NODES.name} (node_id, url, started_at, lease_until, renewed_at) "
             f"VALUES (:n, :u, {_NOW}, {_NOW} + :s, {_NOW}) ON CONFLICT (node_id) DO UPDATE "
             f"SET url = :u, started_at = {_NOW}, lease_until = {_NOW} + :s, "
             f"renewed_at = {_NOW}", n=node_id, u=url, s=lease_s)
-        self.valid_until = sent + lease_s
-        self.store.unfence()
 
     async def renew(self, metrics: str | None = None) -> bool:
         """Extend the lease by ``lease_s`` from now; False once it was lost (expired or

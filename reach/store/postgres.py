@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from reach.ports import DuplicateKey
@@ -42,8 +42,9 @@ KEY_INDEX = "ux_reach_tasks_idempotency_key"
 
 
 class StoreUnavailable(OSError):
-    """The database server could not be reached or refused the connection at open (an
-    ``OSError``, so ``reach serve`` says it in one line, as it does a taken port)."""
+    """The database could not be opened: the server could not be reached or refused the
+    connection, or the database refused the store's schema (an ``OSError``, so ``reach
+    serve`` says it in one line, as it does a taken port)."""
 
 
 def unreachable(url: str, exc: BaseException) -> StoreUnavailable:
@@ -79,11 +80,13 @@ def driver_url(url: str) -> str:
     return f"{scheme}{sep}{rest}"
 
 
-def create_key_index(engine: Engine) -> bool:
-    """Create the unique key index where it is missing; a database whose rows already hold a
-    key twice keeps working without it (with a warning). Whether the index is there."""
+def create_key_index(conn: Connection) -> bool:
+    """Create the unique key index where it is missing, in a savepoint of ``conn``'s
+    transaction (``create_tables`` runs it under the schema's lock); a database whose rows
+    already hold a key twice keeps working without it (with a warning). Whether the index is
+    there."""
     try:
-        with engine.begin() as conn:
+        with conn.begin_nested():
             conn.execute(text(f"CREATE UNIQUE INDEX IF NOT EXISTS {KEY_INDEX} ON "
                               f"{TASKS.name} (idempotency_key)"))
     except IntegrityError as exc:

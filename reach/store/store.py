@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from reach.core.tasks import TERMINAL, Task, TaskState
 from reach.ports import DuplicateKey
@@ -60,7 +60,9 @@ class Store(GroupCommit):
 
     async def open(self) -> None:
         """Take the SQLite file's lock (``StoreLocked`` if another coordinator has it), then
-        create the tables if needed and start the writer."""
+        create the tables if needed and start the writer. A database error on the way is a
+        ``StoreUnavailable`` naming the URL (without its password) and the error's first
+        line."""
         if self._lock is not None:
             self._lock.acquire()
         try:
@@ -68,7 +70,10 @@ class Store(GroupCommit):
         except BaseException as exc:
             if self._lock is not None:
                 self._lock.release()
-            if isinstance(exc, OperationalError):  # the server is down, or refused us
+            # The server is down or refused us, or the database refused the schema (a table
+            # of that name that is not the store's, no right to create): one line, not the
+            # driver's traceback (``reach serve`` prints an OSError as one line).
+            if isinstance(exc, DBAPIError):
                 raise unreachable(self.url, exc) from exc
             raise
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic_core import to_json
 from sqlalchemy import Index, Table, bindparam, insert, inspect, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Field, SQLModel
 
 from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
@@ -87,23 +87,35 @@ _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
 ADDED_LATER = ("tags", "owner")  # nullable task columns an older version's database lacks
+# The key of the PostgreSQL advisory lock the schema is made under ("reach" in ASCII): nodes
+# of a cluster started together on a new database would otherwise race to create one table
+# (CREATE TABLE's existence check is not atomic: the loser fails on pg_type's unique index).
+SCHEMA_LOCK = 0x7265616368
 
 
-def create_tables(engine: Engine) -> None:
+def create_tables(engine: Engine, then: Callable[[Connection], None] | None = None) -> None:
     """Create the tables, and the trace index, where they do not exist yet; add the columns
     of ``ADDED_LATER`` to a task table made before them (each is nullable, so old rows read as
-    before), then (PostgreSQL) the owner index."""
-    SQLModel.metadata.create_all(engine, [TASKS, AGENTS, NODES])
-    TRACE_INDEX.create(engine, checkfirst=True)
-    have = {c["name"] for c in inspect(engine).get_columns(TASKS.name)}
+    before), then (PostgreSQL) the owner index; then ``then(connection)``, in the same
+    transaction (the key index, ``postgres.create_key_index``).
+
+    One transaction; on PostgreSQL it first takes the advisory lock ``SCHEMA_LOCK``, held
+    until it commits: of several coordinators opening one database at once, one makes the
+    schema and the others, let in after its commit, find it made."""
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+        SQLModel.metadata.create_all(conn, [TASKS, AGENTS, NODES])
+        TRACE_INDEX.create(conn, checkfirst=True)
+        have = {c["name"] for c in inspect(conn).get_columns(TASKS.name)}
         for name in ADDED_LATER:
             if name not in have:
                 conn.execute(text(f"ALTER TABLE {TASKS.name} ADD COLUMN {name} TEXT"))
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
             conn.execute(text(f"CREATE INDEX IF NOT EXISTS {OWNER_INDEX} ON {TASKS.name} "
                               f"(owner, created_at) WHERE state NOT IN ({_TERMINAL_SQL})"))
+        if then is not None:
+            then(conn)
 
 
 # ------------------------------------------------------------------ statements
@@ -231,6 +243,6 @@ def task_from_row(row: Any) -> Task:
             number=a["number"], agent_id=a["agent_id"], agent=a["agent"],
             started_at=a["started_at"], ended_at=a.get("ended_at"),
             outcome=a.get("outcome", "lost"), error=a.get("error"),
-            instance=a.get("instance")))
+            instance=a.get("instance"), timeout=a.get("timeout")))
     task.history = [(str(st), float(at), str(note)) for st, at, note in json.loads(row.history)]
     return task

@@ -131,7 +131,9 @@ def test_attempt_view_has_its_duration_in_milliseconds():
     assert attempt.to_dict() == {
         "number": 1, "agent_id": "a1", "agent": "inventory", "started_at": 1.0,
         "ended_at": 3.0, "duration_ms": 2000.0, "outcome": "running", "error": None,
-        "instance": None}
+        "instance": None, "timeout": None}
+    assert Attempt(2, "a1", "inventory", started_at=1.0, timeout=0.36).to_dict()["timeout"] \
+        == 0.36  # the completion timeout it was given (kept across a restart)
 
 
 def test_task_view_shows_the_key_as_the_caller_gave_it():
