@@ -21,10 +21,10 @@ are kept there, and nothing durable is written here.
 What a peer may ask is bounded by this node's own rules, so a stolen secret is not the whole
 system: the forwarded caller must pass this node's call rules (``permissions``) for the
 capability, its idempotency key must be that caller's (so an agent's key cache cannot answer
-it with another caller's outcome), and a (task id, attempt) already in flight here, from
-another link or from this node's own tasks, is refused (``unauthorized``, nothing touched):
-a link may only touch attempts it started. Each forward is written to the audit log (event
-``forward``) when one is kept.
+it with another caller's outcome), both ``unauthorized``; and a (task id, attempt) already in
+flight here, from another link or of this node's own unfinished tasks, is refused as not
+delivered (``details.taken``), nothing touched: a link may only touch attempts it started.
+Each forward is written to the audit log (event ``forward``) when one is kept.
 """
 
 from __future__ import annotations
@@ -247,10 +247,13 @@ class PeerSession(Session):
         idempotency key scoped to another caller. Nothing in flight is touched."""
         sv = self.services
         task_id, attempt = frame.task_id, frame.attempt
-        if (task_id, attempt) in self.forwarded or sv.gateway.book.find(task_id) is not None:
-            return Unauthorized(f"attempt {attempt} of task {task_id!r} is not this link's: "
-                                f"a peer may forward only attempts of its own tasks",
-                                task_id=task_id, answer=True)
+        if (task_id, attempt) in self.forwarded or task_id in sv.gateway.book.live:
+            # Not delivered (so a node that took the task over waits and tries again, rather
+            # than fail it): the attempt in flight here keeps its delivery and its answer.
+            return Unavailable(f"attempt {attempt} of task {task_id!r} is in flight at node "
+                               f"{sv.node_id} already, not from this link: a peer may forward "
+                               f"only attempts it started", link="undelivered",
+                               task_id=task_id, taken=True)
         if not in_scope(frame.caller, frame.idempotency_key, task_id):
             return Unauthorized(f"the idempotency key of task {task_id!r} is not caller "
                                 f"{frame.caller!r}'s: keys are private to their caller",

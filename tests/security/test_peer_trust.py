@@ -274,7 +274,8 @@ async def test_a_forward_cannot_take_over_the_holders_own_delivery(
     answer = await refusal_or_none(evil, task_id)
     release.set()
     assert runs == [(task_id, attempt)]  # the write ran once
-    assert answer is not None and answer["error"]["code"] == "unauthorized", answer
+    assert answer is not None and answer["type"] == "error", answer
+    assert answer["error"]["details"]["taken"] is True  # refused: not this link's attempt
     assert await handle.result(timeout=5) == {"written": 100}  # her answer is still hers
 
 
@@ -300,7 +301,8 @@ async def test_a_forward_cannot_take_over_another_links_attempt(
     answer = await refusal_or_none(evil, task_id)
     release.set()
     assert runs == [(task_id, attempt)]
-    assert answer is not None and answer["error"]["code"] == "unauthorized", answer
+    assert answer is not None and answer["type"] == "error", answer
+    assert answer["error"]["details"]["taken"] is True  # refused: not this link's attempt
     assert await handle.result(timeout=5) == {"written": 5}
 
 
