@@ -135,11 +135,5 @@ class Mirror:
 
 def _canonical(specs: list[CapabilitySpec]) -> list[tuple[str, str]]:
     """(normalized name, scope) of each capability, as serve rules are checked locally (a
-    name that does not normalize is refused by the registry in turn)."""
-    out: list[tuple[str, str]] = []
-    for spec in specs:
-        try:
-            out.append((names.normalize(spec.name), spec.scope))
-        except ValueError:
-            out.append((spec.name, spec.scope))
-    return out
+    name that does not normalize raises ``ValueError``: the row is refused, as it would be)."""
+    return [(names.normalize(spec.name), spec.scope) for spec in specs]

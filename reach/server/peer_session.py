@@ -124,11 +124,11 @@ class PeerSession(Session):
         sv = self.services
         node = sv.node
         refusal = await self._handshake(hello)
-        if refusal is not None or node is None:
-            if refusal is not None:
-                await refuse(self.ws, refusal)
+        if refusal is not None:
+            await refuse(self.ws, refusal)
             await self.out.aclose()
             return
+        assert node is not None  # (the handshake refuses a node that takes no peer links)
         self.node = hello.node
         self.out.post(p.dump(_Welcome(role="peer", node=sv.node_id,
                                       heartbeat_interval=sv.settings.heartbeat_interval,

@@ -399,6 +399,60 @@ async def test_an_old_style_peer_hello_that_sends_the_token_is_refused(
         assert refusal["error"]["details"]["handshake"] == "challenge-response"
 
 
+@pytest.mark.parametrize("proof", [{"type": "proof", "proof": "not hex"},
+                                   {"type": "forward", "task_id": "t"}, None])
+async def test_a_dialer_without_a_valid_proof_sees_no_agent(
+        stack: AsyncExitStack, proof: dict[str, Any] | None) -> None:
+    b = await holder(stack, hello_timeout=0.2)
+    await stack.enter_async_context(vault([]).connect(b.url))
+    async with websockets.connect(b.url) as ws:
+        await ws.send(json.dumps({"v": 1, "type": "hello", "role": "peer", "node": "EVIL",
+                                  "nonce": "e" * 32}))
+        challenge = json.loads(await ws.recv())
+        assert challenge["type"] == "challenge"
+        if proof is None:  # says nothing: refused at the hello timeout
+            async with asyncio.timeout(5):
+                refusal = json.loads(await ws.recv())
+        else:
+            await ws.send(json.dumps({"v": 1, **proof}))
+            refusal = json.loads(await ws.recv())
+        assert refusal["type"] == "error" and refusal["error"]["code"] == "unauthorized"
+
+
+async def test_a_holder_that_proves_then_refuses_is_redialled_and_says_why(
+        stack: AsyncExitStack) -> None:
+    a = await stack.enter_async_context(Reach.start(node_id="A", **BASE))
+    proofs: list[str] = []
+
+    async def picky(ws: ServerConnection) -> None:
+        hello = json.loads(await ws.recv())
+        await ws.send(json.dumps({"v": 1, "type": "challenge", "node": "B", "nonce": "b" * 32,
+                                  "proof": mac(TOKEN, "holder", "A", "B", hello["nonce"],
+                                               "b" * 32)}))
+        proofs.append(json.loads(await ws.recv())["proof"])
+        await ws.send(json.dumps({"v": 1, "type": "error", "error": {
+            "code": "unauthorized", "message": "not today"}} if len(proofs) == 1 else
+            {"v": 1, "type": "welcome", "role": "caller"}))
+        await ws.close()
+
+    async with websockets.serve(picky, "127.0.0.1", 0) as server:
+        await a.peers.add("B", f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        await until(lambda: len(proofs) >= 2 and a.peers.view()[0]["error"] !=
+                    "refused: not today")
+        assert a.peers.view()[0]["error"] == \
+            "the peer did not answer its proof with a peer welcome"
+        await a.peers.remove("B")
+
+
+def test_an_empty_secret_from_the_environment_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REACH_PEER_TOKEN", "  ")
+    assert main(["serve", "--port", "0", "--no-http", "--store",
+                 f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+    assert "REACH_PEER_TOKEN must not be empty" in capsys.readouterr().err
+
+
 async def test_a_peers_agents_pass_this_nodes_serve_rules(stack: AsyncExitStack) -> None:
     a = await stack.enter_async_context(Reach.start(
         node_id="A", tokens=TOKENS, serves={"echo-a": ["text.*"], "echo-b": ["text.*"]},
