@@ -45,6 +45,9 @@ class Node:
     feed: Feed
     peers: Peers
     forwarded: dict[tuple[str, int], object] = field(default_factory=dict)
+    # address → peer handshakes from it waiting for their proof (not yet authenticated: the
+    # same per-address bound as connections before their hello, max_pending_per_address)
+    handshaking: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: Settings, registry: Registry, clock: Clock,

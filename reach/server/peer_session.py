@@ -37,6 +37,7 @@ from websockets.exceptions import ConnectionClosed
 
 from reach.cluster import handshake
 from reach.cluster.feed import Outbound, frames, local
+from reach.core import counts
 from reach.core.agents import AgentRecord
 from reach.core.keys import in_scope
 from reach.errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
@@ -165,6 +166,11 @@ class PeerSession(Session):
             return ProtocolError(
                 f"a peer hello must name its own node, not {hello.node!r} (this node is "
                 f"{sv.node_id!r})", role="peer", same_node=same, **extra)
+        address = str(self.ws.remote_address[0]) if self.ws.remote_address else ""
+        waiting = node.handshaking
+        if waiting.get(address, 0) >= sv.settings.max_pending_per_address:
+            return Unavailable("too many peer handshakes from this address at once",
+                               role="peer")
         nonce = handshake.new_nonce()
         self.out.post(p.dump(wp.Challenge(
             node=sv.node_id, nonce=nonce, proof=handshake.mac(
@@ -172,11 +178,14 @@ class PeerSession(Session):
         refused = Unauthorized("peer link refused: the peer did not prove it knows the "
                                "cluster's peer secret (Settings.peer_token, else the admin "
                                "token)", role="peer")
+        counts.add(waiting, address)
         try:
             async with asyncio.timeout(sv.settings.hello_timeout):
                 proof = wp.parse_proof(await self.ws.recv())
         except (TimeoutError, ConnectionClosed, ProtocolError, InvalidParams):
             return refused
+        finally:
+            counts.drop(waiting, address)
         if not handshake.proves(proof.proof, node.token, "dialer", hello.node, sv.node_id,
                                 hello.nonce, nonce):
             return refused

@@ -419,6 +419,36 @@ async def test_a_dialer_without_a_valid_proof_sees_no_agent(
         assert refusal["type"] == "error" and refusal["error"]["code"] == "unauthorized"
 
 
+async def test_handshakes_waiting_for_a_proof_are_bounded_per_address(
+        stack: AsyncExitStack) -> None:
+    """A challenge is answered before the dialer is known: unproved handshakes from one
+    address are bounded as connections before their hello are (max_pending_per_address)."""
+    b = await holder(stack, max_pending_per_address=2)
+    hello = json.dumps({"v": 1, "type": "hello", "role": "peer", "node": "EVIL",
+                        "nonce": "e" * 32})
+    waiting = []
+    for _ in range(2):
+        ws = await websockets.connect(b.url)
+        stack.push_async_callback(ws.close)
+        await ws.send(hello)
+        assert json.loads(await ws.recv())["type"] == "challenge"
+        waiting.append(ws)
+    async with websockets.connect(b.url) as third:
+        await third.send(hello)
+        refusal = json.loads(await third.recv())
+        assert refusal["type"] == "error" and refusal["error"]["code"] == "unavailable"
+        assert "too many peer handshakes" in refusal["error"]["message"]
+    await waiting[0].close()  # one gives up: room for a real peer again (once B sees it)
+    async with asyncio.timeout(5):
+        while True:
+            try:
+                link = await steal_link(b.url)
+                break
+            except (AssertionError, KeyError, websockets.ConnectionClosed):
+                await asyncio.sleep(0.01)
+    await link.ws.close()
+
+
 async def test_a_holder_that_proves_then_refuses_is_redialled_and_says_why(
         stack: AsyncExitStack) -> None:
     a = await stack.enter_async_context(Reach.start(node_id="A", **BASE))
