@@ -479,7 +479,7 @@ def test_an_empty_secret_from_the_environment_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REACH_PEER_TOKEN", "  ")
     assert main(["serve", "--port", "0", "--no-http", "--store",
-                 f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+                 f"sqlite:///{tmp_path / 'r.db'}", "--peer", "ws://127.0.0.1:9"]) == 2
     assert "REACH_PEER_TOKEN must not be empty" in capsys.readouterr().err
 
 
