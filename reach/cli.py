@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 
 from reach.config import Settings
 from reach.core.routing import STRATEGIES
+
+PEER_TOKEN_ENV = "REACH_PEER_TOKEN"  # the peer secret from the environment (not seen in ps)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -121,10 +123,15 @@ def _parser() -> argparse.ArgumentParser:
     peers.add_argument("--node-id", default=None, metavar="ID",
                        help="this coordinator's name among its peers (default: a random "
                             "n-xxxxxx, printed at start); unique per coordinator")
+    peers.add_argument("--peer-token-file", type=Path, default=None, metavar="FILE",
+                       help="a file holding the peer secret (its first line): peers prove "
+                            "they know it and never send it; set the same one on every node. "
+                            f"Without it: --peer-token, else the environment variable "
+                            f"{PEER_TOKEN_ENV}, else the admin token (so without one of them "
+                            "set the same everywhere no two nodes can link)")
     peers.add_argument("--peer-token", default=None, metavar="TOKEN",
-                       help="the secret peers present to link; set the same one on every "
-                            "node (default: the admin token, so without either set the same "
-                            "everywhere no two nodes can link)")
+                       help="the peer secret on the command line: every local user sees it "
+                            f"in ps, so prefer --peer-token-file or {PEER_TOKEN_ENV}")
     peers.add_argument("--peer", action="append", default=[], metavar="URL", dest="peers",
                        help="another coordinator's websocket URL (ws://HOST:PORT) to link to "
                             "at start and redial while it is down; repeat for each peer. A "
@@ -196,16 +203,14 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _peering(args: argparse.Namespace) -> dict[str, Any]:
-    """The peer-link settings of ``--node-id``, ``--peer-token`` and ``--peer``, checked
+    """The peer-link settings of ``--node-id``, the peer secret and ``--peer``, checked
     here so that a typo is one line at start, not a link that redials in vain forever."""
     node = args.node_id
     if node is not None and (not node.strip() or len(node) > 200 or
                              any(c.isspace() or not c.isprintable() for c in node)):
         raise ValueError(f"--node-id {node!r}: give a short name without spaces or control "
                          f"characters (at most 200), unique to this coordinator")
-    token = args.peer_token
-    if token is not None and not token.strip():
-        raise ValueError("--peer-token must not be empty: peers link only with a secret")
+    token = _peer_token(args, os.environ)
     urls = []
     for url in args.peers:
         parts = urlsplit(url)
@@ -218,9 +223,35 @@ def _peering(args: argparse.Namespace) -> dict[str, Any]:
                              f"its port, like ws://10.0.0.2:8765 (wss:// across machines)")
         urls.append(url)
     if urls and token is None and args.admin_token is None:
-        raise ValueError("--peer needs --peer-token (or the same --admin-token on every "
-                         "node): with the default random token no peer could link")
+        raise ValueError(f"--peer needs --peer-token-file (or {PEER_TOKEN_ENV}, or the same "
+                         f"--admin-token on every node): with the default random token no "
+                         f"peer could link")
     return {"node_id": node, "peer_token": token, "peers": tuple(urls)}
+
+
+def _peer_token(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The peer secret: ``--peer-token-file``, else ``--peer-token``, else ``REACH_PEER_TOKEN``
+    (None: the admin token serves). A file or the environment keeps it out of ``ps``; giving
+    both flags is a mistake said at once, as is an empty or unreadable secret."""
+    path, flag = args.peer_token_file, args.peer_token
+    if path is not None and flag is not None:
+        raise ValueError("give the peer secret once: --peer-token-file or --peer-token")
+    if path is not None:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--peer-token-file {str(path)!r}: cannot read it "
+                             f"({type(exc).__name__})") from None
+        token, where = (lines[0].strip() if lines else ""), f"--peer-token-file {str(path)!r}"
+    elif flag is not None:
+        token, where = flag, "--peer-token"
+    elif PEER_TOKEN_ENV in env:
+        token, where = env[PEER_TOKEN_ENV].strip(), PEER_TOKEN_ENV
+    else:
+        return None
+    if not token.strip():
+        raise ValueError(f"{where} must not be empty: peers link only with a secret")
+    return token
 
 
 def _agents(path: Path | None) -> list[Any]:

@@ -101,9 +101,9 @@ class Settings:
     # alert rules and webhooks (docs/alerts.md): a rules file's path, or one already loaded
     alerts: str | PathLike[str] | AlertConfig | None = None
     # the cluster's peer links (reach/cluster, docs/protocol.md §14; this node's id is
-    # node_id above, outside a cluster a short random one at start): the token peers present
-    # (None: the admin token), peer URLs linked at start, the agents one peer may announce,
-    # and how long changes are coalesced
+    # node_id above, outside a cluster a short random one at start): the secret peers prove
+    # and never send (None: the admin token), peer URLs linked at start, the agents one peer
+    # may announce, and how long changes are coalesced
     peer_token: str | None = None
     peers: Sequence[str] = ()
     max_peer_agents: int = 10_000
@@ -160,7 +160,8 @@ class Settings:
         if self.cluster and self.peer_token is None and self.admin_token is None:
             raise ValueError(
                 "a cluster's nodes link to each other with a shared secret: give every node "
-                "the same peer_token (--peer-token), or the same admin_token")
+                "the same peer_token (--peer-token-file or REACH_PEER_TOKEN), or the same "
+                "admin_token")
         if self.cluster and self.node_id is None:
             object.__setattr__(self, "node_id",
                                f"{socket.gethostname()[:64]}-{os.urandom(4).hex()}")

@@ -80,7 +80,7 @@ class Reach:
         # here and printed by `reach serve`, so an open port never means an open admin feed.
         self.admin_token: str = s.admin_token or secrets.token_urlsafe(18)
         self.node = Node.of(s, self.registry, self.clock, self.gateway.known,
-                            self.admin_token, rng)  # the cluster: node id, ``reach.peers``
+                            self.admin_token, rng, self.trust)  # the cluster: ``reach.peers``
         self.peers, self.ops.node_id = self.node.peers, self.node.node_id
         self.store.on_lost = self._lost
         self.cluster: ClusterNode | None = None  # the lease and take-over loop, once started

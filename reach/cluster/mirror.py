@@ -7,7 +7,9 @@ holder saw: the row's ``beat_age`` is turned back into a beat time on this node'
 age, not a timestamp: the two clocks need not agree), so an agent that stops beating at its
 holder goes suspected here at the same moment, even if no row says so.
 
-Whose word counts: a row moves only a record this peer holds, or one nobody holds now (an
+Whose word counts: a row's declaration passes this node's serve rules (``serves``) exactly as
+a local registration's does, so a peer cannot offer here what no agent of this node may
+serve. A row moves only a record this peer holds, or one nobody holds now (an
 agent that reconnected to the peer from elsewhere). An agent connected here, or mirrored from
 another peer and still connected there, is not moved by this peer's rows. When the link
 drops every agent of the peer is disconnected here (suspected at once, offline after
@@ -19,10 +21,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from reach.core import names
 from reach.core.agents import AgentRecord
 from reach.core.registry import Registry
 from reach.core.schemas import SchemaError
-from reach.errors import ProtocolError
+from reach.core.trust import Trust
+from reach.errors import ProtocolError, Unauthorized
 from reach.ports import AgentLink, Clock
 from reach.wire.peer import AgentRow, Agents
 from reach.wire.protocol import CapabilitySpec
@@ -35,8 +39,9 @@ class Mirror:
     """This node's copy of one peer's own agents (the rows of its ``agents`` frames)."""
 
     def __init__(self, node: str, registry: Registry, clock: Clock, limit: int,
-                 known: dict[str, set[str]]) -> None:
+                 known: dict[str, set[str]], trust: Trust | None = None) -> None:
         self.node = node
+        self.trust = trust  # this node's serve rules, which a peer's agents pass too
         self.registry = registry
         self.clock = clock
         self.limit = limit  # agents this peer may announce (Settings.max_peer_agents)
@@ -58,7 +63,7 @@ class Mirror:
         for row in frame.rows:
             try:
                 self._row(row, now)
-            except (ProtocolError, SchemaError, ValueError) as exc:
+            except (ProtocolError, Unauthorized, SchemaError, ValueError) as exc:
                 refused.append(f"agent {row.agent_id!r}: {exc}")
         if frame.synced:
             self.synced = True
@@ -89,6 +94,8 @@ class Mirror:
                 or record.version != row.version:
             if self.link_for is None:
                 raise ProtocolError("no link to the peer")
+            if row.capabilities is not None and self.trust is not None:
+                self.trust.check_serve(row.name, _canonical(row.capabilities))
             record = reg.register(
                 agent_id=row.agent_id, name=row.name, version=row.version,
                 max_concurrency=row.max_concurrency, specs=specs,
@@ -124,3 +131,9 @@ class Mirror:
                 self.registry.disconnected(record, now)
         self.ids.clear()
         self.synced = False
+
+
+def _canonical(specs: list[CapabilitySpec]) -> list[tuple[str, str]]:
+    """(normalized name, scope) of each capability, as serve rules are checked locally (a
+    name that does not normalize raises ``ValueError``: the row is refused, as it would be)."""
+    return [(names.normalize(spec.name), spec.scope) for spec in specs]

@@ -5,8 +5,11 @@ whatever knows the cluster's nodes (the PostgreSQL ``nodes`` table) calling ``ad
 ``remove`` as nodes come and go. Each peer has one supervising task, owned here and stopped
 by ``remove`` or ``close``: dial, say ``hello`` as a peer, mirror the peer's agents and carry
 attempts to them until the link drops, then dial again with backoff (0.05 s doubling to 5 s,
-jittered below). A refusal (a wrong token) is logged and retried at the same pace: the other
-node may be reconfigured, and a node must never stop trying to reach its cluster.
+jittered below). The dial starts with the handshake of reach.cluster.handshake: the node at
+the URL must prove it knows the peer secret before this node sends anything but a nonce, or
+mirrors any of its agents; mirrored agents pass this node's own serve rules. A refusal (a
+different secret, either way) is logged and retried at the same pace: the other node may be
+reconfigured, and a node must never stop trying to reach its cluster.
 """
 
 from __future__ import annotations
@@ -16,18 +19,21 @@ import contextlib
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from reach.cluster import handshake
 from reach.cluster.link import PeerConnection
 from reach.cluster.mirror import Mirror
 from reach.config import Settings
 from reach.core.backoff import Backoff
 from reach.core.registry import Registry
-from reach.errors import ProtocolError, ReachError, Unavailable
+from reach.core.trust import Trust
+from reach.errors import ProtocolError, ReachError, Unauthorized, Unavailable
 from reach.ports import Clock
+from reach.wire import peer as wp
 from reach.wire import protocol as p
 
 log = logging.getLogger("reach.cluster")
@@ -65,8 +71,10 @@ class Peers:
 
     def __init__(self, settings: Settings, registry: Registry, clock: Clock,
                  known: dict[str, set[str]], node_id: str, token: str,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, trust: Trust | None = None) -> None:
         self.settings = settings
+        # this node's rules: a peer's agents pass its serve rules as local agents do
+        self.trust = trust or Trust.of(settings.tokens, settings.permissions, settings.serves)
         self.registry = registry
         self.clock = clock
         self.known = known
@@ -165,7 +173,7 @@ class Peers:
             mirror = peer.mirror
             if mirror is None or mirror.node != node:
                 mirror = peer.mirror = Mirror(node, self.registry, self.clock,
-                                              s.max_peer_agents, self.known)
+                                              s.max_peer_agents, self.known, self.trust)
             conn = peer.conn = PeerConnection(ws, node, mirror,
                                               max_outbox_bytes=s.max_outbox_bytes,
                                               max_schema_bytes=s.max_schema_bytes,
@@ -182,20 +190,50 @@ class Peers:
             await ws.close()
 
     async def _hello(self, ws: Any, peer: Peer) -> tuple[str, int]:
-        """Say hello as a peer; the peer's node id and ``max_frame_bytes``, from its welcome."""
-        s = self.settings
-        await ws.send(p.dump(p.Hello(caller=self.node_id, role="peer", node=self.node_id,
-                                     token=self.token)))
+        """The handshake (reach.cluster.handshake): say hello as a peer with a fresh nonce,
+        check the holder's proof of the peer secret before sending anything else, prove it
+        back; the peer's node id and ``max_frame_bytes``, from its welcome. A holder that
+        proves nothing (an impostor at the URL, or a node older than this handshake) is sent
+        no proof, no forward, and none of its agents is mirrored."""
+        s, me, secret = self.settings, self.node_id, self.token
+        nonce = handshake.new_nonce()
+        await ws.send(p.dump(p.Hello(caller=me, role="peer", node=me, nonce=nonce)))
         async with asyncio.timeout(s.hello_timeout):
-            frame = p.parse(await ws.recv())
+            frame = wp.parse_answer(await ws.recv())
         if isinstance(frame, p.Error):
-            if frame.error.details.get("same_node"):
-                raise SameNode(peer.url)
-            raise Unavailable(f"refused: {frame.error.message}", code=frame.error.code)
-        if not isinstance(frame, p.Welcome) or frame.role != "peer" or not frame.node:
-            raise ProtocolError("the peer did not answer hello with a peer welcome")
-        if frame.node == self.node_id:
+            self._refused(frame, peer, nonce)
+        if not isinstance(frame, wp.Challenge):
+            raise ProtocolError(f"{peer.url} answered the peer hello without proving it knows "
+                                f"the peer secret (not a peer, an impostor, or a node older "
+                                f"than the challenge-response handshake): not linked")
+        if not handshake.proves(frame.proof, secret, "holder", me, frame.node, nonce,
+                                frame.nonce):
+            raise Unauthorized(f"{peer.url} (node {frame.node!r}) did not prove it knows the "
+                               f"peer secret: not linked (a different peer token, or an "
+                               f"impostor)")
+        if frame.node == me:
             raise SameNode(peer.url)
         if peer.node is not None and frame.node != peer.node:
             raise ProtocolError(f"{peer.url} is node {frame.node!r}, not {peer.node!r}")
-        return frame.node, frame.max_frame_bytes
+        await ws.send(p.dump(wp.Proof(proof=handshake.mac(secret, "dialer", me, frame.node,
+                                                          nonce, frame.nonce))))
+        async with asyncio.timeout(s.hello_timeout):
+            welcome = wp.parse_answer(await ws.recv())
+        if isinstance(welcome, p.Error):
+            self._refused(welcome, peer, None)
+        if not isinstance(welcome, p.Welcome) or welcome.role != "peer" or \
+                welcome.node != frame.node:
+            raise ProtocolError("the peer did not answer its proof with a peer welcome")
+        return frame.node, welcome.max_frame_bytes
+
+    def _refused(self, frame: p.Error, peer: Peer, nonce: str | None) -> NoReturn:
+        """A refusal from the dialled node. It is this node itself only when the refusal
+        proves it (``details.proof`` over this node's id and nonce): any other listener saying
+        ``same_node`` is redialled like any refusal, not believed."""
+        details = frame.error.details
+        proof = details.get("proof")
+        if details.get("same_node") and nonce is not None and isinstance(proof, str) and \
+                handshake.proves(proof, self.token, "same-node", self.node_id, self.node_id,
+                                 nonce, ""):
+            raise SameNode(peer.url)
+        raise Unavailable(f"refused: {frame.error.message}", code=frame.error.code)

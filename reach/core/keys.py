@@ -25,6 +25,13 @@ def unscoped_key(caller: str, key: str) -> str:
     return key[len(prefix):] if key.startswith(prefix) else key
 
 
+def in_scope(caller: str, key: str, task_id: str) -> bool:
+    """Whether ``key`` may travel with ``caller``'s work: scoped to that caller, or the task's
+    own id (a task submitted without a key). A key scoped to someone else would let an
+    agent's key cache answer ``caller`` with another caller's outcome."""
+    return key == task_id or key.startswith(_prefix(caller))
+
+
 @lru_cache(maxsize=4096)
 def _prefix(caller: str) -> str:
     return f"{quote(caller, safe='')}/"  # (on every submit and invoke: callers are few)

@@ -8,6 +8,7 @@ as JSON lines: nothing here touches a file). Three kinds of record:
            (no_route, unauthorized, invalid_params, rejected, unavailable, ...)
     end    one per task that ends: its final state, the agent that served it, attempts
     admin  one per operator action (replay, drain, reset_breaker, ...), principal "admin"
+    forward  one per attempt a peer node forwards here: the peer, its caller, the decision
 
 Params, intents and results are left out unless ``include_params`` is set (then params and
 intent text are recorded, never results); refusal messages are left out too, since a schema
@@ -89,6 +90,20 @@ class Audit:
             "attempts": len(task.attempts)}
         if task.error is not None:
             record["error"] = task.error.get("code")
+        self.sink(record)
+
+    def forwarded(self, node: str, caller: str, capability: str, task_id: str,
+                  trace_id: str, attempt: int, agent: str | None, decision: str,
+                  params: dict[str, Any] | None = None) -> None:
+        """A peer ``node`` forwarded an attempt here for ``caller`` (the holder's side of a
+        peer link, reach.server.peer_session): ``decision`` is ``accepted`` or the refusal's
+        code. The task is the peer's, so its ``call`` and ``end`` lines are on that node."""
+        record: dict[str, Any] = {
+            "time": self.clock.wall(), "event": "forward", "node": node, "caller": caller,
+            "capability": capability, "scope": self._scope(capability), "task_id": task_id,
+            "trace_id": trace_id, "attempt": attempt, "agent": agent, "decision": decision}
+        if self.include_params and params is not None:
+            record["params"] = params
         self.sink(record)
 
     def admin(self, action: str, args: dict[str, Any], ok: bool) -> None:

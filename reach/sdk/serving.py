@@ -7,7 +7,9 @@ connection it keeps and the capabilities it declares. A serving object sends thr
 
 One idempotency key never runs twice here: a duplicate that arrives while the first run is going
 waits for it; one that arrives later gets the cached answer (a bounded cache). Faults are not
-cached, so a retry after a fault really runs again.
+cached, so a retry after a fault really runs again. Runs and answers are kept by (caller, key):
+an invoke answers only the caller whose key it is, even if some coordinator (or a peer link)
+sends another caller's key under a different caller's name.
 
 Frames about an invoke (its ack, chunks, outcome) and a probe's answer go out only on the
 connection it came in on. Once that connection is gone (``_lost_connection``) they are dropped,
@@ -48,6 +50,7 @@ from reach.wire import protocol as p
 
 log = logging.getLogger("reach.agent")
 Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
+CacheKey = tuple[str, str]  # (caller, idempotency key): a key answers its own caller only
 # Frames built from what this agent holds (its own outcomes, invokes already parsed): checked
 # by the type checker, not validated again at run time (the coordinator parses what it gets).
 _Ack = p.unchecked(p.Ack)
@@ -79,12 +82,12 @@ class Serving:
         self.cache_size = cache_size
         self.ack_grace = ack_grace
         self.executions = 0  # handler runs started (duplicates answered from cache excluded)
-        self._runs: dict[str, asyncio.Future[Outcome]] = {}
+        self._runs: dict[CacheKey, asyncio.Future[Outcome]] = {}
         # reads waiting out the ack grace, in deadline order, and the one timer for them
         self._acks: deque[tuple[float, p.Invoke, int, asyncio.Future[Outcome]]] = deque()
         self._ack_timer: asyncio.TimerHandle | None = None
         self._by_task: dict[str, asyncio.Task[None]] = {}
-        self._done: OrderedDict[str, Outcome] = OrderedDict()
+        self._done: OrderedDict[CacheKey, Outcome] = OrderedDict()
         self._work: set[asyncio.Task[Any]] = set()
         self._slots: asyncio.Semaphore | None = None
         self._waiting = 0
@@ -194,7 +197,7 @@ class Serving:
                 code="unavailable", message=f"agent {self.name!r} is shutting down",
                 details={"agent": self.name}))))
             return
-        key, conn = f.idempotency_key, self._conn
+        key, conn = (f.caller, f.idempotency_key), self._conn
         cached = self._done.get(key)
         if cached is not None:
             self._done.move_to_end(key)
@@ -228,7 +231,7 @@ class Serving:
         """A task cancelled before its first step never ran ``_execute``'s cleanup."""
         if not work.cancelled() or outcome.done():
             return
-        self._runs.pop(f.idempotency_key, None)
+        self._runs.pop((f.caller, f.idempotency_key), None)
         self._by_task.pop(f.task_id, None)
         outcome.set_result(_error("task_failed", "cancelled", answer=False, agent=self.name))
         self._reply(f, conn, outcome.result())
@@ -257,7 +260,7 @@ class Serving:
             self._ack_timer = loop.call_at(acks[0][0], self._acks_due, loop)
 
     async def _execute(self, f: p.Invoke, conn: int, outcome: asyncio.Future[Outcome]) -> None:
-        key = f.idempotency_key
+        key = (f.caller, f.idempotency_key)
         try:
             result = await self._run_handler(f, conn)
         except asyncio.CancelledError:

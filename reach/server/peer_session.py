@@ -1,8 +1,11 @@
 """Another coordinator's session here: the holder's side of a peer link (docs/protocol.md §14).
 
-A peer says ``hello`` with ``role: "peer"``, its ``node`` and the cluster's peer token
-(``Settings.peer_token``, else the admin token); anything else is refused with
-``unauthorized`` before it learns a thing. Then this session streams this node's own agents
+A peer says ``hello`` with ``role: "peer"``, its ``node`` and a nonce; this node answers with
+a ``challenge`` that proves it knows the cluster's peer secret (``Settings.peer_token``, else
+the admin token) and waits for the peer's ``proof`` (reach.cluster.handshake): the secret never
+crosses the wire, and a peer that cannot prove it is refused with ``unauthorized`` before it
+learns a thing. A hello that carries a token (the old handshake) is refused with
+``protocol_error`` saying so. Then this session streams this node's own agents
 (reach.cluster.feed: a snapshot, then coalesced changes) and carries out the attempts the
 peer forwards to them.
 
@@ -14,19 +17,31 @@ the capability and has a free slot. If not, the answer is at once an ``error`` w
 attempt takes a slot of the agent here, so this node's own callers and every peer share the
 agent's ``max_concurrency``. The task stays the peer's: its timeouts, retries and task row
 are kept there, and nothing durable is written here.
+
+What a peer may ask is bounded by this node's own rules, so a stolen secret is not the whole
+system: the forwarded caller must pass this node's call rules (``permissions``) for the
+capability, its idempotency key must be that caller's (so an agent's key cache cannot answer
+it with another caller's outcome), both ``unauthorized``; and a (task id, attempt) already in
+flight here, from another link or of this node's own unfinished tasks, is refused as not
+delivered (``details.taken``), nothing touched: a link may only touch attempts it started.
+Each forward is written to the audit log (event ``forward``) when one is kept.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
 
+from reach.cluster import handshake
 from reach.cluster.feed import Outbound, frames, local
+from reach.core import counts
 from reach.core.agents import AgentRecord
-from reach.errors import ProtocolError, Unauthorized, Unavailable
+from reach.core.keys import in_scope
+from reach.errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
+from reach.gateway.audit import Audit
 from reach.ports import Work
 from reach.server.services import Services
 from reach.server.session import Session, error_frame, refuse, wire_error
@@ -89,6 +104,7 @@ class Relay:
             return False
         self.done = True
         self.session.relays.pop(self.key, None)
+        self.session.forwarded.pop(self.key, None)
         self.record.give(self.capability)
         self.session.services.gateway.slot_freed(self.record)
         return True
@@ -101,23 +117,19 @@ class PeerSession(Session):
         super().__init__(services, ws)
         self.node: str | None = None
         self.relays: dict[tuple[str, int], Relay] = {}
+        # every link's attempts in flight here (shared through the node): whose each is
+        self.forwarded: dict[tuple[str, int], object] = (
+            {} if services.node is None else services.node.forwarded)
 
     async def run(self, hello: p.Hello) -> None:
         sv = self.services
         node = sv.node
-        given, token = (hello.token or "").encode(), b"" if node is None else node.token.encode()
-        if node is None or not (given and token and secrets.compare_digest(given, token)):
-            await refuse(self.ws, Unauthorized(
-                "peer link refused: a peer must present the cluster's peer token "
-                "(Settings.peer_token, else the admin token)", role="peer"))
+        refusal = await self._handshake(hello)
+        if refusal is not None:
+            await refuse(self.ws, refusal)
             await self.out.aclose()
             return
-        if not hello.node or hello.node == sv.node_id:
-            await refuse(self.ws, ProtocolError(
-                f"a peer hello must name its own node, not {hello.node!r} (this node is "
-                f"{sv.node_id!r})", role="peer", same_node=hello.node == sv.node_id))
-            await self.out.aclose()
-            return
+        assert node is not None  # (the handshake refuses a node that takes no peer links)
         self.node = hello.node
         self.out.post(p.dump(_Welcome(role="peer", node=sv.node_id,
                                       heartbeat_interval=sv.settings.heartbeat_interval,
@@ -134,6 +146,50 @@ class PeerSession(Session):
             for relay in list(self.relays.values()):
                 relay.abandon()
             await self.out.aclose()
+
+    async def _handshake(self, hello: p.Hello) -> ReachError | None:
+        """Challenge the peer and check its proof (reach.cluster.handshake); None when it
+        proved it knows the peer secret, else the refusal to send it."""
+        sv = self.services
+        node = sv.node
+        if node is None:
+            return Unauthorized("peer link refused: this node takes no peer links", role="peer")
+        if hello.token is not None or hello.nonce is None:
+            return ProtocolError(
+                "peer link refused: the peer hello carries a token (or no nonce); peers prove "
+                "the peer secret by challenge-response and never send it (docs/protocol.md "
+                "§14): upgrade that node", role="peer", handshake="challenge-response")
+        if not hello.node or hello.node == sv.node_id:
+            same = hello.node == sv.node_id
+            extra = {"proof": handshake.mac(node.token, "same-node", sv.node_id, sv.node_id,
+                                            hello.nonce, "")} if same else {}
+            return ProtocolError(
+                f"a peer hello must name its own node, not {hello.node!r} (this node is "
+                f"{sv.node_id!r})", role="peer", same_node=same, **extra)
+        address = str(self.ws.remote_address[0]) if self.ws.remote_address else ""
+        waiting = node.handshaking
+        if waiting.get(address, 0) >= sv.settings.max_pending_per_address:
+            return Unavailable("too many peer handshakes from this address at once",
+                               role="peer")
+        nonce = handshake.new_nonce()
+        self.out.post(p.dump(wp.Challenge(
+            node=sv.node_id, nonce=nonce, proof=handshake.mac(
+                node.token, "holder", hello.node, sv.node_id, hello.nonce, nonce))))
+        refused = Unauthorized("peer link refused: the peer did not prove it knows the "
+                               "cluster's peer secret (Settings.peer_token, else the admin "
+                               "token)", role="peer")
+        counts.add(waiting, address)
+        try:
+            async with asyncio.timeout(sv.settings.hello_timeout):
+                proof = wp.parse_proof(await self.ws.recv())
+        except (TimeoutError, ConnectionClosed, ProtocolError, InvalidParams):
+            return refused
+        finally:
+            counts.drop(waiting, address)
+        if not handshake.proves(proof.proof, node.token, "dialer", hello.node, sv.node_id,
+                                hello.nonce, nonce):
+            return refused
+        return None
 
     async def _pump(self, sub: Outbound) -> None:
         """This node's agents to the peer: the snapshot, then what changed, every
@@ -170,20 +226,23 @@ class PeerSession(Session):
         if key in self.relays:
             raise ProtocolError(f"attempt {frame.attempt} of task {frame.task_id!r} is "
                                 f"already forwarded here", type="forward")
-        refusal = self._refusal(frame)
+        sv = self.services
+        audit = sv.gateway.audit
+        refusal = self._foreign(frame) or self._refusal(frame)
         if refusal is not None:
-            why, full = refusal
-            # ``full``: the agent is well, only busy (its slots are shared with this node's
-            # callers and every peer's): the peer waits or fails over without a fault.
-            extra = {"full": True} if full else {}
-            self.out.post(error_frame(Unavailable(why, link="undelivered",
-                                                  agent_id=frame.agent_id, **extra),
-                                      task_id=frame.task_id, attempt=frame.attempt))
+            if audit is not None:
+                record = sv.registry.by_id.get(frame.agent_id)
+                self._audit(audit, frame, None if record is None else record.name,
+                            refusal.code)
+            self.out.post(error_frame(refusal, task_id=frame.task_id, attempt=frame.attempt))
             return
-        record = self.services.registry.by_id[frame.agent_id]
+        record = sv.registry.by_id[frame.agent_id]
         link = record.link
         assert link is not None  # (checked by _refusal)
+        if audit is not None:
+            self._audit(audit, frame, record.name, "accepted")
         relay = self.relays[key] = Relay(self, key, record, frame.capability)
+        self.forwarded[key] = self
         record.take(frame.capability)
         work = Work(frame.task_id, frame.attempt, frame.capability, frame.params,
                     frame.idempotency_key, frame.trace_id, frame.caller, frame.parent_task_id,
@@ -191,19 +250,56 @@ class PeerSession(Session):
         if not link.deliver(work, relay):
             relay.resolve("undelivered")
 
-    def _refusal(self, frame: wp.Forward) -> tuple[str, bool] | None:
-        """Why this node cannot pass ``frame`` on to its agent now, and whether only for want
-        of a free slot (None: it can)."""
-        record = self.services.registry.by_id.get(frame.agent_id)
-        here = self.services.node_id
-        if record is None or not local(record):
-            return f"no agent {frame.agent_id!r} is held at node {here}", False
-        if record.link is None or not record.reachable or record.draining:
-            return (f"agent {record.name!r} is not online at node {here} "
-                    f"({record.state.value})", False)
-        if frame.capability not in record.capabilities:
-            return (f"agent {record.name!r} does not declare {frame.capability!r}",
-                    False)
-        if not record.room(frame.capability):
-            return f"agent {record.name!r} has no free slot for {frame.capability!r}", True
+    def _foreign(self, frame: wp.Forward) -> ReachError | None:
+        """Why ``frame`` names work that is not this link's to send (None: it is its own):
+        an attempt in flight here from another link or of this node's own tasks, or an
+        idempotency key scoped to another caller. Nothing in flight is touched."""
+        sv = self.services
+        task_id, attempt = frame.task_id, frame.attempt
+        if (task_id, attempt) in self.forwarded or task_id in sv.gateway.book.live:
+            # Not delivered (so a node that took the task over waits and tries again, rather
+            # than fail it): the attempt in flight here keeps its delivery and its answer.
+            return Unavailable(f"attempt {attempt} of task {task_id!r} is in flight at node "
+                               f"{sv.node_id} already, not from this link: a peer may forward "
+                               f"only attempts it started", link="undelivered",
+                               task_id=task_id, taken=True)
+        if not in_scope(frame.caller, frame.idempotency_key, task_id):
+            return Unauthorized(f"the idempotency key of task {task_id!r} is not caller "
+                                f"{frame.caller!r}'s: keys are private to their caller",
+                                task_id=task_id, answer=True)
         return None
+
+    def _refusal(self, frame: wp.Forward) -> ReachError | None:
+        """Why this node cannot pass ``frame`` on to its agent now (None: it can): not here,
+        not online, not declared, not permitted to the forwarded caller by this node's call
+        rules (``unauthorized``), or no free slot (``details.full``)."""
+        sv = self.services
+        record = sv.registry.by_id.get(frame.agent_id)
+        here = sv.node_id
+        why = None
+        if record is None or not local(record):
+            why = f"no agent {frame.agent_id!r} is held at node {here}"
+        elif record.link is None or not record.reachable or record.draining:
+            why = f"agent {record.name!r} is not online at node {here} ({record.state.value})"
+        elif (cap := record.capabilities.get(frame.capability)) is None:
+            why = f"agent {record.name!r} does not declare {frame.capability!r}"
+        elif not sv.trust.calls.allows(frame.caller, frame.capability, cap.spec.scope):
+            # The peer vouches for its caller's name; what that caller may call is this
+            # node's word, as for its own callers (a final answer: no fail-over, no fault).
+            return Unauthorized(f"caller {frame.caller!r} may not use {frame.capability!r} "
+                                f"at node {here}", capability=frame.capability,
+                                caller=frame.caller, answer=True)
+        elif not record.room(frame.capability):
+            # ``full``: the agent is well, only busy (its slots are shared with this node's
+            # callers and every peer's): the peer waits or fails over without a fault.
+            return Unavailable(f"agent {record.name!r} has no free slot for "
+                               f"{frame.capability!r}", link="undelivered",
+                               agent_id=frame.agent_id, full=True)
+        if why is not None:
+            return Unavailable(why, link="undelivered", agent_id=frame.agent_id)
+        return None
+
+    def _audit(self, audit: Audit, frame: wp.Forward, agent: str | None,
+               decision: str) -> None:
+        audit.forwarded(self.node or "", frame.caller, frame.capability, frame.task_id,
+                        frame.trace_id, frame.attempt, agent, decision, frame.params)

@@ -1,6 +1,9 @@
 """The peer link's frames: one coordinator's session at another (docs/protocol.md §14).
 
-Node A opens one websocket to node B and says ``hello`` with ``role: "peer"``. Over it:
+Node A opens one websocket to node B and says ``hello`` with ``role: "peer"`` and a nonce;
+B answers with a ``challenge`` (its node, its nonce, its proof of the peer secret), A with a
+``proof`` of its own, and only then B with a ``welcome`` (reach.cluster.handshake: neither
+side sends the secret). Over the link:
 
     B → A : welcome (role peer, node), agents (B's own agents: a snapshot, then changes),
             ack, chunk, result, error (of the attempts A forwarded)
@@ -23,10 +26,32 @@ from reach.wire import protocol as p
 from reach.wire.bounds import FRAME_TYPES, MAX_COUNT, MAX_LOAD, Name
 from reach.wire.explain import explain, not_an_object, starts_object
 
-__all__ = ["AgentRow", "Agents", "Forward", "MAX_ROWS", "parse_at_caller", "parse_at_holder"]
+__all__ = ["AgentRow", "Agents", "Challenge", "Forward", "MAX_ROWS", "Proof", "parse_answer",
+           "parse_at_caller", "parse_at_holder", "parse_proof"]
 
 #: Rows one ``agents`` frame may carry (the holder splits a larger snapshot).
 MAX_ROWS = 10_000
+
+
+Nonce = Annotated[str, Field(pattern=r"^[0-9a-f]{32,128}$")]
+Mac = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Challenge(p.Frame):
+    """B → A, the answer to a peer hello: B's node id, B's nonce, and B's proof that it knows
+    the peer secret (an HMAC over both nonces and both node ids; A checks it first)."""
+
+    type: Literal["challenge"] = "challenge"
+    node: Name = Field(max_length=200)
+    nonce: Nonce
+    proof: Mac
+
+
+class Proof(p.Frame):
+    """A → B, after checking B's challenge: A's proof that it knows the peer secret."""
+
+    type: Literal["proof"] = "proof"
+    proof: Mac
 
 
 class Forward(p.Invoke):
@@ -71,10 +96,15 @@ class Agents(p.Frame):
 
 AtHolder = Annotated[Forward | p.Cancel, Field(discriminator="type")]
 AtCaller = Annotated[Agents | p.Ack | p.Chunk | p.Result | p.Error, Field(discriminator="type")]
+Answer = Annotated[Challenge | p.Welcome | p.Error, Field(discriminator="type")]
 _AT_HOLDER: TypeAdapter[Any] = TypeAdapter(AtHolder)
 _AT_CALLER: TypeAdapter[Any] = TypeAdapter(AtCaller)
-PEER_TYPES = frozenset(("forward", "agents"))  # the frames only a peer link carries
+_ANSWER: TypeAdapter[Any] = TypeAdapter(Answer)
+_PROOF: TypeAdapter[Proof] = TypeAdapter(Proof)
+# the frames only a peer link carries
+PEER_TYPES = frozenset(("forward", "agents", "challenge", "proof"))
 HOLDER_TAKES = ("forward", "cancel")
+ANSWER_TAKES = ("challenge", "welcome", "error")
 CALLER_TAKES = ("agents", "ack", "chunk", "result", "error")
 
 
@@ -89,7 +119,8 @@ def _parse(adapter: TypeAdapter[Any], raw: str | bytes) -> Any:
 
 def _explained(raw: str | bytes, exc: ValidationError, adapter: TypeAdapter[Any]) -> Exception:
     err = explain(raw, exc)
-    takes = HOLDER_TAKES if adapter is _AT_HOLDER else CALLER_TAKES
+    takes = (HOLDER_TAKES if adapter is _AT_HOLDER else CALLER_TAKES if adapter is _AT_CALLER
+             else ANSWER_TAKES if adapter is _ANSWER else ("proof",))
     kind = err.details.get("type")
     errors = exc.errors(include_url=False)
     if kind in PEER_TYPES and kind in takes and errors[0].get("type") != "union_tag_invalid":
@@ -114,3 +145,15 @@ def parse_at_holder(raw: str | bytes) -> Any:
 def parse_at_caller(raw: str | bytes) -> Any:
     """A frame from the node holding agents (``agents`` or an answer to a forward)."""
     return _parse(_AT_CALLER, raw)
+
+
+def parse_answer(raw: str | bytes) -> Any:
+    """What a dialled node answers a peer hello with: ``challenge`` (a node of this version),
+    ``error`` (a refusal) or ``welcome`` (one that proved nothing: never linked)."""
+    return _parse(_ANSWER, raw)
+
+
+def parse_proof(raw: str | bytes) -> Proof:
+    """The dialer's ``proof``, the one frame a holder takes after its challenge."""
+    result: Proof = _parse(_PROOF, raw)
+    return result

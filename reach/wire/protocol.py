@@ -255,13 +255,15 @@ class ProbeResult(Frame):
 
 class Hello(Frame):
     """A caller's first frame; with ``role: "peer"``, another coordinator's (``node`` is its
-    id, ``token`` the cluster's peer token: docs/protocol.md §14)."""
+    id, ``nonce`` its half of the challenge–response that proves the peer secret without
+    sending it: docs/protocol.md §14; a peer hello carries no ``token``)."""
 
     type: Literal["hello"] = "hello"
     caller: Name = Field(default="anonymous", min_length=1, max_length=200)
     token: Token | None = None
     role: Literal["caller", "peer"] | None = None  # None (left out): a caller
     node: Name | None = Field(default=None, max_length=200)
+    nonce: str | None = Field(default=None, pattern=r"^[0-9a-f]{32,128}$")
 
 
 class AdminHello(Frame):

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from reach import Agent, Client, Reach
+from reach.cluster import handshake
 
 BEAT = 0.05  # heartbeat_interval (10 s in the field)
 TOKEN = "cluster-token"
@@ -17,6 +18,15 @@ TOKEN = "cluster-token"
 OPTIONS: dict[str, Any] = dict(heartbeat_interval=BEAT, suspect_after=4, offline_after=6,
                                peer_token=TOKEN, http_port=None, warmup=0.0,
                                ack_timeout=1.0, peer_flush=0.005)
+
+def challenge(hello: dict[str, Any], node: str, secret: str = TOKEN,
+              nonce: str = "b" * 32) -> dict[str, Any]:
+    """What a holder named ``node`` that knows ``secret`` answers a peer ``hello`` with
+    (docs/protocol.md §14): its nonce and its proof over both nonces and both node ids."""
+    return {"type": "challenge", "node": node, "nonce": nonce,
+            "proof": handshake.mac(secret, "holder", hello["node"], node, hello["nonce"],
+                                   nonce)}
+
 
 class Nodes:
     """Coordinators, agents and clients of one test, stopped in reverse order at its end."""

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import websockets
-from peering import Nodes, until
+from peering import Nodes, challenge, until
 
 from reach import Reach
+from reach.cluster import handshake
 
 Answer = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -60,6 +61,11 @@ def welcome(role: str, node: str | None) -> Answer:
     return lambda hello: {"type": "welcome", "role": role, "node": node}
 
 
+def proving(node: str) -> Answer:
+    """A holder that knows the peer secret and says it is ``node``."""
+    return lambda hello: challenge(hello, node)
+
+
 def only(reach: Reach) -> dict[str, Any]:
     (peer,) = reach.peers.view()
     return peer
@@ -72,17 +78,19 @@ async def test_a_caller_welcome_is_not_a_peer_and_is_dialled_again(
     await a.peers.add("B", fake.url)
     await until(lambda: len(fake.hellos) >= 2)  # refused, then tried again (backoff)
     peer = only(a)
-    assert peer["error"] == "the peer did not answer hello with a peer welcome"
+    assert "answered the peer hello without proving it knows the peer secret" in peer["error"]
     assert not peer["connected"] and peer["links"] == 0
     hello = fake.hellos[0]
-    assert (hello["type"], hello["role"], hello["node"], hello["token"]) == (
-        "hello", "peer", "A", "cluster-token")
+    # The secret is never sent: the hello carries a fresh nonce instead (§14, the handshake).
+    assert (hello["type"], hello["role"], hello["node"]) == ("hello", "peer", "A")
+    assert "token" not in hello and len(hello["nonce"]) == 32
+    assert hello["nonce"] != fake.hellos[1]["nonce"]
 
 
 async def test_a_url_that_answers_as_another_node_is_not_linked(
         nodes: Nodes, far: Callable[[Answer], Any]) -> None:
     a = await nodes.node("A")
-    fake = await far(welcome("peer", "C"))
+    fake = await far(proving("C"))
     await a.peers.add("B", fake.url)
     await until(lambda: only(a)["error"] is not None)
     assert only(a)["error"] == f"{fake.url} is node 'C', not 'B'"
@@ -92,10 +100,11 @@ async def test_a_url_that_answers_as_another_node_is_not_linked(
 async def test_a_static_peer_that_is_this_node_is_not_dialled_again(
         nodes: Nodes, far: Callable[[Answer], Any]) -> None:
     a = await nodes.node("A")
-    itself = await far(welcome("peer", "A"))  # the static list names every node, this one too
+    itself = await far(proving("A"))  # the static list names every node, this one too
     refused = await far(lambda hello: {"type": "error", "error": {
         "code": "protocol_error", "message": "a peer hello must name its own node",
-        "details": {"same_node": True}}})
+        "details": {"same_node": True, "proof": handshake.mac(
+            "cluster-token", "same-node", "A", "A", hello["nonce"], "")}}})
     await a.peers.add(None, itself.url)
     await a.peers.add(None, refused.url)
     await until(lambda: all(p["error"] == "this node itself" for p in a.peers.view()))

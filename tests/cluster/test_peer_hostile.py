@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import websockets
-from peering import Nodes, echo_agent, until, view
+from peering import Nodes, challenge, echo_agent, until, view
 from websockets.asyncio.server import ServerConnection
 
 SPEC = {"name": "text.echo", "idempotent": True, "latency_ms": 200}
@@ -29,6 +29,10 @@ async def test_bad_frames_from_a_holder_are_ignored_and_the_node_carries_on(
     async def evil(ws: ServerConnection) -> None:
         hello = json.loads(await ws.recv())
         assert (hello["role"], hello["node"]) == ("peer", "A")
+        # A node that knows the peer secret (a compromised peer): the handshake holds, and
+        # still nothing it sends moves A's own agents.
+        await ws.send(json.dumps({"v": 1, **challenge(hello, "EVIL")}))
+        assert json.loads(await ws.recv())["type"] == "proof"
         await ws.send(json.dumps({"v": 1, "type": "welcome", "role": "peer", "node": "EVIL"}))
         for frame in [
             "{bad json",

@@ -7,6 +7,8 @@ node carries on."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from typing import Any
 
 import pytest
@@ -26,10 +28,28 @@ async def node() -> Any:
         yield coordinator
 
 
-async def peer(url: str, **fields: Any) -> Peer:
+NONCE = "a" * 32
+
+
+def mac(role: str, dialer: str, holder: str, dialer_nonce: str, holder_nonce: str,
+        secret: str = TOKEN) -> str:
+    """§14's proof, computed from the page: HMAC-SHA256 over the six lines, in hex."""
+    text = "\n".join(("reach-peer-v1", role, dialer, holder, dialer_nonce, holder_nonce))
+    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+async def peer(url: str, secret: str | None = TOKEN, **fields: Any) -> Peer:
+    """A peer link, handshake done (with ``secret``: None stops after the hello)."""
     link = await Peer.open(url)
-    await link.send({"v": 1, "type": "hello", "role": "peer", "node": "A", "token": TOKEN,
-                     **fields})
+    hello = {"v": 1, "type": "hello", "role": "peer", "node": "A", "nonce": NONCE, **fields}
+    await link.send(hello)
+    if secret is None:
+        return link
+    challenge = await link.expect("challenge")
+    assert challenge["proof"] == mac("holder", "A", challenge["node"], NONCE,
+                                     challenge["nonce"])  # B knows the secret
+    await link.send({"v": 1, "type": "proof", "proof": mac(
+        "dialer", "A", challenge["node"], NONCE, challenge["nonce"], secret)})
     return link
 
 
@@ -37,7 +57,7 @@ def forward(agent_id: str, task_id: str = "t-1", attempt: int = 1, **fields: Any
             ) -> dict[str, Any]:
     return {"v": 1, "type": "forward", "agent_id": agent_id, "task_id": task_id,
             "attempt": attempt, "capability": "conf.peer", "params": {"x": 1},
-            "idempotency_key": "A%2Fplanner/k1", "trace_id": "tr-1", "caller": "planner",
+            "idempotency_key": "planner/k1", "trace_id": "tr-1", "caller": "planner",
             **fields}
 
 
@@ -52,23 +72,34 @@ def test_the_page_documents_the_peer_link() -> None:
     for needed in ('`role: "peer"`', "`forward`", "`agents`", "`synced`", "`beat_age`",
                    '`details.link: "undelivered"`', '`details.link: "lost"`',
                    "`max_peer_agents`", "`reach.peers.add(node_id, url)`",
-                   "`details.full: true`"):
+                   "`details.full: true`", "`challenge`", "`proof`", "HMAC-SHA256",
+                   "reach-peer-v1", "`same-node`"):
         assert needed in text, needed
 
 
-@pytest.mark.parametrize("token", [None, "wrong"])
-async def test_a_peer_without_the_token_is_refused(node: Reach, token: str | None) -> None:
-    link = await peer(node.url, token=token)
+async def test_a_peer_with_a_wrong_proof_is_refused(node: Reach) -> None:
+    link = await peer(node.url, secret="wrong")
     refusal = await link.expect("error")
     assert refusal["error"]["code"] == "unauthorized" and "task_id" not in refusal
+    assert (await link.closed())[0] == 1008
+    assert all(f["type"] != "agents" for f in link.held)
+
+
+@pytest.mark.parametrize("fields", [{"token": TOKEN}, {"nonce": None}])
+async def test_an_old_style_hello_is_refused(node: Reach, fields: dict[str, Any]) -> None:
+    link = await peer(node.url, secret=None, **fields)  # the token sent, or no nonce
+    refusal = await link.expect("error")
+    assert refusal["error"]["code"] == "protocol_error"
+    assert refusal["error"]["details"]["handshake"] == "challenge-response"
     assert (await link.closed())[0] == 1008
 
 
 async def test_a_peer_naming_this_node_is_refused(node: Reach) -> None:
-    link = await peer(node.url, node="B")
+    link = await peer(node.url, secret=None, node="B")
     refusal = await link.expect("error")
     assert refusal["error"]["code"] == "protocol_error"
     assert refusal["error"]["details"]["same_node"] is True
+    assert refusal["error"]["details"]["proof"] == mac("same-node", "B", "B", NONCE, "")
     assert (await link.closed())[0] == 1008
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reach.core import counts
-from reach.core.keys import scoped_key, unscoped_key
+from reach.core.keys import in_scope, scoped_key, unscoped_key
 from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
 from reach.core.tasks import (
     TERMINAL,
@@ -173,6 +173,16 @@ def test_keys_are_scoped_to_their_caller_and_shown_unscoped():
     assert scoped_key("a/b c", "k") == "a%2Fb%20c/k"  # the first "/" separates
     assert unscoped_key("a/b c", scoped_key("a/b c", "k/1")) == "k/1"
     assert unscoped_key("bob", scoped_key("alice", "k")) == "alice/k"  # not bob's: as is
+
+
+def test_a_key_is_in_scope_for_its_own_caller_or_as_the_tasks_own_id():
+    assert in_scope("alice", scoped_key("alice", "k"), "t-1")
+    assert in_scope("a/b", scoped_key("a/b", "k"), "t-1")
+    assert not in_scope("bob", scoped_key("alice", "k"), "t-1")  # another caller's key
+    assert not in_scope("a", scoped_key("a/b", "k"), "t-1")  # "a%2Fb/k" is not a's
+    assert not in_scope("alice", "alicek", "t-1")  # a prefix needs the "/"
+    assert in_scope("bob", "t-1", "t-1")  # a task submitted without a key
+    assert not in_scope("bob", "t-1", "t-2")
 
 
 # ------------------------------------------------------------------ trust

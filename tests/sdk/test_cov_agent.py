@@ -314,7 +314,8 @@ async def test_the_key_cache_forgets_its_least_recently_used_answer() -> None:
             # k1 hit (and so kept), k3 evicts k2, k1 hit again, k2 runs again
             assert answers == [1, 2, 1, 3, 1, 4]
             assert runs == ["k1", "k2", "k3", "k2"] and agent.executions == 4
-            assert list(agent._done) == ["k1", "k2"]
+            # (kept by caller and key: a key answers only the caller whose it is)
+            assert list(agent._done) == [("planner", "k1"), ("planner", "k2")]
 
 
 # ---------------------------------------------------------------- what a handler returns
