@@ -89,8 +89,13 @@ class FrontDoor:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); returns the port bound."""
+        # auto_decompress=False: aiohttp's parser would otherwise inflate a gzip or deflate
+        # body as it arrives, before any route could refuse it (bodies with a
+        # Content-Encoding are refused 415 at the edge instead). lingering_time=0: a body
+        # left unread once the answer is decided is not drained; the connection is closed.
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                               shutdown_timeout=1.0)
+                               shutdown_timeout=1.0, auto_decompress=False,
+                               lingering_time=0)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         try:
@@ -111,8 +116,16 @@ class FrontDoor:
 
     @web.middleware
     async def _edge(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Bounds and errors for every route: at most ``max_connections`` requests at once,
-        every refusal as problem+json, never a stack trace to the peer."""
+        """Bounds and errors for every route: bodies refused from their headers alone,
+        at most ``max_connections`` requests at once, every refusal as problem+json, never a
+        stack trace to the peer; a body left unread closes its connection."""
+        refused = _unread(request, self.services.settings.max_frame_bytes)
+        response = refused if refused is not None else await self._bounded(request, handler)
+        if not request.content.is_eof():
+            response.force_close()  # the answer is decided: the rest is not read, nor drained
+        return response
+
+    async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.inflight >= self.services.settings.max_connections:
             return problem(Unavailable("the coordinator is at its request limit "
                                        "(max_connections); retry shortly").to_wire())
@@ -341,6 +354,29 @@ def _problem_bytes(error: dict[str, Any], task: Task) -> bytes:
     return response.body
 
 
+def _unread(request: web.Request, limit: int) -> web.Response | None:
+    """The answer to a request whose headers alone refuse its body, or None.
+
+    Any ``Content-Encoding`` but ``identity`` is 415: the coordinator never inflates a body.
+    Why not inflate within a bound: a few KB of gzip inflate to a MiB of JSON, so the
+    bound would still let an unauthenticated peer spend a loop step's CPU per few KB
+    sent, and bodies are small JSON on a nearby network, where compression saves little.
+    A declared ``Content-Length`` over ``max_frame_bytes`` is 413 before any byte is read."""
+    encoding = request.headers.get("Content-Encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        return problem(ProtocolError(
+            f"Content-Encoding {encoding[:40]!r} is not accepted: send the body "
+            f"uncompressed (the coordinator inflates nothing; docs/security.md)").to_wire(),
+            415, headers={"Accept-Encoding": "identity"})
+    if (request.content_length or 0) > limit:
+        return problem(ProtocolError(_too_large(limit)).to_wire(), 413)
+    return None
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is over the coordinator's {limit}-byte limit (max_frame_bytes)"
+
+
 def _http_detail(request: web.Request, exc: web.HTTPException, limit: int) -> str:
     if exc.status == 404:
         return (f"no route {request.method} {request.path}; the routes are listed at "
@@ -349,5 +385,5 @@ def _http_detail(request: web.Request, exc: web.HTTPException, limit: int) -> st
         return f"{request.method} is not allowed on {request.path}; allowed: " \
                f"{exc.headers.get('Allow', '?')}"
     if exc.status == 413:
-        return f"the request body is over the coordinator's {limit}-byte limit (max_frame_bytes)"
+        return _too_large(limit)
     return exc.text or exc.reason
