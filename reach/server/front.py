@@ -27,6 +27,7 @@ from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout,
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
+from reach.server.front_guard import Gate
 from reach.server.front_models import (
     CallQuery,
     CallResult,
@@ -74,6 +75,7 @@ class FrontDoor:
         self.spec = document()
         self._spec_bytes = to_json(self.spec)
         self.inflight = 0  # requests being answered (bounded by max_connections)
+        self.gate = Gate(s)  # connections: first-head timeout, per-address and total caps
         self.app = web.Application(client_max_size=s.max_frame_bytes,
                                    middlewares=[self._edge])
         self.app.router.add_post("/v1/call/{capability}", self.call)
@@ -85,29 +87,37 @@ class FrontDoor:
         self.app.router.add_get("/openapi.json", self.openapi)
         self.app.router.add_get("/healthz", self.healthz)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); returns the port bound."""
+        s = self.services.settings
         # auto_decompress=False: aiohttp's parser would otherwise inflate a gzip or deflate
         # body as it arrives, before any route could refuse it (bodies with a
         # Content-Encoding are refused 415 at the edge instead). lingering_time=0: a body
         # left unread once the answer is decided is not drained; the connection is closed.
+        # keepalive_timeout: how long a connection may idle between requests (also with
+        # half a head sent); the first head's timeout is the gate's.
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                shutdown_timeout=1.0, auto_decompress=False,
-                               lingering_time=0)
+                               lingering_time=0, keepalive_timeout=s.http_idle_timeout)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
+        assert runner.server is not None
+        try:  # aiohttp's protocol behind the gate (what web.TCPSite would bind, guarded)
+            server = await asyncio.get_running_loop().create_server(
+                self.gate.protocol(runner.server), host, port, backlog=128)
         except BaseException:
             await runner.cleanup()
             raise
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])
+        self._runner, self._server = runner, server
+        self.port = int(server.sockets[0].getsockname()[1])
         return self.port
 
     async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()  # no new connections; those open are shut down next
+            self._server = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -119,11 +129,16 @@ class FrontDoor:
         """Bounds and errors for every route: bodies refused from their headers alone,
         at most ``max_connections`` requests at once, every refusal as problem+json, never a
         stack trace to the peer; a body left unread closes its connection."""
-        refused = _unread(request, self.services.settings.max_frame_bytes)
-        response = refused if refused is not None else await self._bounded(request, handler)
-        if not request.content.is_eof():
-            response.force_close()  # the answer is decided: the rest is not read, nor drained
-        return response
+        self.gate.started(request.transport)
+        try:
+            refused = _unread(request, self.services.settings.max_frame_bytes)
+            response = refused if refused is not None else await self._bounded(request,
+                                                                               handler)
+            if not request.content.is_eof():
+                response.force_close()  # the answer is decided: the rest is not read
+            return response
+        finally:
+            self.gate.answered(request.transport)
 
     async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.inflight >= self.services.settings.max_connections:
@@ -154,10 +169,22 @@ class FrontDoor:
         raw = {name: h[name] for name in ("X-Reach-Caller", "Idempotency-Key", "traceparent",
                                           "X-Reach-Timeout") if name in h}
         headers: Headers = _checked(Headers, raw, "headers")
-        return identify(self.services.trust, h.get("Authorization"), headers), headers
+        caller = identify(self.services.trust, h.get("Authorization"), headers)
+        self.gate.identified(request.transport)
+        return caller, headers
 
     async def _body(self, request: web.Request) -> Any:
-        return loads(await request.read())
+        """The body as JSON, read within ``http_body_timeout`` (a trickled body is 408 and
+        its connection closed)."""
+        limit = self.services.settings.http_body_timeout
+        try:
+            async with asyncio.timeout(limit):
+                raw = await request.read()
+        except TimeoutError:
+            raise HttpProblem(ProtocolError(
+                f"the request body did not arrive within {limit:g} s (http_body_timeout)"),
+                408) from None
+        return loads(raw)
 
     # ------------------------------------------------------------ driving the gateway
 
