@@ -21,9 +21,17 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from reach.core import counts
 from reach.core.tasks import SubmitRequest, Task, TaskState
 from reach.core.trust import may_read
-from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable
+from reach.errors import (
+    InvalidParams,
+    ProtocolError,
+    ReachError,
+    ReachTimeout,
+    Rejected,
+    Unavailable,
+)
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
@@ -46,6 +54,7 @@ log = logging.getLogger("reach.front")
 JSON = "application/json"
 GRACE = 1.0  # seconds past a call's own timeout the front door waits for the gateway's answer
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+HOLDER = web.RequestKey("reach.holder", str)  # the caller whose request slot this request holds
 
 
 def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None
@@ -75,6 +84,7 @@ class FrontDoor:
         self.spec = document()
         self._spec_bytes = to_json(self.spec)
         self.inflight = 0  # requests being answered (bounded by max_connections)
+        self.holding: dict[str, int] = {}  # caller → its requests being answered (its share)
         self.gate = Gate(s)  # connections: first-head timeout, per-address and total caps
         self.app = web.Application(client_max_size=s.max_frame_bytes,
                                    middlewares=[self._edge])
@@ -163,6 +173,9 @@ class FrontDoor:
                             "answer this request (its log says why); retry"}, 500)
         finally:
             self.inflight -= 1
+            holder = request.get(HOLDER)
+            if holder is not None:
+                counts.drop(self.holding, holder)
 
     def _who(self, request: web.Request) -> tuple[str, Headers]:
         h = request.headers
@@ -171,7 +184,31 @@ class FrontDoor:
         headers: Headers = _checked(Headers, raw, "headers")
         caller = identify(self.services.trust, h.get("Authorization"), headers)
         self.gate.identified(request.transport)
+        self._hold(request, caller)
         return caller, headers
+
+    def _hold(self, request: web.Request, caller: str) -> None:
+        """Count this request against ``caller``'s share of the door, or refuse it.
+
+        The door answers at most ``max_connections`` requests at once; a caller may hold at
+        most ``max_connections // (n + 1)`` of them, ``n`` the callers with requests being
+        answered (itself included). A share is always left for one more caller, so one
+        caller's SSE streams and long polls cannot make everyone else's calls 503; as the
+        callers' requests end and come again, their shares even out. Past its share a caller
+        is ``rejected`` (429), as a websocket caller past ``max_caller_tasks`` is."""
+        if HOLDER in request:
+            return
+        held = self.holding.get(caller, 0)
+        holders = len(self.holding) + (0 if held else 1)
+        cap = self.services.settings.max_connections
+        share = max(1, cap // (holders + 1))
+        if held >= share:
+            raise Rejected(
+                f"caller {caller!r} has {held} requests being answered, its share of the "
+                f"front door's {cap} (max_connections) while {holders} callers use it; "
+                f"retry when one of them ends", share=share, level=1.0)
+        counts.add(self.holding, caller)
+        request[HOLDER] = caller
 
     async def _body(self, request: web.Request) -> Any:
         """The body as JSON, read within ``http_body_timeout`` (a trickled body is 408 and
