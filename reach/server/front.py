@@ -136,9 +136,9 @@ class FrontDoor:
 
     @web.middleware
     async def _edge(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Bounds and errors for every route: bodies refused from their headers alone,
-        at most ``max_connections`` requests at once, every refusal as problem+json, never a
-        stack trace to the peer; a body left unread closes its connection."""
+        """Bounds and errors for every route: bodies refused from their headers alone, each
+        caller within its share of the requests (``_hold``), every refusal as problem+json,
+        never a stack trace to the peer; a body left unread closes its connection."""
         self.gate.started(request.transport)
         try:
             refused = _unread(request, self.services.settings.max_frame_bytes)
@@ -151,9 +151,8 @@ class FrontDoor:
             self.gate.answered(request.transport)
 
     async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.inflight >= self.services.settings.max_connections:
-            return problem(Unavailable("the coordinator is at its request limit "
-                                       "(max_connections); retry shortly").to_wire())
+        # (No request count to check here: a connection carries one request at a time and
+        # the gate admits at most max_connections, answering 503 past them.)
         self.inflight += 1
         try:
             return await handler(request)
@@ -196,8 +195,6 @@ class FrontDoor:
         caller's SSE streams and long polls cannot make everyone else's calls 503; as the
         callers' requests end and come again, their shares even out. Past its share a caller
         is ``rejected`` (429), as a websocket caller past ``max_caller_tasks`` is."""
-        if HOLDER in request:
-            return
         held = self.holding.get(caller, 0)
         holders = len(self.holding) + (0 if held else 1)
         cap = self.services.settings.max_connections
