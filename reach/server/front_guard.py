@@ -12,7 +12,8 @@ trickled body held the port (and the process's file descriptors) for as long as 
   after it opened is aborted (the websocket port's first-frame timeout);
 - a cap per address on connections not yet *identified*: at most ``max_pending_per_address``
   connections from one address that have not yet carried a request whose caller the door could
-  identify (with tokens: a valid token); more are answered 429 and closed at once;
+  identify (with tokens: a valid token); past it the address's longest-waiting one is closed
+  for the new one, or, all of them answering a request, the new one is answered 429;
 - a connection cap, ``max_connections`` (this port's own count): past it the connection idle
   the longest (between requests, or not yet sent a head) is closed to make room, and when every
   connection is answering a request the new one is answered 503 and closed.
@@ -46,8 +47,8 @@ def _refusal(status: int, reason: str, code: str, detail: str) -> bytes:
 
 
 TOO_MANY = _refusal(429, "Too Many Requests", "rejected",
-                    "too many connections from this address that have not yet made an "
-                    "identified request (max_pending_per_address)")
+                    "too many connections from this address are answering requests that "
+                    "have not said who they are (max_pending_per_address); retry shortly")
 FULL = _refusal(503, "Service Unavailable", "unavailable",
                 "the coordinator is at its request limit (max_connections): every "
                 "connection to its HTTP port is answering a request; retry shortly")
@@ -103,7 +104,7 @@ class Guarded(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _first_head_due(self) -> None:
+    def first_head_due(self) -> None:
         self.timer = None
         if self.fresh:
             self.abort()
@@ -115,13 +116,12 @@ class Gate:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.conns: dict[asyncio.BaseTransport, Guarded] = {}
-        # connections not answering a request, the longest idle first (the one evicted when
+        # connections not answering a request, the longest idle first (the one closed when
         # the cap is reached): insertion order, re-inserted each time one becomes idle
         self.idle: dict[Guarded, None] = {}
         self.pending: dict[str, int] = {}  # address → its connections not yet identified
-        self.refused = 0  # connections refused at admission (429 or 503)
-        self.evicted = 0  # idle connections closed to make room
-        self.expired = 0  # connections closed for not sending their first head in time
+        # address → those of them not answering a request, the longest waiting first
+        self.waiting: dict[str, dict[Guarded, None]] = {}
 
     def protocol(self, make: Callable[[], asyncio.BaseProtocol]
                  ) -> Callable[[], asyncio.Protocol]:
@@ -130,31 +130,33 @@ class Gate:
         return lambda: Guarded(self, make)
 
     def admit(self, conn: Guarded) -> bytes | None:
-        """Count a new connection in, or the response that refuses it."""
+        """Count a new connection in, making room if it must, or the response refusing it.
+
+        At its address's cap the address's longest-waiting unidentified connection is
+        closed for it (an address's flood churns through its own sockets, and a real caller
+        behind the same address, a NAT or this host, still gets in); with all of them
+        answering a request, 429. At the connection cap the longest-idle connection of any
+        address goes; with every connection answering a request, 503."""
         s = self.settings
         if self.pending.get(conn.address, 0) >= s.max_pending_per_address:
-            self.refused += 1
-            return TOO_MANY
+            victim = next(iter(self.waiting.get(conn.address, ())), None)
+            if victim is None:
+                return TOO_MANY
+            victim.abort()
         if len(self.conns) >= s.max_connections:
             victim = next(iter(self.idle), None)
             if victim is None:
-                self.refused += 1
                 return FULL
-            self.evicted += 1
             victim.abort()
         assert conn.transport is not None
-        counts.add(self.pending, conn.address)
-        conn.pending = True
         self.conns[conn.transport] = conn
         self.idle[conn] = None
-        loop = asyncio.get_running_loop()
-        conn.timer = loop.call_later(s.hello_timeout, self._expire, conn)
+        conn.pending = True
+        counts.add(self.pending, conn.address)
+        self.waiting.setdefault(conn.address, {})[conn] = None
+        conn.timer = asyncio.get_running_loop().call_later(s.hello_timeout,
+                                                           conn.first_head_due)
         return None
-
-    def _expire(self, conn: Guarded) -> None:
-        if conn.fresh and conn.transport in self.conns:
-            self.expired += 1
-        conn._first_head_due()
 
     def forget(self, conn: Guarded) -> None:
         """The connection is closing: out of every count (twice is harmless)."""
@@ -162,9 +164,7 @@ class Gate:
         if transport is not None and self.conns.get(transport) is conn:
             del self.conns[transport]
         self.idle.pop(conn, None)
-        if conn.pending:
-            conn.pending = False
-            counts.drop(self.pending, conn.address)
+        self._identified(conn)
         if conn.timer is not None:
             conn.timer.cancel()
             conn.timer = None
@@ -175,17 +175,33 @@ class Gate:
         if conn is not None:
             conn.fresh = False
             self.idle.pop(conn, None)
+            if conn.pending:
+                self._unwait(conn)
 
     def answered(self, transport: asyncio.BaseTransport | None) -> None:
         """The connection's request is answered (aiohttp's keep-alive timer runs now)."""
         conn = self.conns.get(transport) if transport is not None else None
         if conn is not None:
             self.idle[conn] = None
+            if conn.pending:
+                self.waiting.setdefault(conn.address, {})[conn] = None
 
     def identified(self, transport: asyncio.BaseTransport | None) -> None:
         """A request on this connection named a caller the door accepts: it no longer
         counts against its address's cap."""
         conn = self.conns.get(transport) if transport is not None else None
-        if conn is not None and conn.pending:
+        if conn is not None:
+            self._identified(conn)
+
+    def _identified(self, conn: Guarded) -> None:
+        if conn.pending:
             conn.pending = False
             counts.drop(self.pending, conn.address)
+            self._unwait(conn)
+
+    def _unwait(self, conn: Guarded) -> None:
+        waiting = self.waiting.get(conn.address)
+        if waiting is not None:
+            waiting.pop(conn, None)
+            if not waiting:
+                del self.waiting[conn.address]
