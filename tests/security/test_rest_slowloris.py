@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest_asyncio
 from security.conftest import StallProbe, start_probe
@@ -104,7 +104,8 @@ async def test_silent_half_headed_trickling_and_idle_sockets_are_closed_in_time(
 
 
 @pytest_asyncio.fixture
-async def capped() -> AsyncIterator[Callable[..., Cluster]]:
+async def capped() -> AsyncIterator[Callable[..., Awaitable[Cluster]]]:
+    """Start coordinators with the options a test names; each is closed after it."""
     clusters: list[Cluster] = []
 
     async def start(**options: object) -> Cluster:
@@ -112,13 +113,13 @@ async def capped() -> AsyncIterator[Callable[..., Cluster]]:
         clusters.append(cluster)
         return cluster
 
-    yield start  # type: ignore[misc]
+    yield start
     for c in clusters:
         await c.close()
 
 
 async def test_one_address_holds_at_most_its_unidentified_connections(
-        capped: Callable[..., asyncio.Future[Cluster]]) -> None:
+        capped: Callable[..., Awaitable[Cluster]]) -> None:
     """Past the cap the address's longest-waiting unidentified connection is closed for the
     new one: the flood churns through its own sockets, and a real caller behind the same
     address (a NAT, this host) still gets in."""
@@ -147,7 +148,7 @@ async def test_one_address_holds_at_most_its_unidentified_connections(
 
 
 async def test_at_the_connection_cap_the_longest_idle_goes_and_then_503(
-        capped: Callable[..., asyncio.Future[Cluster]]) -> None:
+        capped: Callable[..., Awaitable[Cluster]]) -> None:
     cluster = await capped(max_connections=6)
     release = asyncio.Event()
 
