@@ -108,10 +108,14 @@ class FrontDoor:
         # Content-Encoding are refused 415 at the edge instead). lingering_time=0: a body
         # left unread once the answer is decided is not drained; the connection is closed.
         # keepalive_timeout: how long a connection may idle between requests (also with
-        # half a head sent); the first head's timeout is the gate's.
+        # half a head sent); the first head's timeout is the gate's. handler_cancellation: a
+        # request whose connection is gone ends with it (a long poll or a stream would
+        # otherwise hold its caller's share with nobody to answer; a submit's commit is
+        # shielded, so an accepted task is stored all the same).
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                shutdown_timeout=1.0, auto_decompress=False,
-                               lingering_time=0, keepalive_timeout=s.http_idle_timeout)
+                               lingering_time=0, keepalive_timeout=s.http_idle_timeout,
+                               handler_cancellation=True)
         await runner.setup()
         assert runner.server is not None
         try:  # aiohttp's protocol behind the gate (what web.TCPSite would bind, guarded)

@@ -108,3 +108,29 @@ async def test_one_callers_streams_and_long_polls_do_not_lock_out_the_others(
     status, _ = await status_of(http, "POST", url + "/v1/call/probe.echo", "hog",
                                 json={"n": 7})
     assert status == 200
+
+
+async def test_a_caller_that_leaves_gives_its_slots_back_at_once(
+        door: tuple[Cluster, asyncio.Event, aiohttp.ClientSession]) -> None:
+    """Long polls whose caller hung up are not answered to anyone: they end with the
+    connection (before, each kept its slot up to its ``wait``, 30 s here, with no connection
+    left for the connection cap to count)."""
+    cluster, _, http = door
+    url = cluster.reach.http_url
+    assert url is not None
+    status, accepted = await status_of(http, "POST", url + "/v1/tasks", "hog",
+                                       json={"capability": "hold.run", "params": {}})
+    assert status == 202
+    task = url + accepted["status_url"]
+    for _ in range(3):  # each round the hog fills its share, then hangs up on all of it
+        async with aiohttp.ClientSession() as hog:
+            polls = [asyncio.ensure_future(status_of(hog, "GET", task + "?wait=30", "hog"))
+                     for _ in range(CAP // 2)]
+            await asyncio.sleep(0.05)
+            assert not any(p.done() for p in polls), [p.result() for p in polls if p.done()]
+            for p in polls:
+                p.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+        await asyncio.sleep(0.05)  # (the coordinator sees the connections close)
+    status, body = await status_of(http, "GET", task + "?wait=0", "hog")
+    assert (status, body["state"]) == (200, "running"), body
