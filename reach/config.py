@@ -81,6 +81,10 @@ class Settings:
     max_connections: int = 10_000  # open websocket connections, every kind together
     max_pending_per_address: int = 64  # connections from one address not past hello/register
     hello_timeout: float = 10.0  # seconds a new connection has to send its first frame
+    # (on the REST port: its first request head; the per-address cap and max_connections
+    # apply there too, each port counting its own; docs/security.md "The REST front door")
+    http_body_timeout: float = 30.0  # seconds a REST request's body has to arrive in full
+    http_idle_timeout: float = 75.0  # seconds a REST connection may idle between requests
     ping_interval: float | None = 20.0  # websocket keepalive; a peer silent past
     ping_timeout: float | None = 20.0  # interval + timeout is closed (None: no pings)
     max_outbox_bytes: int = 16 << 20  # unsent bytes per connection before it is closed (slow)
@@ -127,7 +131,8 @@ class Settings:
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
                      "dead_letter_retention", "idempotency_keys_max", "last_good_entries",
-                     "last_good_bytes", "max_peer_agents", "peer_flush"):
+                     "last_good_bytes", "max_peer_agents", "peer_flush",
+                     "http_body_timeout", "http_idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         self._check_store()

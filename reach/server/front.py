@@ -21,12 +21,21 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from reach.core import counts
 from reach.core.tasks import SubmitRequest, Task, TaskState
 from reach.core.trust import may_read
-from reach.errors import InvalidParams, ProtocolError, ReachError, ReachTimeout, Unavailable
+from reach.errors import (
+    InvalidParams,
+    ProtocolError,
+    ReachError,
+    ReachTimeout,
+    Rejected,
+    Unavailable,
+)
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
+from reach.server.front_guard import Gate
 from reach.server.front_models import (
     CallQuery,
     CallResult,
@@ -45,6 +54,7 @@ log = logging.getLogger("reach.front")
 JSON = "application/json"
 GRACE = 1.0  # seconds past a call's own timeout the front door waits for the gateway's answer
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+HOLDER = web.RequestKey("reach.holder", str)  # the caller whose request slot this request holds
 
 
 def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None
@@ -74,6 +84,8 @@ class FrontDoor:
         self.spec = document()
         self._spec_bytes = to_json(self.spec)
         self.inflight = 0  # requests being answered (bounded by max_connections)
+        self.holding: dict[str, int] = {}  # caller → its requests being answered (its share)
+        self.gate = Gate(s)  # connections: first-head timeout, per-address and total caps
         self.app = web.Application(client_max_size=s.max_frame_bytes,
                                    middlewares=[self._edge])
         self.app.router.add_post("/v1/call/{capability}", self.call)
@@ -85,24 +97,41 @@ class FrontDoor:
         self.app.router.add_get("/openapi.json", self.openapi)
         self.app.router.add_get("/healthz", self.healthz)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); returns the port bound."""
+        s = self.services.settings
+        # auto_decompress=False: aiohttp's parser would otherwise inflate a gzip or deflate
+        # body as it arrives, before any route could refuse it (bodies with a
+        # Content-Encoding are refused 415 at the edge instead). lingering_time=0: a body
+        # left unread once the answer is decided is not drained; the connection is closed.
+        # keepalive_timeout: how long a connection may idle between requests (also with
+        # half a head sent); the first head's timeout is the gate's. handler_cancellation: a
+        # request whose connection is gone ends with it (a long poll or a stream would
+        # otherwise hold its caller's share with nobody to answer; a submit's commit is
+        # shielded, so an accepted task is stored all the same).
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
-                               shutdown_timeout=1.0)
+                               shutdown_timeout=1.0, auto_decompress=False,
+                               lingering_time=0, keepalive_timeout=s.http_idle_timeout,
+                               handler_cancellation=True)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
+        assert runner.server is not None
+        try:  # aiohttp's protocol behind the gate (what web.TCPSite would bind, guarded)
+            server = await asyncio.get_running_loop().create_server(
+                self.gate.protocol(runner.server), host, port, backlog=128)
         except BaseException:
             await runner.cleanup()
             raise
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])
+        self._runner, self._server = runner, server
+        self.port = int(server.sockets[0].getsockname()[1])
         return self.port
 
     async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()  # no new connections; those open are shut down next
+            self._server = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
@@ -111,11 +140,23 @@ class FrontDoor:
 
     @web.middleware
     async def _edge(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Bounds and errors for every route: at most ``max_connections`` requests at once,
-        every refusal as problem+json, never a stack trace to the peer."""
-        if self.inflight >= self.services.settings.max_connections:
-            return problem(Unavailable("the coordinator is at its request limit "
-                                       "(max_connections); retry shortly").to_wire())
+        """Bounds and errors for every route: bodies refused from their headers alone, each
+        caller within its share of the requests (``_hold``), every refusal as problem+json,
+        never a stack trace to the peer; a body left unread closes its connection."""
+        self.gate.started(request.transport)
+        try:
+            refused = _unread(request, self.services.settings.max_frame_bytes)
+            response = refused if refused is not None else await self._bounded(request,
+                                                                               handler)
+            if not request.content.is_eof():
+                response.force_close()  # the answer is decided: the rest is not read
+            return response
+        finally:
+            self.gate.answered(request.transport)
+
+    async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        # (No request count to check here: a connection carries one request at a time and
+        # the gate admits at most max_connections, answering 503 past them.)
         self.inflight += 1
         try:
             return await handler(request)
@@ -135,16 +176,53 @@ class FrontDoor:
                             "answer this request (its log says why); retry"}, 500)
         finally:
             self.inflight -= 1
+            holder = request.get(HOLDER)
+            if holder is not None:
+                counts.drop(self.holding, holder)
 
     def _who(self, request: web.Request) -> tuple[str, Headers]:
         h = request.headers
         raw = {name: h[name] for name in ("X-Reach-Caller", "Idempotency-Key", "traceparent",
                                           "X-Reach-Timeout") if name in h}
         headers: Headers = _checked(Headers, raw, "headers")
-        return identify(self.services.trust, h.get("Authorization"), headers), headers
+        caller = identify(self.services.trust, h.get("Authorization"), headers)
+        self.gate.identified(request.transport)
+        self._hold(request, caller)
+        return caller, headers
+
+    def _hold(self, request: web.Request, caller: str) -> None:
+        """Count this request against ``caller``'s share of the door, or refuse it.
+
+        The door answers at most ``max_connections`` requests at once; a caller may hold at
+        most ``max_connections // (n + 1)`` of them, ``n`` the callers with requests being
+        answered (itself included). A share is always left for one more caller, so one
+        caller's SSE streams and long polls cannot make everyone else's calls 503; as the
+        callers' requests end and come again, their shares even out. Past its share a caller
+        is ``rejected`` (429), as a websocket caller past ``max_caller_tasks`` is."""
+        held = self.holding.get(caller, 0)
+        holders = len(self.holding) + (0 if held else 1)
+        cap = self.services.settings.max_connections
+        share = max(1, cap // (holders + 1))
+        if held >= share:
+            raise Rejected(
+                f"caller {caller!r} has {held} requests being answered, its share of the "
+                f"front door's {cap} (max_connections) while {holders} callers use it; "
+                f"retry when one of them ends", share=share, level=1.0)
+        counts.add(self.holding, caller)
+        request[HOLDER] = caller
 
     async def _body(self, request: web.Request) -> Any:
-        return loads(await request.read())
+        """The body as JSON, read within ``http_body_timeout`` (a trickled body is 408 and
+        its connection closed)."""
+        limit = self.services.settings.http_body_timeout
+        try:
+            async with asyncio.timeout(limit):
+                raw = await request.read()
+        except TimeoutError:
+            raise HttpProblem(ProtocolError(
+                f"the request body did not arrive within {limit:g} s (http_body_timeout)"),
+                408) from None
+        return loads(raw)
 
     # ------------------------------------------------------------ driving the gateway
 
@@ -341,6 +419,29 @@ def _problem_bytes(error: dict[str, Any], task: Task) -> bytes:
     return response.body
 
 
+def _unread(request: web.Request, limit: int) -> web.Response | None:
+    """The answer to a request whose headers alone refuse its body, or None.
+
+    Any ``Content-Encoding`` but ``identity`` is 415: the coordinator never inflates a body.
+    Why not inflate within a bound: a few KB of gzip inflate to a MiB of JSON, so the
+    bound would still let an unauthenticated peer spend a loop step's CPU per few KB
+    sent, and bodies are small JSON on a nearby network, where compression saves little.
+    A declared ``Content-Length`` over ``max_frame_bytes`` is 413 before any byte is read."""
+    encoding = request.headers.get("Content-Encoding")
+    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
+        return problem(ProtocolError(
+            f"Content-Encoding {encoding[:40]!r} is not accepted: send the body "
+            f"uncompressed (the coordinator inflates nothing; docs/security.md)").to_wire(),
+            415, headers={"Accept-Encoding": "identity"})
+    if (request.content_length or 0) > limit:
+        return problem(ProtocolError(_too_large(limit)).to_wire(), 413)
+    return None
+
+
+def _too_large(limit: int) -> str:
+    return f"the request body is over the coordinator's {limit}-byte limit (max_frame_bytes)"
+
+
 def _http_detail(request: web.Request, exc: web.HTTPException, limit: int) -> str:
     if exc.status == 404:
         return (f"no route {request.method} {request.path}; the routes are listed at "
@@ -349,5 +450,5 @@ def _http_detail(request: web.Request, exc: web.HTTPException, limit: int) -> st
         return f"{request.method} is not allowed on {request.path}; allowed: " \
                f"{exc.headers.get('Allow', '?')}"
     if exc.status == 413:
-        return f"the request body is over the coordinator's {limit}-byte limit (max_frame_bytes)"
+        return _too_large(limit)
     return exc.text or exc.reason

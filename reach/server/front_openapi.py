@@ -36,13 +36,17 @@ _REF = "#/components/schemas/{model}"
 _BODIES: list[type[BaseModel]] = [SubmitBody, IntentBody]
 _ANSWERS: list[type[BaseModel]] = [CallResult, TaskAccepted, TaskStatus, CapabilityList,
                                    Health, Problem]
-_CALL_ERRORS = (400, 401, 403, 404, 413, 422, 429, 502, 503, 504)
+_CALL_ERRORS = (400, 401, 403, 404, 408, 413, 415, 422, 429, 502, 503, 504)
 _WHY = {400: "malformed JSON or headers (protocol_error)", 401: "no or unknown token",
         403: "not permitted (call rules, another principal's name)",
         404: "no such capability (no_route, with suggestions), task or route",
-        405: "method not allowed on this path", 413: "body over max_frame_bytes",
+        405: "method not allowed on this path",
+        408: "the body did not arrive within http_body_timeout (protocol_error)",
+        413: "body over max_frame_bytes",
+        415: "a Content-Encoding other than identity: bodies are taken uncompressed",
         422: "params refused (invalid_params) or the agent's deliberate answer (task_failed)",
-        429: "back-pressure (rejected); see Retry-After",
+        429: "back-pressure, or the caller holds its share of the door's requests "
+             "(rejected); see Retry-After",
         502: "the agents failed the task: attempts exhausted (task_failed, a dead letter)",
         503: "declared but no agent online, or the coordinator is stopping (unavailable)",
         504: "no outcome within the timeout (timeout)"}
@@ -131,7 +135,8 @@ def document() -> dict[str, Any]:
             "responses": {"202": {**_json(TaskAccepted, "stored: ask about it by its id"),
                                   "headers": {"Location": {"schema": {"type": "string"}},
                                               **_trace_headers()}},
-                          **_problems((400, 401, 403, 404, 413, 422, 429, 503))}}},
+                          **_problems((400, 401, 403, 404, 408, 413, 415, 422, 429,
+                                       503))}}},
         "/v1/tasks/{task_id}": {"get": {
             "operationId": "status", "summary": "A task's status and result",
             "parameters": [task_id] + _params(WaitQuery, "query") + headers,
@@ -139,7 +144,7 @@ def document() -> dict[str, Any]:
                                   "headers": {"X-Reach-State": {
                                       "description": "the task's state (for shell callers)",
                                       "schema": {"type": "string"}}, **_trace_headers()}},
-                          **_problems((400, 401, 403, 404, 422))}}},
+                          **_problems((400, 401, 403, 404, 422, 429))}}},
         "/v1/tasks/{task_id}/stream": {"get": {
             "operationId": "stream", "summary": "A streaming task's chunks, as server-sent "
                                                 "events, then its result or error",
@@ -148,13 +153,13 @@ def document() -> dict[str, Any]:
                                                  "or event: error",
                                   "content": {"text/event-stream": {
                                       "schema": {"type": "string"}}}},
-                          **_problems((400, 401, 403, 404, 422))}}},
+                          **_problems((400, 401, 403, 404, 422, 429))}}},
         "/v1/capabilities": {"get": {
             "operationId": "capabilities", "summary": "What this caller may call, and who "
                                                       "serves it",
             "parameters": headers,
             "responses": {"200": _json(CapabilityList, "the capabilities"),
-                          **_problems((400, 401, 403, 422))}}},
+                          **_problems((400, 401, 403, 422, 429))}}},
         "/healthz": {"get": {
             "operationId": "health", "summary": "Whether the coordinator takes work",
             "security": [],
