@@ -1003,15 +1003,21 @@ async def rest_loris(ctx: Ctx) -> None:
     try:
         for at in range(0, n, 50):
             await asyncio.gather(*(one(at + i) for i in range(min(50, n - at))))
-        ctx.note(f"{len(held):,} stalled requests open in {took(started)}"
+        ctx.note(f"{len(held):,} stalled requests opened in {took(started)}"
                  + (f" ({refused:,} refused)" if refused else ""))
         ctx.doing = "holding"
         await asyncio.sleep(ctx.sizes.hold)
         fresh = await _http_status(ctx, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n"
                                    .encode(), 2.0)
-        closed = sum(1 for reader, _ in held if reader.at_eof())
-        ctx.note(f"a new caller's GET /healthz: {fresh}; {closed:,} closed by the coordinator "
-                 f"{ctx.sizes.hold:g} s later")
+
+        async def ended(reader: asyncio.StreamReader) -> bool:  # closed, or answered (408)
+            with contextlib.suppress(TimeoutError, OSError):
+                return bool(await asyncio.wait_for(reader.read(64), 0.05)) or reader.at_eof()
+            return reader.at_eof()
+
+        closed = sum(await asyncio.gather(*(ended(reader) for reader, _ in held)))
+        ctx.note(f"a new caller's GET /healthz: {fresh}; {closed:,} answered or closed by the "
+                 f"coordinator {ctx.sizes.hold:g} s later")
     finally:
         for _, writer in held:
             writer.transport.abort()
@@ -1156,7 +1162,9 @@ ATTACKS = [
     Attack("gzip-body", gzip_body, "2 REST submits of 1 MB gzip that inflate ~1,000x, no "
            "token (quick 128 KB)"),
     Attack("rest-loris", rest_loris, "500 REST requests never finished: nothing, half a "
-           "header, 1 byte of a body (quick 100)"),
+           "header, 1 byte of a body (quick 100); first-head and body timeouts at half the "
+           "hold", options=lambda sizes: {"hello_timeout": sizes.hold / 2,
+                                          "http_body_timeout": sizes.hold / 2}),
     Attack("rest-hog", rest_hog, "one caller holds 200 long polls, the door's whole request "
            "cap (quick 50)", options=lambda sizes: {"max_connections": sizes.polls}),
     Attack("letter-bytes", letter_bytes, "300 dead letters of 900 KB params (quick 40 x 400 KB)"),
