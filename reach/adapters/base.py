@@ -228,13 +228,21 @@ class Adapter(ABC):
             await asyncio.wait(calls, timeout=grace)
 
     async def _check_once(self, bound: float) -> bool:
+        return await self._failed_check(bound) is None
+
+    async def _failed_check(self, bound: float) -> str | None:
+        """One check within ``bound`` s: None when it passed, else what went wrong, in the
+        adapter's words (the exception's text, as a probe failure's detail)."""
         try:
-            return bool(await asyncio.wait_for(self.check(), max(bound, 0.001)))
+            if await asyncio.wait_for(self.check(), max(bound, 0.001)):
+                return None
+            return "health check failed"
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            return f"health check not answered within {bound:g} s"
         except Exception as exc:  # a failed check is a missed beat, never a crash
-            log.debug("agent %s: health check failed: %r", self.name, exc)
-            return False
+            return str(exc) or type(exc).__name__
 
     def probe(self, probe_id: int) -> bool:
         """Carry probe ``probe_id``: run one health check (``ProbeLink``)."""
@@ -247,10 +255,10 @@ class Adapter(ABC):
         return True
 
     async def _probe(self, membership: Membership, probe_id: int) -> None:
-        ok = await self._check_once(membership.heartbeat_interval)
-        if ok:
+        failed = await self._failed_check(membership.heartbeat_interval)
+        if failed is None:
             membership.alive(self, len(self._calls))
-        membership.probed(self, probe_id, ok, "" if ok else "health check failed")
+        membership.probed(self, probe_id, failed is None, failed or "")
 
     async def close(self, reason: str = "detached") -> None:
         """End the link: in-flight calls are lost to the gateway (which judges them), the

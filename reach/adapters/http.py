@@ -239,7 +239,7 @@ class HttpAgent(Adapter):
                 return await self._outcome(resp, route, path)
         except aiohttp.ClientConnectorError as exc:  # refused, DNS, TLS handshake: not sent
             self._reached = False
-            raise Undelivered(f"{route.method} {url}: could not connect: {exc}") from None
+            raise Undelivered(f"{route.method} {path}: {unreachable(self._base, exc)}") from None
         except aiohttp.ConnectionTimeoutError:  # no connection (from the pool) in time
             self._reached = False
             raise Undelivered(f"{route.method} {url}: no connection within "
@@ -247,7 +247,10 @@ class HttpAgent(Adapter):
         except TimeoutError:  # also aiohttp's read timeouts
             raise AdapterFault(f"{route.method} {path}: no answer within the caller's "
                                f"deadline of {deadline or 0:.0f} ms") from None
-        except aiohttp.ClientError as exc:  # reset, disconnected, a broken body: it was sent
+        except aiohttp.ServerDisconnectedError:  # it was sent: a fault, in HTTP words
+            raise AdapterFault(f"{route.method} {path}: the service closed the connection "
+                               f"without answering") from None
+        except aiohttp.ClientError as exc:  # reset, a broken body: it was sent
             raise AdapterFault(f"{route.method} {path}: {type(exc).__name__}: {exc}") from None
 
     def _timeout(self, deadline_ms: float | None) -> aiohttp.ClientTimeout:
@@ -277,23 +280,48 @@ class HttpAgent(Adapter):
     # ------------------------------------------------------------ liveness
 
     async def check(self) -> bool:
+        """GET ``health`` (2xx: alive), or a TCP connect; a failure raises in its own words
+        ("connection refused by http://…", "GET /healthz answered 503"), which the probe
+        loop logs once per change."""
         session = self._session
         if session is None:
             return False
         if self.health is not None:
-            async with session.get(self._base + self.health, headers=self.headers,
-                                   allow_redirects=False) as resp:
-                await _excerpt(resp)
-                return 200 <= resp.status < 300
+            try:
+                async with session.get(self._base + self.health, headers=self.headers,
+                                       allow_redirects=False) as resp:
+                    await _excerpt(resp)
+                    if 200 <= resp.status < 300:
+                        return True
+                    raise AdapterFault(f"GET {self.health} answered {resp.status} "
+                                       f"{resp.reason or ''}".rstrip())
+            except aiohttp.ClientConnectorError as exc:
+                raise AdapterFault(unreachable(self._base, exc)) from None
+            except aiohttp.ServerDisconnectedError:
+                raise AdapterFault(f"GET {self.health}: the service closed the connection "
+                                   f"without answering") from None
         if self._reached:
             return True
         base = URL(self._base)
-        _, writer = await asyncio.open_connection(base.host, base.port)
+        try:
+            _, writer = await asyncio.open_connection(base.host, base.port)
+        except OSError as exc:
+            raise AdapterFault(unreachable(self._base, exc)) from None
         writer.close()
         await writer.wait_closed()
         if self._reached is None:
             self._reached = True
         return True
+
+
+def unreachable(url: str, exc: BaseException) -> str:
+    """Why nothing reached ``url``, in HTTP words: "connection refused by http://…",
+    "could not connect to http://…: <reason>"."""
+    os_error = getattr(exc, "os_error", exc)
+    if isinstance(os_error, ConnectionRefusedError):
+        return f"connection refused by {url}"
+    reason = getattr(os_error, "strerror", None) or str(os_error) or type(os_error).__name__
+    return f"could not connect to {url}: {reason}"
 
 
 # ---------------------------------------------------------------- helpers (pure but the reads)

@@ -83,11 +83,15 @@ class Probes:
         it through ``link`` (the session answers that with a ``protocol_error``)."""
         if self.links.get(record.agent_id) is not link:
             return False
-        verdict = self.book.answered(record.agent_id, probe_id, self.clock.now(), ok)
+        verdict = self.book.answered(record.agent_id, probe_id, self.clock.now(), ok, detail)
         if verdict is None:
             return False
-        if not ok:
-            log.info("agent %s: probe %d failed: %s", record.name, probe_id, detail)
+        if verdict.news:  # once per change of the failure, not once per probe
+            if ok:
+                log.info("agent %s: its check passes again (probe %d)", record.name, probe_id)
+            else:
+                log.info("agent %s: probe %d failed: %s (not logged again until this "
+                         "changes)", record.name, probe_id, detail or "failed")
         self._apply(record, verdict, detail)
         self._wake.set()
         return True
