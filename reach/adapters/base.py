@@ -52,10 +52,13 @@ class AdapterFault(Exception):  # noqa: N818
 
 
 class AdapterAnswer(Exception):  # noqa: N818
-    """Raised by ``invoke`` for a deliberate answer (never retried, not a fault)."""
+    """Raised by ``invoke`` for a deliberate answer (never retried, not a fault);
+    ``wire_code`` is its wire code (``invalid_params``: params the adapter refuses to carry;
+    a ``code`` in ``details`` is the agent's own and stays a detail)."""
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, *, wire_code: str = "task_failed", **details: Any) -> None:
         super().__init__(message)
+        self.wire_code = wire_code
         self.details = details
 
 
@@ -305,7 +308,8 @@ class Adapter(ABC):
         except Undelivered as exc:
             reply.resolve("undelivered", str(exc))
         except AdapterAnswer as exc:
-            reply.resolve("error", answer(self.name, str(exc), **exc.details))
+            reply.resolve("error", answer(self.name, str(exc), exc.wire_code,
+                                          **exc.details))
         except AdapterFault as exc:
             reply.resolve("error", fault(self.name, str(exc), **exc.details))
         except Exception as exc:
@@ -316,9 +320,10 @@ class Adapter(ABC):
             self._calls.pop((work.task_id, work.attempt), None)
 
 
-def answer(agent: str, message: str, **details: Any) -> dict[str, Any]:
+def answer(agent: str, message: str, wire_code: str = "task_failed", /, **details: Any
+           ) -> dict[str, Any]:
     """The wire error of a deliberate answer (docs/protocol.md §6)."""
-    return {"code": "task_failed", "message": message,
+    return {"code": wire_code, "message": message,
             "details": {**details, "answer": True, "agent": agent}}
 
 

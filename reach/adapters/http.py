@@ -37,7 +37,7 @@ import logging
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import aiohttp
 from yarl import URL
@@ -365,8 +365,33 @@ def _fill(route: Route, params: dict[str, Any]) -> str:
         value = params.pop(name)
         text = json.dumps(value) if isinstance(value, bool | dict | list) or value is None \
             else str(value)
+        if _climbs(text):
+            raise AdapterAnswer(
+                f"param {name!r} = {text[:100]!r} would be a '.' or '..' segment of the path "
+                f"{route.path!r} (a server resolves it, reaching above the agent's url): "
+                f"refused", wire_code="invalid_params", param=name)
         path = path.replace("{" + name + "}", quote(text, safe=""))
     return path
+
+
+_DECODE_ROUNDS = 4  # %252e%252e → %2e%2e → ..: servers and proxies that decode twice exist
+
+
+def _climbs(text: str) -> bool:
+    """Whether a path param could be read as a dot segment by some server: itself, or any
+    piece between slashes or backslashes, is ``.`` or ``..`` once percent-decoded (up to
+    ``_DECODE_ROUNDS`` times). Its ``/`` and ``%`` are percent-encoded when sent, so only a
+    server that decodes them would split it; such servers exist, so those are refused too."""
+    if "." not in text and "%" not in text:  # (most params: one scan, nothing to decode)
+        return False
+    for _ in range(_DECODE_ROUNDS):
+        if any(piece in (".", "..") for piece in re.split(r"[/\\]", text)):
+            return True
+        decoded = unquote(text)
+        if decoded == text:
+            return False
+        text = decoded
+    return any(piece in (".", "..") for piece in re.split(r"[/\\]", text))
 
 
 def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
