@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from reach.core import names
 from reach.core.agents import AgentRecord
-from reach.core.schemas import schema_of
+from reach.core.schemas import MAX_SCHEMA_BYTES, schema_of
 from reach.core.traces import child_traceparent
 from reach.ports import Clock, Reply, Work
 from reach.wire.protocol import CapabilitySpec
@@ -160,6 +160,10 @@ class Adapter(ABC):
 
     kind: ClassVar[str] = "adapter"
     OWN_KEYS: ClassVar[frozenset[str]] = frozenset()
+    # The largest params schema the coordinator compiles (``Settings.max_schema_bytes``;
+    # ``reach.attach`` sets it before ``open``): an adapter that builds schemas from what it
+    # reads (OpenAPI) stops building one past it.
+    max_schema_bytes: int = MAX_SCHEMA_BYTES
 
     def __init__(self, name: str, capabilities: Mapping[str, Any] | Iterable[Any], *,
                  max_concurrency: int = 16, version: str = "0",

@@ -37,7 +37,7 @@ import logging
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
@@ -45,6 +45,7 @@ from yarl import URL
 from reach._version import __version__
 from reach.adapters import base, openapi
 from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered, declare
+from reach.adapters.http_parts import fill, query_pairs, unreachable
 from reach.core import names
 from reach.core.schemas import compile_schema
 from reach.ports import Reply, Work
@@ -185,12 +186,15 @@ class HttpAgent(Adapter):
                 if resp.status != 200:
                     raise ValueError(f"answered {resp.status} {resp.reason}")
                 body = await _bounded(resp, MAX_OPENAPI_BYTES)
-            doc = json.loads(body)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ValueError(f"agent {self.name!r}: could not read its OpenAPI document at "
                              f"{url}: {exc}") from None
-        try:
-            table, skipped = openapi.capabilities(doc, self._overrides)
+        try:  # parsing and expanding are bounded, and off the loop (openapi.read)
+            table, skipped = await asyncio.to_thread(openapi.read, body, self._overrides,
+                                                     self.max_schema_bytes)
+        except openapi.Unreadable as exc:
+            raise ValueError(f"agent {self.name!r}: could not read its OpenAPI document at "
+                             f"{url}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"agent {self.name!r}: OpenAPI document {url}: {exc}") from None
         for note in skipped:
@@ -212,7 +216,7 @@ class HttpAgent(Adapter):
         params, path = work.params, route.path
         if route.fields:
             params = dict(params)
-            path = _fill(route, params)
+            path = fill(route.path, route.fields, params)
         headers = {**route.headers, "Idempotency-Key": _header(work.idempotency_key),
                    "X-Reach-Task-Id": work.task_id, "X-Reach-Caller": _header(work.caller)}
         traceparent = base.traceparent_of(work)
@@ -224,10 +228,10 @@ class HttpAgent(Adapter):
         query: list[tuple[str, str]] | None = None
         body: bytes | None = None
         if route.query:
-            query = _query(params)
+            query = query_pairs(params)
         else:
             if route.query_names:
-                query = _query({k: params[k] for k in route.query_names if k in params})
+                query = query_pairs({k: params[k] for k in route.query_names if k in params})
                 params = {k: v for k, v in params.items() if k not in route.query_names}
             body = json.dumps(params, separators=(",", ":")).encode()
         url = self._base + path
@@ -314,16 +318,6 @@ class HttpAgent(Adapter):
         return True
 
 
-def unreachable(url: str, exc: BaseException) -> str:
-    """Why nothing reached ``url``, in HTTP words: "connection refused by http://…",
-    "could not connect to http://…: <reason>"."""
-    os_error = getattr(exc, "os_error", exc)
-    if isinstance(os_error, ConnectionRefusedError):
-        return f"connection refused by {url}"
-    reason = getattr(os_error, "strerror", None) or str(os_error) or type(os_error).__name__
-    return f"could not connect to {url}: {reason}"
-
-
 # ---------------------------------------------------------------- helpers (pure but the reads)
 
 
@@ -353,56 +347,6 @@ def _headers(agent: str, where: str, given: Any) -> dict[str, str]:
 def _header(value: str) -> str:
     """A header value as sent: printable ASCII as is, anything else percent-encoded."""
     return value if value.isascii() and value.isprintable() else quote(value, safe=_HEADER_SAFE)
-
-
-def _fill(route: Route, params: dict[str, Any]) -> str:
-    """The path with its ``{name}`` segments filled (and taken out of ``params``)."""
-    path = route.path
-    for name in route.fields:
-        if name not in params:
-            raise AdapterAnswer(f"the params have no {name!r}, which the path {route.path!r} "
-                                f"needs", missing=name)
-        value = params.pop(name)
-        text = json.dumps(value) if isinstance(value, bool | dict | list) or value is None \
-            else str(value)
-        if _climbs(text):
-            raise AdapterAnswer(
-                f"param {name!r} = {text[:100]!r} would be a '.' or '..' segment of the path "
-                f"{route.path!r} (a server resolves it, reaching above the agent's url): "
-                f"refused", wire_code="invalid_params", param=name)
-        path = path.replace("{" + name + "}", quote(text, safe=""))
-    return path
-
-
-_DECODE_ROUNDS = 4  # %252e%252e → %2e%2e → ..: servers and proxies that decode twice exist
-
-
-def _climbs(text: str) -> bool:
-    """Whether a path param could be read as a dot segment by some server: itself, or any
-    piece between slashes or backslashes, is ``.`` or ``..`` once percent-decoded (up to
-    ``_DECODE_ROUNDS`` times). Its ``/`` and ``%`` are percent-encoded when sent, so only a
-    server that decodes them would split it; such servers exist, so those are refused too."""
-    if "." not in text and "%" not in text:  # (most params: one scan, nothing to decode)
-        return False
-    for _ in range(_DECODE_ROUNDS):
-        if any(piece in (".", "..") for piece in re.split(r"[/\\]", text)):
-            return True
-        decoded = unquote(text)
-        if decoded == text:
-            return False
-        text = decoded
-    return any(piece in (".", "..") for piece in re.split(r"[/\\]", text))
-
-
-def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
-    """Params as query pairs: lists repeat the name, true/false/null and objects as JSON."""
-    pairs: list[tuple[str, str]] = []
-    for key, value in params.items():
-        for item in value if isinstance(value, list) else (value,):
-            pairs.append((key, item if isinstance(item, str) else
-                          str(item) if isinstance(item, int | float) and not isinstance(item, bool)
-                          else json.dumps(item, separators=(",", ":"))))
-    return pairs
 
 
 async def _bounded(resp: aiohttp.ClientResponse, limit: int, route: Route | None = None,
