@@ -81,6 +81,7 @@ async def test_a_dead_services_checks_back_off_and_log_once(lines: Lines) -> Non
         probe = _view(reach)["probe"]
         assert isinstance(probe, dict)
         sent = probe["sent"] - sent_before
+        assert 0.0 <= probe["ago_s"] < 1.0  # (was the monotonic time read as wall: ~1.8e9 s)
         # Before: ~6,000 probes and log lines a second and a whole core.
         assert sent <= WATCH / INTERVAL * 1.5 + 2, f"{sent} probes in {WATCH} s"
         assert sent >= 3, "the dead service is still checked (it may come back)"
