@@ -15,14 +15,14 @@ The rule, per agent:
 - one fast ``ok`` probe clears the streak and lifts the hold;
 - a held agent whose check answered slow or failed is probed again after a backoff:
   ``interval``/16 after the answer that suspected it, doubling per slow answer, never longer
-  than ``interval``. Without it an agent that fails
-  its check at once (a dead HTTP service refuses the connection in microseconds) was probed
-  again at once, forever: thousands of probes and log lines a second (issue 25, item 12).
+  than ``interval``. Without it an agent that fails its check at once (a dead HTTP service
+  refuses the connection in microseconds) was probed again at once, forever: thousands of
+  probes and log lines a second (issue 25, item 12).
 
-Each answer also says whether the agent's *failure* changed (``Verdict.news``): a first
-failure, a failure with other words than the last, or the first pass after failures. The
-coordinator logs those, not every failed probe: one log line per change, however long an
-agent stays down.
+Each answer in time also says whether the agent's *failure* changed (``Verdict.news``): a
+first failed check, a failure in other words than the last (``ProbeState.failing``), or the
+first fast pass after failures. The coordinator logs those, not every failed probe: one log line
+per change, however long an agent stays down.
 
 At most ``max_outstanding`` (2) probes are unanswered at an agent at once: a wedged agent is
 not sent a queue of probes it cannot answer. A late answer to a probe already judged slow
@@ -197,14 +197,15 @@ class ProbeBook:
         if state is None or probe_id not in state.outstanding:
             return None
         ms = (now - state.outstanding.pop(probe_id)) * 1000.0
-        news = _news(state, ok, detail)
         if probe_id in state.judged:
             state.judged.discard(probe_id)
-            # A place freed; the agent may be back (a held one: after its backoff).
-            state.next_at = min(state.next_at, now)
+            state.next_at = min(state.next_at, now)  # a place freed; the agent may be back
             self._arm(key, state)
-            return Verdict(slow=True, ms=ms, late=True, news=news)
+            return Verdict(slow=True, ms=ms, late=True)
         slow = not ok or ms > self.policy.slow * 1000.0
+        # (an answer that is ok but slow neither fails in words nor passes: no news)
+        news = _news(state, True, "") if not slow else \
+            _news(state, False, detail or "failed") if not ok else False
         verdict = self._judge(state, now, ms, slow=slow, ok=ok)
         state.next_at = now + self.retry_after(state) if slow else now + state.interval
         self._arm(key, state)
@@ -258,12 +259,11 @@ class ProbeBook:
             heapq.heappush(self._heap, (at, self._seq, key))
 
 
-def _news(state: ProbeState, ok: bool, detail: str) -> bool:
-    """Note an answer's failure (``detail``, or a generic word) on ``state``; whether it is
-    news: the first failure, a failure in other words than the last, or a pass after one."""
-    if ok:
+def _news(state: ProbeState, passed: bool, words: str) -> bool:
+    """Note an answer on ``state`` (``words``: why it did not pass); whether it is news: the
+    first failure, a failure in other words than the last, or a pass after one."""
+    if passed:
         news, state.failing = state.failing is not None, None
         return news
-    words = detail or "failed"
     news, state.failing = words != state.failing, words
     return news

@@ -89,11 +89,12 @@ class Probes:
         if not verdict.late:
             self._stamp(record)
         if verdict.news:  # once per change of the failure, not once per probe
-            if ok:
+            words = None if record.probe is None else record.probe.failing
+            if words is None:
                 log.info("agent %s: its check passes again (probe %d)", record.name, probe_id)
             else:
                 log.info("agent %s: probe %d failed: %s (not logged again until this "
-                         "changes)", record.name, probe_id, detail or "failed")
+                         "changes)", record.name, probe_id, words)
         self._apply(record, verdict, detail)
         self._wake.set()
         return True
