@@ -120,9 +120,12 @@ async def test_a_failing_service_logs_each_change_of_its_failure(lines: Lines) -
         await svc.stop()  # now refuses: other words, one more line
         await wait_until(lambda: any("connection refused" in t for t in lines.texts()))
         await asyncio.sleep(6 * INTERVAL)
-    failed = [t for t in lines.texts() if "probe" in t and "failed" in t]
-    assert len(failed) == 2, failed
-    assert "GET /healthz answered 503" in failed[0] and "connection refused" in failed[1]
+    failed = [t.split(": ", 2)[2] for t in lines.texts() if "probe" in t and "failed" in t]
+    # 503 then refused; on a loaded machine a check may also time out in between (its own
+    # words, so its own line): each line is a change, never the same failure twice
+    assert "GET /healthz answered 503" in failed[0] and "connection refused" in failed[-1]
+    assert all(a != b for a, b in zip(failed, failed[1:], strict=False)), failed
+    assert len(failed) <= 4, failed
 
 
 async def test_a_refused_call_is_recorded_in_http_words() -> None:
