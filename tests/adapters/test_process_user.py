@@ -99,3 +99,29 @@ def test_without_root_another_user_is_refused_saying_why(monkeypatch: pytest.Mon
     with pytest.raises(ValueError, match=r"user = 'nobody' needs a coordinator running as "
                                          r"root \(it runs as uid 1000\)"):
         ProcessAgent("who", ["/bin/true"], {"who.ami": {}}, user="nobody")
+
+
+@needs_root
+def test_a_uid_without_an_entry_needs_a_group() -> None:
+    caps = {"who.ami": {}}
+    free = next(uid for uid in range(40000, 41000) if not _exists(uid))
+    with pytest.raises(ValueError, match=f"uid {free} has no entry in the user database; "
+                                         f"give group = too"):
+        ProcessAgent("who", ["/bin/true"], caps, user=free)
+    agent = ProcessAgent("who", ["/bin/true"], caps, user=free, group=free)
+    assert agent.run_as is not None and (agent.run_as.uid, agent.run_as.gid) == (free, free)
+    assert agent.run_as.env() == {}  # no home or name to give it
+    with pytest.raises(ValueError, match="group -1 is not a gid"):
+        ProcessAgent("who", ["/bin/true"], caps, user=free, group=-1)
+    with pytest.raises(ValueError, match="group must be a group name or a gid"):
+        ProcessAgent("who", ["/bin/true"], caps, user=free, group=1.5)
+    with pytest.raises(ValueError, match="no user -3 on this host"):
+        ProcessAgent("who", ["/bin/true"], caps, user=-3)
+
+
+def _exists(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True

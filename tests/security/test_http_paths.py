@@ -52,3 +52,13 @@ async def test_dot_segments_from_params_are_refused_and_never_sent() -> None:
         assert all(s.path.startswith("/api/v1/a/") for s in svc.seen)
         [view] = reach.agents()
         assert view["breaker"] == "closed" and view["state"] == "online"
+
+
+def test_why_nothing_was_reached_is_said_in_http_words() -> None:
+    import errno
+
+    from reach.adapters.http_parts import unreachable
+    assert unreachable("http://h:1", ConnectionRefusedError(errno.ECONNREFUSED, "refused")) \
+        == "connection refused by http://h:1"
+    assert unreachable("http://h:1", OSError(errno.EHOSTUNREACH, "No route to host")) \
+        == "could not connect to http://h:1: No route to host"

@@ -67,3 +67,16 @@ def test_an_agents_file_reads_a_credential_from_a_file(tmp_path: Path) -> None:
         parse_agents('[[agent]]\nkind = "http"\nname = "o"\nurl = "http://127.0.0.1:9"\n'
                      f'headers = {{ A = "${{file:{tmp_path}/nope}}" }}\n'
                      '[agent.capabilities."o.get"]\npath = "/o"\n', env={})
+
+
+def test_a_secret_file_is_small_utf8_text(tmp_path: Path) -> None:
+    from reach.envvars import MAX_FILE_BYTES, read_secret
+    big, binary = tmp_path / "big", tmp_path / "bin"
+    big.write_bytes(b"x" * (MAX_FILE_BYTES + 1))
+    binary.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="over 65536 bytes"):
+        read_secret(str(big), "here", ValueError)
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        read_secret(str(binary), "here", ValueError)
+    (tmp_path / "ok").write_text("a\n\n")
+    assert read_secret(str(tmp_path / "ok"), "here", ValueError) == "a\n"  # one newline
