@@ -222,7 +222,7 @@ class ProbeBook:
         over = state.streak - self.policy.suspect_after
         if over < 0:
             return 0.0
-        return state.interval * 2 ** min(over, 4) / 16
+        return state.interval * (1 << min(over, 4)) / 16
 
     # ------------------------------------------------------------ inside
 
