@@ -30,6 +30,7 @@ async def attach(reach: Any, adapter: Adapter) -> dict[str, Any]:
                          f"detach it first (await reach.detach({name!r})) or pick "
                          f"another name")
     s = reach.settings
+    adapter.max_schema_bytes = s.max_schema_bytes  # (what it builds from a document, bounded)
     await adapter.open()
     try:
         # (after open: an adapter may read its capabilities there, e.g. from OpenAPI)

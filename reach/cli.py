@@ -80,7 +80,11 @@ def _parser() -> argparse.ArgumentParser:
                             "again (each letter once)")
     serve.add_argument("--admin-token", default=None,
                        help="token the admin feed and reach-dash need (default: a random one, "
-                            "printed at start)")
+                            "printed at start); on the command line every user of the host "
+                            "can read it (/proc/<pid>/cmdline): prefer --admin-token-file")
+    serve.add_argument("--admin-token-file", type=Path, default=None, metavar="FILE",
+                       help="read the admin token from FILE (one trailing newline dropped), "
+                            "so it is not in the command line or the environment")
     serve.add_argument("--tokens-file", type=Path, default=None, metavar="FILE",
                        help="JSON object token -> principal; without it the coordinator runs "
                             "in open mode (no authentication, loopback only)")
@@ -192,7 +196,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
             offline_after=args.offline_after, ack_timeout=args.ack_timeout,
             queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
-            recovery_grace=args.recovery_grace, admin_token=args.admin_token,
+            recovery_grace=args.recovery_grace, admin_token=_admin_token(args),
             retry_budget=args.retry_budget, auto_replay=args.auto_replay,
             metrics_public=args.metrics_public, json_logs=args.json_logs,
             tokens=_rules(args.tokens_file, str), permissions=_rules(args.permissions_file, list),
@@ -260,6 +264,21 @@ def _agents(path: Path | None) -> list[Any]:
         return []
     from reach.adapters.config import load_agents
     return list(load_agents(path))
+
+
+def _admin_token(args: argparse.Namespace) -> str | None:
+    """``--admin-token``, or the text of ``--admin-token-file`` (not both)."""
+    path: Path | None = args.admin_token_file
+    if path is None:
+        return args.admin_token  # type: ignore[no-any-return]
+    if args.admin_token is not None:
+        raise ValueError("give --admin-token or --admin-token-file, not both")
+    from reach.envvars import read_secret
+    token = read_secret(str(path), "--admin-token-file", ValueError)
+    if not token.strip():
+        raise ValueError(f"--admin-token-file {path} is empty")
+    args.admin_token = token  # (--peer checks whether an admin token was given)
+    return token
 
 
 def _rules(path: Path | None, kind: type) -> Any:

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from reach.core import names
 from reach.core.agents import AgentRecord
-from reach.core.schemas import schema_of
+from reach.core.schemas import MAX_SCHEMA_BYTES, schema_of
 from reach.core.traces import child_traceparent
 from reach.ports import Clock, Reply, Work
 from reach.wire.protocol import CapabilitySpec
@@ -52,10 +52,13 @@ class AdapterFault(Exception):  # noqa: N818
 
 
 class AdapterAnswer(Exception):  # noqa: N818
-    """Raised by ``invoke`` for a deliberate answer (never retried, not a fault)."""
+    """Raised by ``invoke`` for a deliberate answer (never retried, not a fault);
+    ``wire_code`` is its wire code (``invalid_params``: params the adapter refuses to carry;
+    a ``code`` in ``details`` is the agent's own and stays a detail)."""
 
-    def __init__(self, message: str, **details: Any) -> None:
+    def __init__(self, message: str, *, wire_code: str = "task_failed", **details: Any) -> None:
         super().__init__(message)
+        self.wire_code = wire_code
         self.details = details
 
 
@@ -157,6 +160,10 @@ class Adapter(ABC):
 
     kind: ClassVar[str] = "adapter"
     OWN_KEYS: ClassVar[frozenset[str]] = frozenset()
+    # The largest params schema the coordinator compiles (``Settings.max_schema_bytes``;
+    # ``reach.attach`` sets it before ``open``): an adapter that builds schemas from what it
+    # reads (OpenAPI) stops building one past it.
+    max_schema_bytes: int = MAX_SCHEMA_BYTES
 
     def __init__(self, name: str, capabilities: Mapping[str, Any] | Iterable[Any], *,
                  max_concurrency: int = 16, version: str = "0",
@@ -228,13 +235,21 @@ class Adapter(ABC):
             await asyncio.wait(calls, timeout=grace)
 
     async def _check_once(self, bound: float) -> bool:
+        return await self._failed_check(bound) is None
+
+    async def _failed_check(self, bound: float) -> str | None:
+        """One check within ``bound`` s: None when it passed, else what went wrong, in the
+        adapter's words (the exception's text, as a probe failure's detail)."""
         try:
-            return bool(await asyncio.wait_for(self.check(), max(bound, 0.001)))
+            if await asyncio.wait_for(self.check(), max(bound, 0.001)):
+                return None
+            return "health check failed"
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            return f"health check not answered within {bound:g} s"
         except Exception as exc:  # a failed check is a missed beat, never a crash
-            log.debug("agent %s: health check failed: %r", self.name, exc)
-            return False
+            return str(exc) or type(exc).__name__
 
     def probe(self, probe_id: int) -> bool:
         """Carry probe ``probe_id``: run one health check (``ProbeLink``)."""
@@ -247,10 +262,10 @@ class Adapter(ABC):
         return True
 
     async def _probe(self, membership: Membership, probe_id: int) -> None:
-        ok = await self._check_once(membership.heartbeat_interval)
-        if ok:
+        failed = await self._failed_check(membership.heartbeat_interval)
+        if failed is None:
             membership.alive(self, len(self._calls))
-        membership.probed(self, probe_id, ok, "" if ok else "health check failed")
+        membership.probed(self, probe_id, failed is None, failed or "")
 
     async def close(self, reason: str = "detached") -> None:
         """End the link: in-flight calls are lost to the gateway (which judges them), the
@@ -297,7 +312,8 @@ class Adapter(ABC):
         except Undelivered as exc:
             reply.resolve("undelivered", str(exc))
         except AdapterAnswer as exc:
-            reply.resolve("error", answer(self.name, str(exc), **exc.details))
+            reply.resolve("error", answer(self.name, str(exc), exc.wire_code,
+                                          **exc.details))
         except AdapterFault as exc:
             reply.resolve("error", fault(self.name, str(exc), **exc.details))
         except Exception as exc:
@@ -308,9 +324,10 @@ class Adapter(ABC):
             self._calls.pop((work.task_id, work.attempt), None)
 
 
-def answer(agent: str, message: str, **details: Any) -> dict[str, Any]:
+def answer(agent: str, message: str, wire_code: str = "task_failed", /, **details: Any
+           ) -> dict[str, Any]:
     """The wire error of a deliberate answer (docs/protocol.md §6)."""
-    return {"code": "task_failed", "message": message,
+    return {"code": wire_code, "message": message,
             "details": {**details, "answer": True, "agent": agent}}
 
 

@@ -45,6 +45,7 @@ from yarl import URL
 from reach._version import __version__
 from reach.adapters import base, openapi
 from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered, declare
+from reach.adapters.http_parts import fill, query_pairs, unreachable
 from reach.core import names
 from reach.core.schemas import compile_schema
 from reach.ports import Reply, Work
@@ -185,12 +186,15 @@ class HttpAgent(Adapter):
                 if resp.status != 200:
                     raise ValueError(f"answered {resp.status} {resp.reason}")
                 body = await _bounded(resp, MAX_OPENAPI_BYTES)
-            doc = json.loads(body)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ValueError(f"agent {self.name!r}: could not read its OpenAPI document at "
                              f"{url}: {exc}") from None
-        try:
-            table, skipped = openapi.capabilities(doc, self._overrides)
+        try:  # parsing and expanding are bounded, and off the loop (openapi.read)
+            table, skipped = await asyncio.to_thread(openapi.read, body, self._overrides,
+                                                     self.max_schema_bytes)
+        except openapi.Unreadable as exc:
+            raise ValueError(f"agent {self.name!r}: could not read its OpenAPI document at "
+                             f"{url}: {exc}") from None
         except ValueError as exc:
             raise ValueError(f"agent {self.name!r}: OpenAPI document {url}: {exc}") from None
         for note in skipped:
@@ -212,7 +216,7 @@ class HttpAgent(Adapter):
         params, path = work.params, route.path
         if route.fields:
             params = dict(params)
-            path = _fill(route, params)
+            path = fill(route.path, route.fields, params)
         headers = {**route.headers, "Idempotency-Key": _header(work.idempotency_key),
                    "X-Reach-Task-Id": work.task_id, "X-Reach-Caller": _header(work.caller)}
         traceparent = base.traceparent_of(work)
@@ -224,10 +228,10 @@ class HttpAgent(Adapter):
         query: list[tuple[str, str]] | None = None
         body: bytes | None = None
         if route.query:
-            query = _query(params)
+            query = query_pairs(params)
         else:
             if route.query_names:
-                query = _query({k: params[k] for k in route.query_names if k in params})
+                query = query_pairs({k: params[k] for k in route.query_names if k in params})
                 params = {k: v for k, v in params.items() if k not in route.query_names}
             body = json.dumps(params, separators=(",", ":")).encode()
         url = self._base + path
@@ -239,7 +243,7 @@ class HttpAgent(Adapter):
                 return await self._outcome(resp, route, path)
         except aiohttp.ClientConnectorError as exc:  # refused, DNS, TLS handshake: not sent
             self._reached = False
-            raise Undelivered(f"{route.method} {url}: could not connect: {exc}") from None
+            raise Undelivered(f"{route.method} {path}: {unreachable(self._base, exc)}") from None
         except aiohttp.ConnectionTimeoutError:  # no connection (from the pool) in time
             self._reached = False
             raise Undelivered(f"{route.method} {url}: no connection within "
@@ -247,7 +251,10 @@ class HttpAgent(Adapter):
         except TimeoutError:  # also aiohttp's read timeouts
             raise AdapterFault(f"{route.method} {path}: no answer within the caller's "
                                f"deadline of {deadline or 0:.0f} ms") from None
-        except aiohttp.ClientError as exc:  # reset, disconnected, a broken body: it was sent
+        except aiohttp.ServerDisconnectedError:  # it was sent: a fault, in HTTP words
+            raise AdapterFault(f"{route.method} {path}: the service closed the connection "
+                               f"without answering") from None
+        except aiohttp.ClientError as exc:  # reset, a broken body: it was sent
             raise AdapterFault(f"{route.method} {path}: {type(exc).__name__}: {exc}") from None
 
     def _timeout(self, deadline_ms: float | None) -> aiohttp.ClientTimeout:
@@ -277,18 +284,33 @@ class HttpAgent(Adapter):
     # ------------------------------------------------------------ liveness
 
     async def check(self) -> bool:
+        """GET ``health`` (2xx: alive), or a TCP connect; a failure raises in its own words
+        ("connection refused by http://…", "GET /healthz answered 503"), which the probe
+        loop logs once per change."""
         session = self._session
         if session is None:
             return False
         if self.health is not None:
-            async with session.get(self._base + self.health, headers=self.headers,
-                                   allow_redirects=False) as resp:
-                await _excerpt(resp)
-                return 200 <= resp.status < 300
+            try:
+                async with session.get(self._base + self.health, headers=self.headers,
+                                       allow_redirects=False) as resp:
+                    await _excerpt(resp)
+                    if 200 <= resp.status < 300:
+                        return True
+                    raise AdapterFault(f"GET {self.health} answered {resp.status} "
+                                       f"{resp.reason or ''}".rstrip())
+            except aiohttp.ClientConnectorError as exc:
+                raise AdapterFault(unreachable(self._base, exc)) from None
+            except aiohttp.ServerDisconnectedError:
+                raise AdapterFault(f"GET {self.health}: the service closed the connection "
+                                   f"without answering") from None
         if self._reached:
             return True
         base = URL(self._base)
-        _, writer = await asyncio.open_connection(base.host, base.port)
+        try:
+            _, writer = await asyncio.open_connection(base.host, base.port)
+        except OSError as exc:
+            raise AdapterFault(unreachable(self._base, exc)) from None
         writer.close()
         await writer.wait_closed()
         if self._reached is None:
@@ -325,31 +347,6 @@ def _headers(agent: str, where: str, given: Any) -> dict[str, str]:
 def _header(value: str) -> str:
     """A header value as sent: printable ASCII as is, anything else percent-encoded."""
     return value if value.isascii() and value.isprintable() else quote(value, safe=_HEADER_SAFE)
-
-
-def _fill(route: Route, params: dict[str, Any]) -> str:
-    """The path with its ``{name}`` segments filled (and taken out of ``params``)."""
-    path = route.path
-    for name in route.fields:
-        if name not in params:
-            raise AdapterAnswer(f"the params have no {name!r}, which the path {route.path!r} "
-                                f"needs", missing=name)
-        value = params.pop(name)
-        text = json.dumps(value) if isinstance(value, bool | dict | list) or value is None \
-            else str(value)
-        path = path.replace("{" + name + "}", quote(text, safe=""))
-    return path
-
-
-def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
-    """Params as query pairs: lists repeat the name, true/false/null and objects as JSON."""
-    pairs: list[tuple[str, str]] = []
-    for key, value in params.items():
-        for item in value if isinstance(value, list) else (value,):
-            pairs.append((key, item if isinstance(item, str) else
-                          str(item) if isinstance(item, int | float) and not isinstance(item, bool)
-                          else json.dumps(item, separators=(",", ":"))))
-    return pairs
 
 
 async def _bounded(resp: aiohttp.ClientResponse, limit: int, route: Route | None = None,

@@ -24,36 +24,100 @@ the schema's own ``$defs`` and the reference rewritten to point there, so recurs
 stay finite. A reference to anything else — another file, a URL, ``#/paths/...`` inside a
 schema — refuses the whole document (``ValueError``): the coordinator never opens a URL or a
 file a schema names (docs/security.md).
+
+**Bounds** (issue 25, item 7: one 1.5 MB component used by 200 operations was copied per
+operation — 4.9 s of a frozen loop and 1.25 GB — before the 8 KiB schema check, and a
+50,000-deep document crashed ``reach serve --agents``). ``read`` parses the bytes (the caller
+bounds them, and runs it off the event loop) and refuses a document nested deeper than
+``MAX_DOC_DEPTH`` before anything else walks it. Each operation's params schema is then built
+against a budget of ``max_schema_bytes``: every value copied counts at least the bytes it
+would take as compact JSON, so the expansion stops — and the document is refused, naming the
+operation — as soon as one schema is certain to be over the limit its capability would be
+refused for anyway. No operation can cost more than that budget, whatever the references.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
+
+from reach.core.schemas import MAX_SCHEMA_BYTES
 
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 QUERY_METHODS = frozenset({"GET", "HEAD", "DELETE"})
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 MAX_OPERATIONS = 1000   # a table larger than this is not one agent
 MAX_HOPS = 32           # a chain of references (parameter → parameter → …) longer than this
+MAX_DOC_DEPTH = 64      # nesting of the whole document (a params schema may nest 32 levels)
 _SCHEMAS = "#/components/schemas/"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 Table = dict[str, dict[str, Any]]
 
 
-def capabilities(doc: Any, overrides: Mapping[str, Mapping[str, Any]] | None = None
-                 ) -> tuple[Table, list[str]]:
+class Refused(ValueError):
+    """The document cannot be used; the message is one line saying why."""
+
+
+class Unreadable(Refused):
+    """The bytes are not a JSON document at all."""
+
+
+def read(body: bytes, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+         max_schema_bytes: int = MAX_SCHEMA_BYTES) -> tuple[Table, list[str]]:
+    """``capabilities`` of a document given as the bytes the service sent (CPU-bound: call
+    it in a thread). Raises ``ValueError`` (one line) for bytes that are not a usable
+    document: not JSON, nested deeper than ``MAX_DOC_DEPTH``, or one over the bounds below."""
+    try:
+        doc = json.loads(body)
+    except RecursionError:
+        raise Refused(f"it nests deeper than {MAX_DOC_DEPTH} levels") from None
+    except ValueError as exc:  # (UnicodeDecodeError is one)
+        raise Unreadable(f"it is not JSON: {exc}") from None
+    depth = _depth(doc, MAX_DOC_DEPTH)
+    if depth > MAX_DOC_DEPTH:
+        raise Refused(f"it nests deeper than {MAX_DOC_DEPTH} levels")
+    return capabilities(doc, overrides, max_schema_bytes)
+
+
+def _depth(doc: Any, limit: int) -> int:
+    """How deep ``doc`` nests (objects and arrays), counted without recursion; stops at
+    ``limit`` + 1."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                return deepest
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
+    return deepest
+
+
+def capabilities(doc: Any, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                 max_schema_bytes: int = MAX_SCHEMA_BYTES) -> tuple[Table, list[str]]:
     """The capability table of ``doc`` merged with ``overrides``, and the operations skipped
-    (each a line saying why). Raises ``ValueError`` for a document it cannot use."""
+    (each a line saying why). Raises ``ValueError`` for a document it cannot use, among
+    them one whose params schema for an operation would be over ``max_schema_bytes``
+    (counted while it is built, so building it stops there). ``doc`` must nest at most
+    ``MAX_DOC_DEPTH`` levels (``read`` checks)."""
     if not isinstance(doc, dict) or not str(doc.get("openapi", "")).startswith("3."):
         raise ValueError("not an OpenAPI 3 document: it has no 'openapi: 3.x' field")
     paths = doc.get("paths")
     if not isinstance(paths, dict):
         raise ValueError("the OpenAPI document has no 'paths' object")
-    refs = _Refs(doc)
+    refs = _Refs(doc, max_schema_bytes)
     table: Table = {}
     skipped: list[str] = []
     for path, raw_item in paths.items():
@@ -71,7 +135,7 @@ def capabilities(doc: Any, overrides: Mapping[str, Mapping[str, Any]] | None = N
                 continue
             if op_id in table:
                 raise ValueError(f"operationId {op_id!r} is used twice ({where})")
-            refs.used = {}
+            refs.start(f"{where} ({op_id})")
             entry = _operation(refs, method.upper(), path, item, op, where)
             if isinstance(entry, str):
                 skipped.append(f"{where} ({op_id}): {entry}")
@@ -152,9 +216,24 @@ class _Refs:
     """Local references of one document: followed for parameters and bodies, rewritten to
     ``$defs`` inside schemas (and the components used collected for ``finish``)."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any], max_bytes: int = MAX_SCHEMA_BYTES) -> None:
         self.doc = doc
         self.used: dict[str, Any] = {}
+        self.max_bytes = max_bytes
+        self.spent = 0  # bytes the current operation's schema takes at least, so far
+        self.operation = ""
+
+    def start(self, operation: str) -> None:
+        """A new operation's schema begins: nothing used, nothing spent."""
+        self.used, self.spent, self.operation = {}, 0, operation
+
+    def _spend(self, cost: int) -> None:
+        self.spent += cost
+        if self.spent > self.max_bytes:
+            raise Refused(
+                f"{self.operation}: its params schema is over {self.max_bytes} bytes once "
+                f"its $refs are expanded (the limit of one capability's params schema): make "
+                f"the schema or the components it uses smaller")
 
     def deref(self, node: Any, where: str) -> Any:
         """``node``, or what its ``$ref`` chain points to."""
@@ -185,14 +264,22 @@ class _Refs:
     def schema(self, node: Any, where: str) -> Any:
         """A copy of ``node`` with each ``#/components/schemas/X`` reference rewritten to
         ``#/$defs/X`` (X is collected); any other reference is refused."""
+        # Each value is charged no more than its compact JSON text takes (a container its
+        # brackets, a string its quotes and text, a key its quotes and colon, a comma per
+        # item), so a refusal is never wrong; it comes before the copy grows past the limit.
         if isinstance(node, list):
+            self._spend(1 + max(1, len(node)))
             return [self.schema(v, where) for v in node]
         if not isinstance(node, dict):
+            self._spend(len(node) + 2 if isinstance(node, str) else 1)
             return node
+        self._spend(1 + max(1, len(node)))
         out: dict[str, Any] = {}
         for key, value in node.items():
+            self._spend(len(key) + 3 if isinstance(key, str) else 3)
             if key == "$ref" and isinstance(value, str):
                 out[key] = self._rewrite(value, where)
+                self._spend(len(out[key]) + 2)
             else:
                 out[key] = self.schema(value, where)
         return out

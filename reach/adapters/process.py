@@ -41,6 +41,7 @@ from reach.adapters.process_args import (
 )
 from reach.adapters.process_call import Finished, Overflow, run
 from reach.adapters.process_stdio import EXCERPT, Supervisor
+from reach.adapters.process_user import run_as
 from reach.core import names
 from reach.core.backoff import Backoff
 from reach.ports import Reply, Work
@@ -81,6 +82,7 @@ class ProcessAgent(Adapter):
                  cwd: str | None = None, answer_codes: list[int] | None = None,
                  max_output: int = 16 << 20, kill_grace: float = 0.5,
                  restart_delay: float = 0.1, restart_max: float = 30.0, ping: bool = False,
+                 user: str | int | None = None, group: str | int | None = None,
                  version: str = "0", health_interval: float | None = None) -> None:
         super().__init__(name, capabilities, max_concurrency=max_concurrency, version=version,
                          health_interval=health_interval)
@@ -91,7 +93,10 @@ class ProcessAgent(Adapter):
         if cwd is not None and (not isinstance(cwd, str) or not os.path.isdir(cwd)):
             raise ValueError(f"agent {name!r}: cwd {cwd!r} is not a directory")
         self.cwd = cwd
-        self.env = base_env(name, env, bool(inherit_env))
+        self.run_as = run_as(name, user, group)  # None: the coordinator's own user
+        self.env = base_env(name, env, bool(inherit_env),
+                            over=None if self.run_as is None else self.run_as.env())
+        self._popen = {} if self.run_as is None else self.run_as.popen()
         self.program = resolve(name, self.argv[0], self.env.get("PATH"), cwd)
         _positive(name, "max_output", max_output, int)
         _positive(name, "kill_grace", kill_grace, (int, float))
@@ -113,6 +118,7 @@ class ProcessAgent(Adapter):
         if mode == "stdio":
             self._stdio = Supervisor(
                 name, self.program, self.argv[1:], env=self.env, cwd=cwd, max_line=max_output,
+                popen=self._popen,
                 grace=self.kill_grace, backoff=Backoff(
                     base=float(restart_delay), factor=2.0, cap=float(max(restart_max,
                                                                          restart_delay)),
@@ -138,7 +144,8 @@ class ProcessAgent(Adapter):
     # ------------------------------------------------------------ Adapter
 
     def describe(self) -> dict[str, Any]:
-        return {"argv": list(self.argv), "mode": self.mode}
+        who = {} if self.run_as is None else {"uid": self.run_as.uid, "gid": self.run_as.gid}
+        return {"argv": list(self.argv), "mode": self.mode, **who}
 
     @property
     def pid(self) -> int | None:
@@ -183,7 +190,8 @@ class ProcessAgent(Adapter):
         env = {**self.env, **context_env(work, plan.capability)}
         try:
             done = await run(self.program, [*self.argv[1:], *args], stdin=stdin, env=env,
-                             cwd=self.cwd, max_output=self.max_output, grace=self.kill_grace)
+                             cwd=self.cwd, max_output=self.max_output, grace=self.kill_grace,
+                             popen=self._popen)
         except Overflow as exc:
             raise AdapterFault(f"command {self._label!r} {exc}; it was stopped (print less, "
                                f"or raise the agent's max_output)") from None

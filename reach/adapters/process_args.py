@@ -112,9 +112,11 @@ def argv_list(agent: str, argv: Any) -> list[str]:
 
 
 def base_env(agent: str, env: Any, inherit: bool,
-             outer: Mapping[str, str] | None = None) -> dict[str, str]:
+             outer: Mapping[str, str] | None = None,
+             over: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment every call starts from: the coordinator's whole environment when
-    ``inherit``, else only ``MINIMAL_ENV`` and ``LC_*``; ``env`` is laid over it."""
+    ``inherit``, else only ``MINIMAL_ENV`` and ``LC_*``; then ``over`` (the ``HOME`` and
+    ``USER`` of the user it runs as), then ``env`` is laid over it."""
     outer = os.environ if outer is None else outer
     if env is not None and not isinstance(env, Mapping):
         raise ValueError(f"agent {agent!r}: env must be a table of NAME = \"value\" strings")
@@ -129,6 +131,7 @@ def base_env(agent: str, env: Any, inherit: bool,
         start = dict(outer)
     else:
         start = {k: v for k, v in outer.items() if k in MINIMAL_ENV or k.startswith("LC_")}
+    start.update(over or {})
     start.update(given)
     return start
 

@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 from reach.adapters.base import Undelivered
 
@@ -109,17 +111,21 @@ async def _exit_code(proc: asyncio.subprocess.Process) -> int:
 
 
 async def run(program: str, args: list[str], *, stdin: bytes | None, env: dict[str, str],
-              cwd: str | None, max_output: int, grace: float) -> Finished:
+              cwd: str | None, max_output: int, grace: float,
+              popen: dict[str, Any] | None = None) -> Finished:
     """Run the command to its end and return what it printed. Raises ``Undelivered`` when it
     could not be started (nothing ran), ``Overflow`` past ``max_output`` bytes of stdout.
-    However it ends (cancelled included), its process group is ended before this returns."""
+    However it ends (cancelled included), its process group is ended before this returns.
+    ``popen``: more keywords for the start (``user``/``group``: process_user.RunAs)."""
     try:
         proc = await asyncio.create_subprocess_exec(
             program, *args, stdin=asyncio.subprocess.PIPE if stdin is not None
             else asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
-    except OSError as exc:
-        raise Undelivered(f"could not start {program!r}: {exc.strerror or exc}") from None
+            stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
+            **(popen or {}))
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise Undelivered(f"could not start {program!r}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
     assert proc.stdout is not None and proc.stderr is not None
     err = bytearray()
     out = asyncio.ensure_future(_collect(proc.stdout, max_output))

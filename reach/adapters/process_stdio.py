@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import random
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,8 +51,10 @@ class Supervisor:
     """Keeps one JSON-lines process running for its agent and carries calls over it."""
 
     def __init__(self, agent: str, program: str, args: list[str], *, env: dict[str, str],
-                 cwd: str | None, max_line: int, grace: float, backoff: Backoff) -> None:
+                 cwd: str | None, max_line: int, grace: float, backoff: Backoff,
+                 popen: dict[str, Any] | None = None) -> None:
         self.agent = agent
+        self.popen = dict(popen or {})  # more start keywords (user/group: process_user)
         self.program = program
         self.args = args
         self.env = env
@@ -162,9 +165,11 @@ class Supervisor:
                 proc = await asyncio.create_subprocess_exec(
                     self.program, *self.args, stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                    env=self.env, cwd=self.cwd, limit=self.max_line, start_new_session=True)
-            except OSError as exc:
-                self.last_error = f"could not start {self.program!r}: {exc.strerror or exc}"
+                    env=self.env, cwd=self.cwd, limit=self.max_line, start_new_session=True,
+                    **self.popen)
+            except (OSError, subprocess.SubprocessError) as exc:
+                self.last_error = (f"could not start {self.program!r}: "
+                                   f"{getattr(exc, 'strerror', None) or exc}")
                 log.warning("agent %s: %s", self.agent, self.last_error)
                 self._started.set()
             else:

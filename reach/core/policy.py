@@ -83,8 +83,9 @@ def classify(kind: str, payload: Any, *, acked: bool, caller_bound: bool) -> Ver
         return _LOST if acked else _UNDELIVERED
     if kind == "timeout":
         return _CALLER_DEADLINE if caller_bound else _TIMEOUT
-    if kind == "undelivered":
-        return _UNDELIVERED
+    if kind == "undelivered":  # an adapter says why in its own words (connection refused…)
+        return Verdict(Outcome.UNDELIVERED, False, True, payload) \
+            if isinstance(payload, str) and payload else _UNDELIVERED
     if kind == "full":
         return _FULL
     return Verdict(Outcome.FAULT, False, True, kind)

@@ -12,7 +12,17 @@ The rule, per agent:
 - a probe answered later than ``slow`` (default 5 s), answered not ``ok``, or not answered
   within ``slow`` is *slow*; ``suspect_after`` (2) slow probes in a row make the agent
   ``held``: suspected, no new work, whatever its heartbeats say;
-- one fast ``ok`` probe clears the streak and lifts the hold.
+- one fast ``ok`` probe clears the streak and lifts the hold;
+- a held agent whose check answered slow or failed is probed again after a backoff:
+  ``interval``/16 after the answer that suspected it, doubling per slow answer, never longer
+  than ``interval``. Without it an agent that fails its check at once (a dead HTTP service
+  refuses the connection in microseconds) was probed again at once, forever: thousands of
+  probes and log lines a second (issue 25, item 12).
+
+Each answer in time also says whether the agent's *failure* changed (``Verdict.news``): a
+first failed check, a failure in other words than the last (``ProbeState.failing``), or the
+first fast pass after failures. The coordinator logs those, not every failed probe: one log line
+per change, however long an agent stays down.
 
 At most ``max_outstanding`` (2) probes are unanswered at an agent at once: a wedged agent is
 not sent a queue of probes it cannot answer. A late answer to a probe already judged slow
@@ -70,6 +80,7 @@ class Verdict:
     ms: float | None
     change: Change | None = None
     late: bool = False  # the answer to a probe already judged slow: nothing is judged again
+    news: bool = False  # the agent's failure changed (began, changed words, or ended)
 
 
 @dataclass(slots=True)
@@ -87,6 +98,7 @@ class ProbeState:
     last_ok: bool | None = None
     sent: int = 0
     slow_probes: int = 0
+    failing: str | None = None  # the last failed check's words, until a check passes
     armed: float | None = None  # the heap entry that stands for this state
 
     def view(self, now: float) -> dict[str, object]:
@@ -176,10 +188,11 @@ class ProbeBook:
             state.next_at = now
             self._arm(key, state)
 
-    def answered(self, key: Hashable, probe_id: int, now: float, ok: bool = True
-                 ) -> Verdict | None:
-        """An answer to probe ``probe_id`` at ``now``; None when no such probe is unanswered
-        at ``key`` (never sent, answered already, or the agent is not tracked)."""
+    def answered(self, key: Hashable, probe_id: int, now: float, ok: bool = True,
+                 detail: str = "") -> Verdict | None:
+        """An answer to probe ``probe_id`` at ``now`` (``detail``: a failed check's words);
+        None when no such probe is unanswered at ``key`` (never sent, answered already, or
+        the agent is not tracked)."""
         state = self.states.get(key)
         if state is None or probe_id not in state.outstanding:
             return None
@@ -190,10 +203,26 @@ class ProbeBook:
             self._arm(key, state)
             return Verdict(slow=True, ms=ms, late=True)
         slow = not ok or ms > self.policy.slow * 1000.0
+        # (an answer that is ok but slow neither fails in words nor passes: no news)
+        news = _news(state, True, "") if not slow else \
+            _news(state, False, detail or "failed") if not ok else False
         verdict = self._judge(state, now, ms, slow=slow, ok=ok)
-        state.next_at = now if slow else now + state.interval
+        state.next_at = now + self.retry_after(state) if slow else now + state.interval
         self._arm(key, state)
-        return verdict
+        return verdict if not news else Verdict(verdict.slow, verdict.ms, verdict.change,
+                                                news=True)
+
+    def retry_after(self, state: ProbeState) -> float:
+        """How long after an answer that was slow or failed the next probe is due: at once
+        while the streak is short of ``suspect_after`` (to confirm or clear the suspicion
+        fast), then ``interval``/16 doubling per slow probe, at most ``interval``: a dead
+        agent costs at most one probe per interval, not one per event-loop turn. (A probe
+        judged unanswered, or answered after it was, is followed at once: it took ``slow``
+        already, and at most ``max_outstanding`` wait at a time.)"""
+        over = state.streak - self.policy.suspect_after
+        if over < 0:
+            return 0.0
+        return state.interval * (1 << min(over, 4)) / 16
 
     # ------------------------------------------------------------ inside
 
@@ -228,3 +257,13 @@ class ProbeBook:
         if at is not None:
             self._seq += 1
             heapq.heappush(self._heap, (at, self._seq, key))
+
+
+def _news(state: ProbeState, passed: bool, words: str) -> bool:
+    """Note an answer on ``state`` (``words``: why it did not pass); whether it is news: the
+    first failure, a failure in other words than the last, or a pass after one."""
+    if passed:
+        news, state.failing = state.failing is not None, None
+        return news
+    news, state.failing = words != state.failing, words
+    return news

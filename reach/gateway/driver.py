@@ -377,6 +377,10 @@ def attempt_error(env: Envelope, attempt: Attempt, payload: Any, record: AgentRe
     if attempt.outcome == Outcome.FAULT:
         return TaskFailed(str((payload or {}).get("message", "agent fault")),
                           remote={**(payload or {}), "agent": record.name})
+    if attempt.outcome == Outcome.UNDELIVERED and attempt.error:  # it never got the task
+        return TaskFailed(f"agent {record.name!r} never got the task: {attempt.error}"
+                          + ("" if retryable else "; not retried: not idempotent"),
+                          remote={"code": attempt.outcome, "agent": record.name})
     return TaskFailed(f"agent {record.name!r} went away while running the task"
                       + ("" if retryable else "; not retried: not idempotent"),
                       remote={"code": attempt.outcome, "agent": record.name})

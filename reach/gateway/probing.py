@@ -83,11 +83,18 @@ class Probes:
         it through ``link`` (the session answers that with a ``protocol_error``)."""
         if self.links.get(record.agent_id) is not link:
             return False
-        verdict = self.book.answered(record.agent_id, probe_id, self.clock.now(), ok)
+        verdict = self.book.answered(record.agent_id, probe_id, self.clock.now(), ok, detail)
         if verdict is None:
             return False
-        if not ok:
-            log.info("agent %s: probe %d failed: %s", record.name, probe_id, detail)
+        if not verdict.late:
+            self._stamp(record)
+        if verdict.news:  # once per change of the failure, not once per probe
+            words = None if record.probe is None else record.probe.failing
+            if words is None:
+                log.info("agent %s: its check passes again (probe %d)", record.name, probe_id)
+            else:
+                log.info("agent %s: probe %d failed: %s (not logged again until this "
+                         "changes)", record.name, probe_id, words)
         self._apply(record, verdict, detail)
         self._wake.set()
         return True
@@ -128,6 +135,7 @@ class Probes:
         for key, verdict in verdicts:
             record = by_id.get(str(key))
             if record is not None:  # pragma: no branch — forgotten agents leave the book
+                self._stamp(record)
                 self._apply(record, verdict, "unanswered")
         for key in send:
             record, link = by_id.get(str(key)), self.links.get(key)
@@ -139,6 +147,12 @@ class Probes:
             probe_id = next(self._ids)
             if link.probe(probe_id):
                 self.book.sent(key, probe_id, now)
+
+    def _stamp(self, record: AgentRecord) -> None:
+        """The book judges on the monotonic clock; an agent's view is read against the wall
+        clock (``ago_s`` came out as ~1.8e9 s): the time of the last judgement is kept on it."""
+        if record.probe is not None:
+            record.probe.last_at = self.clock.wall()
 
     def _apply(self, record: AgentRecord, verdict: Verdict, detail: str) -> None:
         if verdict.change is None:
