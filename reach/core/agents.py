@@ -56,6 +56,9 @@ class AgentRecord:
     node: str | None = None  # the coordinator holding its connection (None: this one)
     connected: bool = True
     draining: bool = False
+    # Who stopped new work when ``draining``: "operator" (reach.drain), "agent" (its own
+    # deregister: agent.close()), "detach" (reach.detach) or "holder" (its cluster node's word).
+    drained_by: str = "operator"
     last_beat: float = 0.0
     registered_at: float = 0.0
     state: Liveness = Liveness.ONLINE
