@@ -18,7 +18,7 @@ from typing import Any
 
 from reach.errors import ProtocolError
 
-__all__ = ["check_frame", "finite", "nonfinite_path", "refusal"]
+__all__ = ["RULE", "check_frame", "finite", "nonfinite_path", "refusal"]
 
 # The frames a peer sends with a free payload (the typed fields are checked by their models).
 _LOOKED_INTO = frozenset(("submit", "forward", "result", "chunk", "error", "command",

@@ -4,13 +4,16 @@
 agent as ``null``; over the websocket even ``NaN`` and ``Infinity`` did. Now a submit, an
 agent's result or chunk, and a REST body holding NaN, an infinity or a number past a double's
 range is refused with ``protocol_error``, naming the payload (``details.field``) and the path
-inside it (the message), and nothing is delivered or answered with it.
+inside it (the message), and nothing is delivered or answered with it. The Python SDKs sent
+``float("inf")`` as null too: a caller's params are refused before sending, and a handler's
+result or chunk holding one is a fault that says where.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -18,7 +21,7 @@ import pytest
 from conformance.rawpeer import agent as raw_agent
 from conformance.rawpeer import answer, caller, submit
 
-from reach import ProtocolError, Reach
+from reach import Agent, Client, ProtocolError, Reach, TaskFailed
 from reach.wire import peer
 
 CAP = [{"name": "num.take", "latency_ms": 200,
@@ -114,3 +117,41 @@ def test_a_peers_forward_with_one_is_refused_as_a_session_frame_is() -> None:
         peer.parse_at_holder(f'{{{head}, "params": {{"x": [1e400]}}}}')
     assert caught.value.details == {"type": "forward", "field": "params"}
     assert "params.x.0:" in caught.value.message
+
+
+async def test_the_python_sdks_refuse_them_rather_than_send_null() -> None:
+    async with Reach.start(heartbeat_interval=0.1) as reach:
+        seen: list[Any] = []
+        worker = Agent("numbers", reconnect_base=0.02)
+
+        @worker.capability("num.echo")
+        async def echo(x: Any) -> Any:
+            seen.append(x)
+            return {"x": x, "ratio": float("inf")} if x == "ratio" else x
+
+        @worker.capability("num.stream")
+        async def stream() -> AsyncIterator[Any]:
+            yield 1
+            yield {"v": [float("nan")]}
+
+        await worker.connect(reach.url)
+        client = await Client.connect(reach.url, caller="planner")
+        try:
+            # A caller's params: refused before sending, as the coordinator would.
+            for bad in (float("inf"), float("-inf"), float("nan"), [1.0, {"y": float("inf")}]):
+                with pytest.raises(ProtocolError) as err:
+                    await client.call("num.echo", {"x": bad}, timeout=5)
+                assert err.value.details == {"type": "submit", "field": "params"}
+                assert "params.x" in err.value.message
+            assert seen == []
+            # A handler's result or chunk: a fault saying where, not a null.
+            with pytest.raises(TaskFailed) as failed:
+                await client.call("num.echo", {"x": "ratio"}, timeout=5)
+            assert failed.value.message.startswith("result.ratio: a number is NaN, Infinity")
+            with pytest.raises(TaskFailed) as failed:
+                await client.call("num.stream", {}, timeout=5)
+            assert failed.value.message.startswith("chunk 1.v.0: a number is NaN")
+            assert await client.call("num.echo", {"x": 1.5}, timeout=5) == 1.5
+        finally:
+            await client.close()
+            await worker.close()
