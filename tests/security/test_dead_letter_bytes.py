@@ -72,6 +72,8 @@ async def test_dead_letters_in_memory_stay_within_their_byte_bound() -> None:
         client = await cluster.client()
         first = await client.status(ids[0])
         assert first["state"] == "dead" and first["params"]["blob"] == "0" * BLOB
+        assert reach.dead_letter(ids[0]) is None  # not listed ...
+        assert (await reach.find(ids[0]))["dead_letter"] is True  # ... yet still one
         # ... and replay runs it by id, with its params.
         broken["on"] = False
         reach.reset_breaker("writer")  # thirty faults in a row opened it
