@@ -38,12 +38,15 @@ async def test_an_agent_that_closed_itself_is_not_called_drained_by_an_operator(
             await client.call("ledger.write", {"entry": "x"})
         assert "operator" not in str(err.value)
         assert "ledger-writer stopped by itself (it deregistered: agent.close())" in str(err.value)
+        view = cluster.reach.agents()[0]
+        assert (view["draining"], view["drained_by"]) == (True, "agent")
         # An operator's drain is still called one.
         await cluster.add_agent("ledger-writer", {"ledger.write": write})
         cluster.reach.drain("ledger-writer")
         with pytest.raises(Unavailable) as err:
             await client.call("ledger.write", {"entry": "x"})
         assert "ledger-writer drained by an operator" in str(err.value)
+        assert cluster.reach.agents()[0]["drained_by"] == "operator"
     finally:
         await cluster.close()
 

@@ -245,6 +245,7 @@ class AgentRecord:
             "since_heartbeat_s": round(max(0.0, now - self.last_beat), 3),
             "last_beat": self.last_beat,
             "connected": self.connected, "draining": self.draining,
+            "drained_by": self.drained_by if self.draining else None,
             "suspected_by": self.suspected_by(now),
             "heartbeat_interval_s": self.liveness.interval,
             "probe": None if self.probe is None else self.probe.view(now),
