@@ -2,10 +2,10 @@
 
 Live tasks, recently finished ones (for status and traces, bounded in count and bytes),
 unresolved dead letters (bounded in count and bytes too: the rest stay in the store), trace
-membership, caller-scoped idempotency keys (with their ages,
-for the TTL), each caller's count of unfinished tasks, and the waiters of a task: its outcome
-future, synchronous watchers, stream sinks and the pending commit of its first write. What the
-store keeps durably is not here; this is what answers without a query.
+membership, caller-scoped idempotency keys (with their ages, for the TTL), each caller's count
+of unfinished tasks, and the waiters of a task: its outcome future, synchronous watchers,
+stream sinks and the pending commit of its first write. What the store keeps durably is not
+here; this is what answers without a query.
 """
 
 from __future__ import annotations
@@ -272,7 +272,6 @@ class TaskBook:
                         "rows stay in the store, where status and replay(task_id) find them",
                         s.dead_letters_max, s.dead_letter_bytes)
         return dropped
-
 
 
 REPLAYED = "replayed"

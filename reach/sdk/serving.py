@@ -293,9 +293,11 @@ class Serving:
             kwargs = arguments(handler, f, self._get_client)
             if handler.streaming:
                 chunks: list[Any] = []
-                async for item in handler.fn(**kwargs):
+                stream = handler.fn(**kwargs)
+                async for item in stream:
                     item = jsonable(item)
                     if not finite(item):  # it would reach the caller as null
+                        await stream.aclose()
                         return _not_json(f"chunk {len(chunks)}", item, self.name)
                     self._send(conn, p.dump(_Chunk(task_id=f.task_id, attempt=f.attempt,
                                                    seq=len(chunks), data=item)))
