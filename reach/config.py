@@ -87,7 +87,9 @@ class Settings:
     max_caller_tasks: int = 10_000  # unfinished tasks one caller may have at once
     recent_bytes: int = 256 << 20  # finished tasks kept for status/trace, by size too
     dead_letters_max: int = 10_000  # unresolved dead letters kept in memory (all stay stored)
-    dead_letter_bytes: int = 64 << 20  # ... and by size (params, results): the oldest go
+    # ... and by size (params, results): the oldest go. Every listed letter, whole, is in the
+    # admin feed's snapshot: 32 MiB leaves it room within reach-dash's 64 MiB frame limit.
+    dead_letter_bytes: int = 32 << 20
     dead_letter_retention: float = 7 * 24 * 3600.0  # seconds a letter stays listed
     idempotency_keys_max: int = 1_000_000  # keys kept in memory (past it, the oldest go early)
     admin_token: str | None = None  # None: a random one is made at start (reach.admin_token)

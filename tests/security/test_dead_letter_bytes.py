@@ -101,6 +101,6 @@ async def test_a_restart_lists_only_the_letters_that_fit(tmp_path: Path) -> None
 def test_the_bound_is_a_positive_setting() -> None:
     from reach.config import Settings
 
-    assert Settings().dead_letter_bytes == 64 << 20
+    assert Settings().dead_letter_bytes == 32 << 20
     with pytest.raises(ValueError, match="dead_letter_bytes must be positive"):
         Settings(dead_letter_bytes=0)
