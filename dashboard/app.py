@@ -51,6 +51,8 @@ TABS: dict[str, tuple[str, type[TableView]]] = {
 REPLAY_WAIT_S = 30.0
 """How long one replay command waits for the replayed task's outcome."""
 BULK_REPLAY_WAIT_S = 10.0
+REFUSED = "admin token refused"
+"""How the status line begins when the coordinator refuses the token."""
 
 
 def replay_outcome(task_ids: list[str], results: list[Any]) -> tuple[str, bool]:
@@ -174,8 +176,12 @@ class ReachDashboard(App[None]):
                     self.feed = None
                     await feed.close()
             except AdminRefused as exc:
-                self.link = Link("refused", f"admin token refused: {exc}")
-                self.notify(f"admin token refused: {exc}", severity="error", timeout=30)
+                # The coordinator's own words already begin so; said twice, they read as a
+                # stutter ("admin token refused: admin token refused; ...").
+                said = str(exc)
+                text = said if said.startswith(REFUSED) else f"{REFUSED}: {said}"
+                self.link = Link("refused", text)
+                self.notify(text, severity="error", timeout=30)
                 return
             except FeedError as exc:
                 delay = backoff.nominal(failures)

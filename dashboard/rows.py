@@ -152,6 +152,8 @@ def agent_row(view: admin.AgentView, at: float,
     label = state
     if view.draining:  # an operator's choice, not a fault: not "suspected" (issue 14)
         state = label = "drained"
+        if view.drained_by == "agent":  # nor the operator's: it closed itself (issue 25)
+            label = "closed itself"
     if not view.connected and state != "offline":
         label += " · lost"  # its connection, that is: the outcome name for it
     if overrides is not None:

@@ -65,6 +65,6 @@ async def detach(reach: Any, name: str, grace: float | None) -> None:
                          f"{sorted(reach.adapters) or 'none'}")
     record = reach.registry.by_name.get(name)
     if record is not None:  # pragma: no branch — attach registered it; names stay
-        reach.registry.deregister(record, reach.clock.wall())
+        reach.registry.deregister(record, reach.clock.wall(), by="detach")
         await adapter.drained(reach.settings.drain_timeout if grace is None else grace)
     await adapter.close("detached")

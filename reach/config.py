@@ -91,6 +91,9 @@ class Settings:
     max_caller_tasks: int = 10_000  # unfinished tasks one caller may have at once
     recent_bytes: int = 256 << 20  # finished tasks kept for status/trace, by size too
     dead_letters_max: int = 10_000  # unresolved dead letters kept in memory (all stay stored)
+    # ... and by size (params, results): the oldest go. Every listed letter, whole, is in the
+    # admin feed's snapshot: 32 MiB leaves it room within reach-dash's 64 MiB frame limit.
+    dead_letter_bytes: int = 32 << 20
     dead_letter_retention: float = 7 * 24 * 3600.0  # seconds a letter stays listed
     idempotency_keys_max: int = 1_000_000  # keys kept in memory (past it, the oldest go early)
     admin_token: str | None = None  # None: a random one is made at start (reach.admin_token)
@@ -130,8 +133,8 @@ class Settings:
         for name in ("max_capabilities", "max_schema_bytes", "max_connections",
                      "max_pending_per_address", "hello_timeout", "max_outbox_bytes",
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
-                     "dead_letter_retention", "idempotency_keys_max", "last_good_entries",
-                     "last_good_bytes", "max_peer_agents", "peer_flush",
+                     "dead_letter_bytes", "dead_letter_retention", "idempotency_keys_max",
+                     "last_good_entries", "last_good_bytes", "max_peer_agents", "peer_flush",
                      "http_body_timeout", "http_idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

@@ -82,7 +82,10 @@ class Unauthorized(ReachError):
 
 
 class TaskFailed(ReachError):
-    """The task ended in error. ``remote`` holds the agent's error (type, message, origin agent)."""
+    """The task ended in error. ``details`` has the facts at the top, as a ``TaskError``'s
+    does (``agent``, ``answer``: false for a fault, and the agent's own details such as
+    ``type`` or ``exit_code``); ``remote`` holds the agent's whole error (code, message,
+    details, origin agent)."""
 
     code = "task_failed"
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from reach.config import Settings
 from reach.core import traces
-from reach.core.tasks import Task
+from reach.core.tasks import Task, TaskState
 from reach.errors import InvalidParams
 from reach.gateway.gateway import Gateway
 from reach.server.display import TraceView
@@ -79,8 +79,12 @@ class Lookup:
                                 f"id, not {ident!r}")
         task_id, trace_id = await self._resolve(ident)
         tasks = await self.tasks(trace_id)
+        # By its state, not by the in-memory list: a letter past dead_letters_max,
+        # dead_letter_bytes or the retention left the list but is one still (replay runs it).
+        task = None if task_id is None else await self.gateway.task(task_id)
         return {"trace_id": trace_id, "task_id": task_id,
-                "dead_letter": task_id is not None and task_id in self.gateway.dead,
+                "dead_letter": task is not None and (task.task_id in self.gateway.dead
+                                                     or task.state is TaskState.DEAD),
                 "summary": traces.summary(trace_id, tasks),
                 "timeline": traces.timeline(trace_id, tasks)}
 

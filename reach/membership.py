@@ -199,17 +199,18 @@ class ClusterNode:
             self._dead_since = max(self._dead_since, task.updated_at)
             if task.task_id in book.dead or book.find(task.task_id) is not None:
                 continue
-            book.dead[task.task_id] = task
+            book.keep_dead(task)
             self.foreign_dead.add(task.task_id)
             self.gateway.events.publish(DEAD_LETTER, {"action": "added", "task_id": task.task_id,
                                                       "capability": task.envelope.capability})
+        book.bound_dead()
         # ... and drop those a node replayed meanwhile (not one being replayed here).
         settled = [t for t, task in book.dead.items()
                    if task.state is TaskState.DEAD and book.outcome(t) is None]
         for task_id in await self.nodes.not_dead(settled):
             self.foreign_dead.discard(task_id)
             if book.outcome(task_id) is None:
-                book.dead.pop(task_id, None)
+                book.unkeep_dead(task_id)
                 self.gateway.events.publish(DEAD_LETTER, {"action": "resolved",
                                                           "task_id": task_id})
 

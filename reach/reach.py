@@ -160,7 +160,8 @@ class Reach:
                     continue
         now = self.clock.wall()
         for task in await self.store.dead(s.dead_letters_max, now - s.dead_letter_retention):
-            self.gateway.dead[task.task_id] = task
+            self.gateway.book.keep_dead(task)
+        self.gateway.book.bound_dead()  # the newest that fit dead_letter_bytes stay listed
         for key, task_id, created in await self.store.keys_since(
                 now - s.idempotency_ttl, s.idempotency_keys_max):
             self.gateway.remember_key(key, task_id, created)

@@ -114,7 +114,7 @@ class Mirror:
         if row.draining != self.draining.get(row.agent_id, False):
             self.draining[row.agent_id] = row.draining
             if row.draining:
-                reg.deregister(record, now)
+                reg.deregister(record, now, by="holder")
             else:
                 reg.undrain(record, now)
         if not row.connected:

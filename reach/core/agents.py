@@ -56,6 +56,9 @@ class AgentRecord:
     node: str | None = None  # the coordinator holding its connection (None: this one)
     connected: bool = True
     draining: bool = False
+    # Who stopped new work when ``draining``: "operator" (reach.drain), "agent" (its own
+    # deregister: agent.close()), "detach" (reach.detach) or "holder" (its cluster node's word).
+    drained_by: str = "operator"
     last_beat: float = 0.0
     registered_at: float = 0.0
     state: Liveness = Liveness.ONLINE
@@ -242,6 +245,7 @@ class AgentRecord:
             "since_heartbeat_s": round(max(0.0, now - self.last_beat), 3),
             "last_beat": self.last_beat,
             "connected": self.connected, "draining": self.draining,
+            "drained_by": self.drained_by if self.draining else None,
             "suspected_by": self.suspected_by(now),
             "heartbeat_interval_s": self.liveness.interval,
             "probe": None if self.probe is None else self.probe.view(now),

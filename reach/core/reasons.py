@@ -2,8 +2,8 @@
 
 "None is online; see `reach.agents()`" told a remote client about a method it does not have,
 and called a drained agent "not online". This says, per agent, what holds it back: drained by
-an operator, suspected (with how long since its last heartbeat), offline, disconnected, its
-breaker open, or all of its slots busy.
+an operator (or stopped by itself), suspected (with how long since its last heartbeat),
+offline, disconnected, its breaker open, or all of its slots busy.
 """
 
 from __future__ import annotations
@@ -15,12 +15,20 @@ from reach.core.liveness import Liveness
 from reach.core.resilience import BreakerState
 
 SHOWN = 5  # agents named per reason; past it, "and N more"
+# A draining agent, by who stopped its new work: an agent that closed itself is not one an
+# operator drained (the operator would look for a drain to undo that is not there).
+DRAINED = {
+    "operator": "drained by an operator",
+    "agent": "stopped by itself (it deregistered: agent.close())",
+    "detach": "being detached (reach.detach)",
+    "holder": "draining at the node that holds its connection",
+}
 
 
 def holdup(record: AgentRecord, now: float) -> str:
     """What keeps ``record`` from new work, or "" when nothing does."""
     if record.draining:
-        return "drained by an operator"
+        return DRAINED.get(record.drained_by, "draining")
     if not record.connected:
         return "disconnected"
     if record.state is Liveness.OFFLINE:

@@ -196,8 +196,10 @@ class Registry:
         record.link = None
         return self._set(record, now)
 
-    def deregister(self, record: AgentRecord, now: float) -> Liveness | None:
-        record.draining = True
+    def deregister(self, record: AgentRecord, now: float, *, by: str = "operator"
+                   ) -> Liveness | None:
+        """No new work for ``record``; ``by`` says who asked (``AgentRecord.drained_by``)."""
+        record.draining, record.drained_by = True, by
         return self._set(record, now)
 
     def undrain(self, record: AgentRecord, now: float) -> Liveness | None:

@@ -55,6 +55,12 @@ class Trust:
         if self.tokens is None:
             return
         principal = self.tokens.get(token or "")
+        if principal is None and not token:
+            # As the REST door says it: "not accepted" sent people looking for a typo in a
+            # token they never passed.
+            raise Unauthorized(f"no token given for {role} {name!r}: this coordinator needs "
+                               f"one; pass the token issued for it (token=...)", role=role,
+                               name=name)
         if principal is None:
             raise Unauthorized(f"token not accepted for {role} {name!r}; pass the token "
                                f"issued for it", role=role, name=name)

@@ -1,10 +1,11 @@
 """The task book: every task the gateway knows in memory, and who waits on each.
 
 Live tasks, recently finished ones (for status and traces, bounded in count and bytes),
-unresolved dead letters, trace membership, caller-scoped idempotency keys (with their ages,
-for the TTL), each caller's count of unfinished tasks, and the waiters of a task: its outcome
-future, synchronous watchers, stream sinks and the pending commit of its first write. What the
-store keeps durably is not here; this is what answers without a query.
+unresolved dead letters (bounded in count and bytes too: the rest stay in the store), trace
+membership, caller-scoped idempotency keys (with their ages, for the TTL), each caller's count
+of unfinished tasks, and the waiters of a task: its outcome future, synchronous watchers,
+stream sinks and the pending commit of its first write. What the store keeps durably is not
+here; this is what answers without a query.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class TaskBook:
         self.commits: dict[str, asyncio.Future[None]] = {}
         self._recent_bytes = 0  # about how much ``recent`` holds (params and results)
         self._recent_sizes: dict[str, int] = {}
+        self._dead_bytes = 0  # about how much ``dead`` holds, as ``_recent_bytes``
+        self._dead_sizes: dict[str, int] = {}
+        self._dead_capped = False
         self._keys_capped = False
         self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
         self._outcomes: dict[str, asyncio.Future[Task]] = {}
@@ -155,16 +159,17 @@ class TaskBook:
         dead letter when it died)."""
         tid = task.task_id
         self.unlive(task)
+        size = footprint(task)
         if task.state is S.DEAD:
-            self.dead[tid] = task
+            self.keep_dead(task, size)
             self.events.publish(DEAD_LETTER, {"action": "added", "task_id": tid,
                                               "capability": task.envelope.capability})
-        elif self.dead.pop(tid, None) is not None:
+        elif self.unkeep_dead(tid) is not None:
             self.events.publish(DEAD_LETTER, {"action": "resolved", "task_id": tid,
                                               "capability": task.envelope.capability})
-        self._keep_recent(task)
-        if task.state is S.DEAD and len(self.dead) > self.settings.dead_letters_max:
-            self.drop_dead(next(iter(self.dead)))
+        self._keep_recent(task, size)
+        if task.state is S.DEAD:
+            self.bound_dead()
         self._chunk_sinks.pop(tid, None)
         self._chunk_next.pop(tid, None)
 
@@ -177,11 +182,11 @@ class TaskBook:
 
     # ------------------------------------------------------------ bounded memory
 
-    def _keep_recent(self, task: Task) -> None:
+    def _keep_recent(self, task: Task, size: int | None = None) -> None:
         """Keep a finished task for status and traces, within ``recent_tasks`` and
         ``recent_bytes`` (older ones are read from the store)."""
         tid = task.task_id
-        size = footprint(task)
+        size = footprint(task) if size is None else size
         self._recent_bytes += size - self._recent_sizes.get(tid, 0)
         self._recent_sizes[tid] = size
         self.recent[tid] = task
@@ -231,10 +236,42 @@ class TaskBook:
         return len(old)
 
     def drop_dead(self, task_id: str) -> None:
-        task = self.dead.pop(task_id, None)
+        """Stop listing a dead letter (past the retention or the bounds); its row stays."""
+        task = self.unkeep_dead(task_id)
         if task is not None:
             self.events.publish(DEAD_LETTER, {"action": "expired", "task_id": task_id,
                                               "capability": task.envelope.capability})
+
+    def keep_dead(self, task: Task, size: int | None = None) -> None:
+        """List ``task`` among the dead letters, counting its bytes (``bound_dead`` then
+        keeps the list within ``dead_letters_max`` and ``dead_letter_bytes``)."""
+        tid = task.task_id
+        size = footprint(task) if size is None else size
+        self._dead_bytes += size - self._dead_sizes.get(tid, 0)
+        self._dead_sizes[tid] = size
+        self.dead[tid] = task
+
+    def unkeep_dead(self, task_id: str) -> Task | None:
+        """Take a letter off the list (replayed, or gone from memory); returns it."""
+        self._dead_bytes -= self._dead_sizes.pop(task_id, 0)
+        return self.dead.pop(task_id, None)
+
+    def bound_dead(self) -> int:
+        """Drop the oldest letters past ``dead_letters_max`` or ``dead_letter_bytes`` from
+        memory (never the newest one); returns how many. Their rows stay in the store:
+        ``status``, ``reach.task(id)`` and ``replay(id)`` still find them."""
+        s, dropped = self.settings, 0
+        while len(self.dead) > 1 and (len(self.dead) > s.dead_letters_max
+                                      or self._dead_bytes > s.dead_letter_bytes):
+            self.drop_dead(next(iter(self.dead)))
+            dropped += 1
+        if dropped and not self._dead_capped:
+            self._dead_capped = True
+            log.warning("more dead letters than dead_letters_max (%d) or dead_letter_bytes "
+                        "(%d) hold: the oldest leave memory and reach.dead_letters(); their "
+                        "rows stay in the store, where status and replay(task_id) find them",
+                        s.dead_letters_max, s.dead_letter_bytes)
+        return dropped
 
 
 REPLAYED = "replayed"

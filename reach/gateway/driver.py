@@ -375,12 +375,26 @@ def attempt_error(env: Envelope, attempt: Attempt, payload: Any, record: AgentRe
             + ("" if retryable else "; not retried: the capability is not idempotent"),
             agent=record.name)
     if attempt.outcome == Outcome.FAULT:
-        return TaskFailed(str((payload or {}).get("message", "agent fault")),
-                          remote={**(payload or {}), "agent": record.name})
+        remote = {**(payload or {}), "agent": record.name}
+        return TaskFailed(str(remote.get("message", "agent fault")), **facts(remote),
+                          remote=remote)
     if attempt.outcome == Outcome.UNDELIVERED and attempt.error:  # it never got the task
         return TaskFailed(f"agent {record.name!r} never got the task: {attempt.error}"
                           + ("" if retryable else "; not retried: not idempotent"),
+                          answer=False, agent=record.name,
                           remote={"code": attempt.outcome, "agent": record.name})
     return TaskFailed(f"agent {record.name!r} went away while running the task"
                       + ("" if retryable else "; not retried: not idempotent"),
+                      answer=False, agent=record.name,
                       remote={"code": attempt.outcome, "agent": record.name})
+
+
+def facts(remote: dict[str, Any]) -> dict[str, Any]:
+    """A fault's facts at the top of the error's ``details``, where a ``TaskError`` answer has
+    them (``exit_code``, ``type``, ``agent``…), so callers read both the same way; the agent's
+    whole error stays under ``remote``. ``answer`` is false whatever the agent said: the
+    coordinator judged this a fault."""
+    details = remote.get("details")
+    found = {k: v for k, v in details.items() if k != "remote"} \
+        if isinstance(details, dict) else {}
+    return {**found, "answer": False, "agent": remote["agent"]}

@@ -47,6 +47,7 @@ from reach.sdk.client import Client
 from reach.sdk.faults import FaultLog
 from reach.sdk.handlers import Handler, arguments, jsonable
 from reach.wire import protocol as p
+from reach.wire.numbers import RULE, finite, nonfinite_path
 
 log = logging.getLogger("reach.agent")
 Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
@@ -295,8 +296,12 @@ class Serving:
             kwargs = arguments(handler, f, self._get_client)
             if handler.streaming:
                 chunks: list[Any] = []
-                async for item in handler.fn(**kwargs):
+                stream = handler.fn(**kwargs)
+                async for item in stream:
                     item = jsonable(item)
+                    if not finite(item):  # it would reach the caller as null
+                        await stream.aclose()
+                        return _not_json(f"chunk {len(chunks)}", item, self.name)
                     self._send(conn, p.dump(_Chunk(task_id=f.task_id, attempt=f.attempt,
                                                    seq=len(chunks), data=item)))
                     chunks.append(item)
@@ -307,6 +312,8 @@ class Serving:
                 value = await self._run_sync(handler.fn, **kwargs)
             value = jsonable(value)
             to_json(value)  # not JSON-able: a fault, reported now rather than lost
+            if not finite(value):  # NaN or inf would reach the caller as null
+                return _not_json("result", value, self.name)
             return ("ok", value)
         except TaskError as exc:
             # The handler's own details may use any name, "code" and "agent" included.
@@ -352,6 +359,14 @@ class Serving:
 
 def _nothing() -> None:
     """The default probe's check: nothing, run where a handler runs."""
+
+
+def _not_json(what: str, value: Any, agent: str) -> Outcome:
+    """A handler's result (or chunk) holding NaN or an infinity: the agent's fault, said now
+    (JSON has no such numbers: sent, they would reach the caller as null)."""
+    where = nonfinite_path(value, what) or what
+    return _error("task_failed", f"{where}: {RULE}", answer=False, agent=agent,
+                  type="ValueError")
 
 
 def _error(code: str, message: str, /, **details: Any) -> Outcome:

@@ -12,6 +12,7 @@ from reach.core import tags as tagging
 from reach.core.tasks import SubmitRequest
 from reach.errors import InvalidParams, ProtocolError, ReachTimeout
 from reach.wire import protocol as p
+from reach.wire.numbers import finite, refusal
 
 _Submit = p.unchecked(p.Submit)  # checked by ``check``; the coordinator parses it anyway
 
@@ -43,6 +44,8 @@ def check(r: SubmitRequest) -> None:
     if not isinstance(r.params, dict):
         raise InvalidParams(f"params must be a dict of name: value (a JSON object), not "
                             f"{type(r.params).__name__}: call(capability, {{'name': value}})")
+    if r.params and not finite(r.params):  # sent, NaN and inf would reach the agent as null
+        raise refusal("submit", "params", r.params)
     if len(r.capability) > 200 or (r.idempotency_key is not None
                                    and len(r.idempotency_key) > 400):
         raise InvalidParams("capability names are at most 200 characters, keys at most 400")

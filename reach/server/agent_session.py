@@ -209,7 +209,7 @@ class AgentSession(Session):
                 delivery.ack()
                 delivery.chunk(frame.seq, frame.data)
         elif kind == "deregister":
-            sv.registry.deregister(self.record, sv.clock.wall())
+            sv.registry.deregister(self.record, sv.clock.wall(), by="agent")
         elif kind == "probe_result":
             if not sv.gateway.probes.answered(self.record, self, frame.id, frame.ok,
                                               frame.detail):

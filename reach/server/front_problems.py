@@ -21,6 +21,7 @@ from pydantic_core import from_json
 from reach.core.trust import Trust
 from reach.errors import ProtocolError, ReachError, Unauthorized
 from reach.server.front_models import PROBLEM_TYPE, Headers, Problem
+from reach.wire.numbers import finite, nonfinite_path
 
 PROBLEM_JSON = "application/problem+json"
 OPEN_CALLER = "http"  # the caller name in open mode when X-Reach-Caller is not given
@@ -135,10 +136,18 @@ def bad_json(text: str) -> HttpProblem:
 
 def loads(raw: bytes) -> Any:
     """The body as JSON (empty: an empty object), or a 400 saying where it broke. NaN and
-    Infinity are refused, as on the wire, and so is nesting past the wire's depth bound."""
+    Infinity are refused, as on the wire, and so are numbers past a double's range (``1e400``
+    decodes to inf: it would reach the agent as null), and nesting past the wire's depth."""
     if not raw.strip():
         return {}
     try:
-        return from_json(raw, allow_inf_nan=False)
+        body = from_json(raw, allow_inf_nan=False)
     except ValueError as exc:
         raise bad_json(str(exc)) from None
+    if not finite(body):
+        where = nonfinite_path(body) or "the body"
+        raise HttpProblem(ProtocolError(
+            f"the request body holds a number out of a double's range at {where} (such as "
+            f"1e400), which JSON cannot carry (it would arrive as null); send a finite number, "
+            f"or the value as a string", field=where), 400)
+    return body

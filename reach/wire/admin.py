@@ -77,6 +77,9 @@ class AgentView(_Object):
     last_beat: float = 0.0
     connected: bool = False
     draining: bool = False
+    # who stopped its new work while draining: operator | agent (agent.close()) | detach |
+    # holder (its node, for a peer's agent); null when not draining (or an older coordinator)
+    drained_by: str | None = None
     # why a suspected agent is: probe | heartbeat | disconnected | draining (null otherwise)
     suspected_by: str | None = None
     heartbeat_interval_s: float | None = None  # its own (docs/protocol.md §3)

@@ -25,6 +25,7 @@ from reach.errors import ProtocolError
 from reach.wire import protocol as p
 from reach.wire.bounds import FRAME_TYPES, MAX_COUNT, MAX_LOAD, Name
 from reach.wire.explain import explain, not_an_object, starts_object
+from reach.wire.numbers import check_frame
 
 __all__ = ["AgentRow", "Agents", "Challenge", "Forward", "MAX_ROWS", "Proof", "parse_answer",
            "parse_at_caller", "parse_at_holder", "parse_proof"]
@@ -112,9 +113,11 @@ def _parse(adapter: TypeAdapter[Any], raw: str | bytes) -> Any:
     if not starts_object(raw):
         raise not_an_object(raw)
     try:
-        return adapter.validate_json(raw)
+        frame = adapter.validate_json(raw)
     except ValidationError as exc:
         raise _explained(raw, exc, adapter) from None
+    check_frame(frame)  # NaN, Infinity or 1e400 in a payload, as on the session wire
+    return frame
 
 
 def _explained(raw: str | bytes, exc: ValidationError, adapter: TypeAdapter[Any]) -> Exception:

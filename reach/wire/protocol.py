@@ -57,6 +57,7 @@ from reach.wire.bounds import (
 )
 from reach.wire.explain import explain, not_an_object, request_id, starts_object
 from reach.wire.fallbacks import Fallback, fallback_of
+from reach.wire.numbers import check_frame
 from reach.wire.unchecked import unchecked
 
 __all__ = [
@@ -342,15 +343,18 @@ def parse(raw: str | bytes) -> Any:
     """Decode one frame; raise ``ProtocolError`` saying precisely what is wrong with it (or
     ``InvalidParams`` for a well-formed submit whose params are not an object).
 
-    Nothing else escapes: bounded in depth (``MAX_DEPTH``), in CPU (one linear decode, and
-    on the error path one more that skips everything but ``v``, ``type`` and ``id``)."""
+    Nothing else escapes: bounded in depth (``MAX_DEPTH``), in CPU (one linear decode, one
+    walk of a free payload's containers for NaN and infinite numbers (reach.wire.numbers), and
+    on the error path one more decode that skips everything but ``v``, ``type`` and ``id``)."""
     if not starts_object(raw):
         # Not an object: validating it would only build the whole value to report it.
         raise not_an_object(raw)
     try:
-        return _ADAPTER.validate_json(raw)
+        frame = _ADAPTER.validate_json(raw)
     except ValidationError as exc:
         raise explain(raw, exc) from None
+    check_frame(frame)  # NaN, Infinity or 1e400 in a free payload: JSON cannot carry them
+    return frame
 
 
 def dump(frame: BaseModel) -> str:

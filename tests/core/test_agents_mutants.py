@@ -25,10 +25,18 @@ def test_a_fresh_record_shows_no_load_no_calls_and_a_closed_breaker():
         "breaker_detail": {"state": "closed", "fault_rate": 0.0, "window": 0,
                            "window_size": 10, "next_probe_in_s": None},
         "p95_ms": None, "since_heartbeat_s": 12.5, "last_beat": 0.0,
-        "connected": True, "draining": False,
+        "connected": True, "draining": False, "drained_by": None,
         "suspected_by": None, "heartbeat_interval_s": 10.0, "probe": None,
         "warming": False, "warm_share": 1.0, "success_7d": None, "calls_7d": 0,
     }
+
+
+def test_a_draining_record_says_who_drained_it():
+    r = record()
+    r.draining, r.drained_by = True, "agent"
+    assert (r.view(now=1.0)["draining"], r.view(now=1.0)["drained_by"]) == (True, "agent")
+    r.draining = False  # undrained: who once drained it is not news
+    assert r.view(now=1.0)["drained_by"] is None
 
 
 def test_an_open_breaker_shows_when_its_probe_comes():

@@ -207,8 +207,9 @@ def test_trust_tokens_name_principals():
     with pytest.raises(Unauthorized, match="token not accepted for agent 'alice'") as info:
         trust.authenticate("nope", "alice", "agent")
     assert info.value.details == {"role": "agent", "name": "alice"}
-    with pytest.raises(Unauthorized, match="token not accepted for caller 'alice'"):
+    with pytest.raises(Unauthorized, match="no token given for caller 'alice'") as info:
         trust.authenticate(None, "alice", "caller")
+    assert info.value.details == {"role": "caller", "name": "alice"}
     with pytest.raises(Unauthorized, match="belongs to 'alice', not 'bob'"):
         trust.authenticate("t-a", "bob", "caller")
     assert trust.calls.allows("alice", "sales.query", "read")

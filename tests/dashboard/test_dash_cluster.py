@@ -225,6 +225,7 @@ async def test_a_wrong_token_is_a_clear_message_not_a_retry_loop(cluster: Cluste
     app = dash(cluster.url, token="wrong", connector=counting)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(lambda: app.link.state == "refused")
-        assert app.link.detail.startswith("admin token refused: ")
+        assert app.link.detail.startswith("admin token refused; use the coordinator's admin")
+        assert app.link.detail.count("admin token refused") == 1  # said once, not twice
         await pilot.pause(0.2)
         assert attempts == 1 and app.is_running
