@@ -16,8 +16,8 @@ Inkscape's import, many CI thumbnailers) got a different picture:
 word (a run of non-blank cells, at most :data:`CHUNK` cells long) is its own ``<text>`` at its
 own column's x, blanks are not drawn at all (the backgrounds are separate rectangles), the
 root asks for ``xml:space="preserve"``, and the font list names common monospace fonts
-before the generic ``monospace``, at a size whose advance fills the cell. A renderer that honours ``textLength`` draws the same
-picture as before.
+before the generic ``monospace``, at a size whose advance fills the cell. A renderer that
+honours ``textLength`` draws the same picture as before.
 """
 
 from __future__ import annotations
