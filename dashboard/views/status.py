@@ -63,18 +63,22 @@ def summary_of(view: admin.AlertView, at: float) -> str:
 
 
 def status_text(link: Link, url: str, model: Model, note: str) -> Text:
+    """The line, most urgent first: the link, the alerts, the outcome of the operator's last
+    command, then the URL and the summary. The line never wraps (app.tcss: a wrapped line
+    lost its end out of sight, mid-message): what does not fit is cut with "…", from the
+    summary's end."""
     icon, style = LINK_LOOK.get(link.state, ("?", ""))
     text = Text()
     text.append(f"{icon} {link.detail or link.state}", style=style)
     firing = alert_line(model)
     if firing:
         text.append(f"  ⚠ {firing}", style="bold red")
+    if note:
+        text.append(f"  │ {note} │", style="italic")
     text.append(f"  {url}", style="grey50")
     line = summary(model)
     if line:
         text.append(f"  {line}")
-    if note:
-        text.append(f"  │ {note}", style="italic")
     return text
 
 
