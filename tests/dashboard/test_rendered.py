@@ -27,9 +27,10 @@ from typing import Any
 
 import pytest
 
-from dashboard import ReachDashboard, sample
+from dashboard import ReachDashboard, sample, waterfall
 from dashboard.views.status import StatusLine
 from reach.testing import wait_until
+from reach.wire import admin
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = sorted((ROOT / "docs" / "screenshots").glob("*.svg"))
@@ -341,3 +342,22 @@ async def test_a_live_width_picture_renders_in_place(tmp_path: Path) -> None:
         pic = await shot(160, snap, tab=tab, down=tab == "4",
                          note="replayed letter b12c420255: 1 succeeded")
         assert not misplaced(pic.svg, tmp_path), tab
+
+
+def test_a_waterfalls_names_and_errors_take_the_room_there_is() -> None:
+    """In a wide pane the waterfall's labels and errors are whole (main cut every detail at
+    28 columns and every label at 32, however wide the pane); they give way only while the
+    bars would get fewer than 40 columns, and then are cut with "…"."""
+    timeline = copy.deepcopy(sample.TIMELINES["a1" * 16])
+    long_cap = "warehouse.inventory.reconcile-region"  # 36 characters
+    error = "orders-2 fault: ConnectionResetError: peer closed the connection mid-write"
+    timeline["hops"][2]["capability"] = long_cap
+    timeline["hops"][2]["note"] = error.removeprefix("orders-2 ")
+    drawn = waterfall.render(admin.Timeline.model_validate(timeline), 190).plain.split("\n")
+    assert any(long_cap in line for line in drawn), drawn
+    assert any(line.rstrip().endswith(error.removeprefix("orders-2 ")) for line in drawn)
+    assert max(len(line) for line in drawn) <= 190
+    narrow = waterfall.render(admin.Timeline.model_validate(timeline), 80).plain.split("\n")
+    assert not any(long_cap in line for line in narrow)
+    assert any(re.search(r"warehouse\.[\w.-]*…", line) for line in narrow)
+    assert max(len(line) for line in narrow) <= 80
