@@ -194,6 +194,17 @@ class Ink:
                    for y in range(top, bottom))
 
 
+    def left_edge(self, line: int, x0: float, x1: float) -> float | None:
+        """The leftmost ink on ``line`` between ``x0`` and ``x1`` (terminal coordinates)."""
+        ox, oy = self.pic.origin
+        top = int((oy + line * self.pic.line_height + 3) * SQUASH)
+        bottom = int((oy + (line + 1) * self.pic.line_height - 3) * SQUASH) + 1
+        for x in range(int(ox + x0), int(ox + x1)):
+            if any(self.alpha[y][x] > 60 for y in range(top, bottom)):
+                return x - ox
+        return None
+
+
 def ink(svg: str, tmp: Path) -> Ink:
     source = tmp / "picture.svg"
     source.write_text(text_only(svg))
@@ -231,6 +242,31 @@ def test_every_word_is_drawn_in_its_own_column(path: Path, tmp_path: Path) -> No
     wrong = misplaced(path.read_text(), tmp_path)
     assert not wrong, f"{path.name}: {len(wrong)} words drawn out of place:\n" + "\n".join(
         wrong[:15])
+
+
+@pytest.mark.parametrize("name", ["agents.svg", "breakers.svg", "dead-letters.svg"])
+def test_cells_line_up_with_their_headers_as_drawn(name: str, tmp_path: Path) -> None:
+    """Every column's header and cells start at the same x in the rendered picture, plain
+    and coloured alike (on main the plain ones sat one column left: "every coloured cell
+    sits one column right of its header")."""
+    found = ink((ROOT / "docs" / "screenshots" / name).read_text(), tmp_path)
+    pic, cell = found.pic, found.pic.cell
+    header = next(i for i, line in enumerate(pic.lines)
+                  if line.split()[:1] in (["Agent"], ["Task"]))
+    columns = [w for w in pic.words() if w.line == header]
+    checked = 0
+    for head in columns:
+        x = head.column * cell
+        edge = found.left_edge(header, x - cell, x + cell)
+        assert edge is not None
+        for word in pic.words():
+            if word.line > header and word.column == head.column and word.text[0].isalnum():
+                cell_edge = found.left_edge(word.line, x - cell, x + cell)
+                assert cell_edge is not None and abs(cell_edge - edge) <= 3, (
+                    f"{word.text!r} starts at x={cell_edge}, its header {head.text!r} at "
+                    f"x={edge}")
+                checked += 1
+    assert checked >= 8
 
 
 def test_the_separators_are_there_in_the_text() -> None:
