@@ -34,6 +34,7 @@ from .feed import (
 from .model import JSON, Change, Model
 from .rows import plural, short
 from .screens import ConfirmScreen, GotoScreen, HelpScreen
+from .svg import renderable
 from .views.agents import AgentsView, AgentTableView, BreakersView
 from .views.base import TableView
 from .views.capabilities import CapabilitiesView
@@ -122,6 +123,11 @@ class ReachDashboard(App[None]):
         yield FilterBox(id="filter", placeholder="filter: words or field:value — enter keeps, "
                                                  "esc clears")
         yield Footer()
+
+    def export_screenshot(self, *, title: str | None = None, simplify: bool = False) -> str:
+        """The screen as an SVG that draws the same grid in every renderer, librsvg too
+        (:func:`dashboard.svg.renderable`); the snapshot tests and screenshots use it."""
+        return renderable(super().export_screenshot(title=title, simplify=simplify))
 
     def on_mount(self) -> None:
         self.follow_feed()

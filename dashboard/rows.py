@@ -30,11 +30,14 @@ DASH = "—"
 class Column:
     """One table column: its key (used by ``update_cell``) and header. A column is as wide as
     its widest cell; one with ``shrink`` (names, capabilities, errors) may be cut down to that
-    many characters, marked with …, when the table is wider than the terminal."""
+    many characters, marked with …, when the table is wider than the terminal. A ``name``
+    column (an agent's, a capability's) is cut only after the others that may shrink (lists,
+    errors) are at their floor: it is what the operator reads a row by."""
 
     key: str
     label: str
     shrink: int | None = None
+    name: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,20 +117,26 @@ def breaker_text(state: str) -> Text:
     return styled(state, BREAKER_STYLE, state.replace("_", "-"))
 
 
+def clip(value: str, width: int) -> str:
+    """``value`` within ``width`` characters, ending in "…" when it had to be cut."""
+    return value if len(value) <= width else value[: max(0, width - 1)] + "…"
+
+
 def error_text(error: Any, width: int = 48) -> str:
-    """``code: message`` of an error object, cut to ``width``."""
+    """``code: message`` of an error object (or an error string), cut to ``width`` with "…"
+    (never silently: a cut message must say that it was cut)."""
     if not isinstance(error, dict):
-        return DASH if error is None else str(error)[:width]
-    text = f"{error.get('code', 'error')}: {error.get('message', '')}".strip()
-    return text if len(text) <= width else text[: width - 1] + "…"
+        return DASH if error is None else clip(str(error), width)
+    return clip(f"{error.get('code', 'error')}: {error.get('message', '')}".strip(), width)
 
 
 # ---------------------------------------------------------------- agents
 
 AGENT_COLUMNS = (
-    Column("agent", "Agent", shrink=12), Column("state", "State"), Column("load", "In flight"),
-    Column("p95", "P95"), Column("calls", "Calls"), Column("faults", "Faults"),
-    Column("breaker", "Breaker"), Column("beat", "Beat"), Column("node", "Node", shrink=8),
+    Column("agent", "Agent", shrink=12, name=True), Column("state", "State"),
+    Column("load", "In flight"), Column("p95", "P95"), Column("calls", "Calls"),
+    Column("faults", "Faults"), Column("breaker", "Breaker"), Column("beat", "Beat"),
+    Column("node", "Node", shrink=8, name=True),
     Column("kind", "Kind"), Column("caps", "Capabilities", shrink=14),
 )
 """The Node column is always there, even for one coordinator: the columns stay put when a
@@ -170,7 +179,7 @@ def agent_row(view: admin.AgentView, at: float,
             Text(str(view.faults), justify="right", style="red" if view.faults else ""),
             breaker_text(view.breaker), Text(age(beat), justify="right"),
             Text(view.node or DASH, style="dim" if view.node in (None, here) else ""),
-            Text(view.kind, style="dim" if view.kind == "websocket" else "magenta"), Text(caps),
+            Text(view.kind), Text(caps),  # plain: colour means state, and a kind is none
         ),
         fields={"agent": view.name, "id": view.agent_id, "state": label,
                 "breaker": view.breaker, "capability": caps, "version": view.version,
@@ -181,7 +190,7 @@ def agent_row(view: admin.AgentView, at: float,
 # ---------------------------------------------------------------- breakers
 
 BREAKER_COLUMNS = (
-    Column("agent", "Agent", shrink=12), Column("breaker", "Breaker"),
+    Column("agent", "Agent", shrink=12, name=True), Column("breaker", "Breaker"),
     Column("rate", "Fault rate", shrink=16), Column("opened", "Open for"),
     Column("probe", "Next probe"), Column("faults", "Faults"), Column("calls", "Calls"),
     Column("state", "State"),
@@ -249,10 +258,11 @@ def breaker_row(view: admin.AgentView, at: float) -> Row:
 # ---------------------------------------------------------------- traces
 
 TRACE_COLUMNS = (
-    Column("trace", "Trace"), Column("root", "Root", shrink=12),
-    Column("caller", "Caller", shrink=10), Column("tasks", "Tasks"), Column("state", "State"),
+    Column("trace", "Trace"), Column("root", "Root", shrink=12, name=True),
+    Column("caller", "Caller", shrink=10, name=True), Column("tasks", "Tasks"),
+    Column("state", "State"),
     Column("duration", "Duration"), Column("age", "Age"),
-    Column("failed", "Failed at", shrink=12),
+    Column("failed", "Failed at", shrink=12, name=True),
 )
 
 
@@ -280,8 +290,8 @@ def trace_row(summary: admin.TraceSummary, at: float) -> Row:
 # ---------------------------------------------------------------- dead letters
 
 LETTER_COLUMNS = (
-    Column("task", "Task"), Column("capability", "Capability", shrink=12),
-    Column("agent", "Agent", shrink=10), Column("error", "Error", shrink=20),
+    Column("task", "Task"), Column("capability", "Capability", shrink=12, name=True),
+    Column("agent", "Agent", shrink=10, name=True), Column("error", "Error", shrink=20),
     Column("attempts", "Tries"), Column("state", "State"), Column("age", "Age"),
 )
 
@@ -321,7 +331,7 @@ def letter_row(letter: admin.DeadLetter, at: float) -> Row:
 # ---------------------------------------------------------------- capabilities
 
 CAPABILITY_COLUMNS = (
-    Column("capability", "Capability", shrink=14), Column("online", "Online"),
+    Column("capability", "Capability", shrink=14, name=True), Column("online", "Online"),
     Column("breakers", "Breakers", shrink=10), Column("calls", "Calls"),
     Column("faults", "Faults"), Column("inflight", "In flight"), Column("p50", "P50"),
     Column("p95", "P95"), Column("p99", "P99"), Column("agents", "Served by", shrink=12),

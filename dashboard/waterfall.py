@@ -21,6 +21,9 @@ FAILED_STYLE = "bold red"
 LABEL_WIDTH = 32
 DURATION_WIDTH = 9
 DETAIL_WIDTH = 28
+BAR_WIDTH = 40
+"""The bars' share when labels or details want more than the room: labels and details take
+what they need beyond their usual widths only while the bars keep this many columns."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,10 @@ def retries(timeline: admin.Timeline) -> int:
 def render(timeline: admin.Timeline, width: int) -> Text:
     """The waterfall as text, ``width`` columns wide: a header line, a time ruler, then per
     hop its label, its bar, its duration and the agent and note, one line each."""
-    bar_width = max(10, width - LABEL_WIDTH - DURATION_WIDTH - DETAIL_WIDTH - 3)
-    detail_width = max(0, width - LABEL_WIDTH - bar_width - DURATION_WIDTH - 3)
+    bars = layout(timeline, 1)
+    label_width, detail_width = widths(bars, width)
+    bar_width = max(10, width - label_width - DURATION_WIDTH - detail_width - 3)
+    detail_width = max(0, width - label_width - bar_width - DURATION_WIDTH - 3)
     _, total = span_s(timeline)
     tasks = timeline.tasks
     failing = sum(1 for t in tasks if t.state in ("failed", "dead"))
@@ -95,12 +100,12 @@ def render(timeline: admin.Timeline, width: int) -> Text:
     text.append(f" · {backoffs} retr{'y' if backoffs == 1 else 'ies'}")
     if failing:
         text.append(f" · {failing} failed", style=FAILED_STYLE)
-    text.append("\n" + " " * (LABEL_WIDTH + 1))
+    text.append("\n" + " " * (label_width + 1))
     text.append(f"0{millis(total * 1000):>{bar_width - 1}}", style="grey50")
     for bar in layout(timeline, bar_width):
         style = FAILED_STYLE if bar.failed else PHASE_STYLE.get(bar.phase, "")
         text.append("\n")
-        text.append(f"{clip(bar.label, LABEL_WIDTH):<{LABEL_WIDTH}} ",
+        text.append(f"{clip(bar.label, label_width):<{label_width}} ",
                     style=FAILED_STYLE if bar.failed else "")
         text.append(" " * bar.offset)
         text.append(("◆" if bar.phase == "done" else "█") * bar.length, style=style)
@@ -110,6 +115,19 @@ def render(timeline: admin.Timeline, width: int) -> Text:
         if bar.detail and detail_width:
             text.append(clip(bar.detail, detail_width), style="red" if bar.failed else "grey50")
     return text
+
+
+def widths(bars: list[Bar], width: int) -> tuple[int, int]:
+    """The label and detail columns for a waterfall ``width`` wide: each as wide as its
+    longest text, shrinking (the detail first) toward :data:`LABEL_WIDTH` and
+    :data:`DETAIL_WIDTH` only while the bars would get fewer than :data:`BAR_WIDTH` columns.
+    A name or an error is cut (with "…") only when the pane is too narrow for it."""
+    label = max([LABEL_WIDTH, *(len(bar.label) for bar in bars)])
+    detail = max([0, *(len(bar.detail) for bar in bars if bar.detail)])
+    room = width - DURATION_WIDTH - 3 - BAR_WIDTH
+    detail = max(min(detail, DETAIL_WIDTH), min(detail, room - label))
+    label = max(LABEL_WIDTH, min(label, room - detail))
+    return label, detail
 
 
 def clip(value: str, width: int) -> str:

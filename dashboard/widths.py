@@ -2,8 +2,10 @@
 
 Every column is as wide as its widest cell (or its header). When the table is wider than the
 terminal, only the columns that allow it (``Column.shrink``: names, capabilities, errors)
-give way, the widest first, never below their ``shrink`` width; what is cut ends in "…". A
-name is therefore shown whole whenever it fits, and a cut one says that it was cut.
+give way, the widest first, never below their ``shrink`` width; what is cut ends in "…".
+Lists and messages (capabilities, errors) give way before names (``Column.name``): a name is
+cut only when the terminal is too narrow for it even with the lists at their floor, and a
+cut one says that it was cut.
 """
 
 from __future__ import annotations
@@ -15,34 +17,49 @@ from rich.text import Text
 ELLIPSIS = "…"
 
 
-def fit(natural: Sequence[int], shrink: Sequence[int | None], room: int) -> list[int]:
+def fit(natural: Sequence[int], shrink: Sequence[int | None], room: int,
+        rank: Sequence[int] | None = None) -> list[int]:
     """The width of each column: ``natural`` (its widest cell) when everything fits in
     ``room``; otherwise the shrinkable columns (``shrink`` not None) are capped at one level,
     as high as the room allows, but not below their own ``shrink`` width (then the table is
-    wider than the room, and scrolls)."""
+    wider than the room, and scrolls).
+
+    ``rank`` orders who gives way: the columns of the lowest rank are capped first, and a
+    column of a higher rank (a name) is cut only when those of lower ranks are at their
+    floor and the table is still too wide. Without it, all shrinkable columns share one
+    rank."""
     widths = list(natural)
     if sum(widths) <= room:
         return widths
+    ranks = list(rank) if rank is not None else [0] * len(natural)
     flexible = [i for i, floor in enumerate(shrink) if floor is not None and natural[i] > floor]
-    if not flexible:
-        return widths
-    fixed = sum(w for i, w in enumerate(widths) if i not in flexible)
-    budget = room - fixed
+    for level in sorted({ranks[i] for i in flexible}):
+        group = [i for i in flexible if ranks[i] == level]
+        fixed = sum(w for i, w in enumerate(widths) if i not in group)
+        for i, width in _capped(natural, shrink, group, room - fixed).items():
+            widths[i] = width
+        if sum(widths) <= room:
+            break
+    return widths
+
+
+def _capped(natural: Sequence[int], shrink: Sequence[int | None], group: Sequence[int],
+            budget: int) -> dict[int, int]:
+    """The widths of the columns ``group`` capped at one level to fit in ``budget``."""
 
     def used(level: int) -> int:
-        return sum(min(natural[i], max(shrink[i] or 0, level)) for i in flexible)
+        return sum(min(natural[i], max(shrink[i] or 0, level)) for i in group)
 
-    low, high = 0, max(natural[i] for i in flexible)
+    low, high = 0, max(natural[i] for i in group)
     while low < high:  # the highest level whose columns still fit in the budget
         mid = (low + high + 1) // 2
         if used(mid) <= budget:
             low = mid
         else:
             high = mid - 1
-    for i in flexible:
-        widths[i] = min(natural[i], max(shrink[i] or 0, low))
+    widths = {i: min(natural[i], max(shrink[i] or 0, low)) for i in group}
     spare = budget - used(low)
-    for i in sorted(flexible, key=lambda i: -natural[i]):  # a column's worth of rounding
+    for i in sorted(group, key=lambda i: -natural[i]):  # a column's worth of rounding
         if spare <= 0:
             break
         if widths[i] < natural[i]:

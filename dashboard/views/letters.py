@@ -22,11 +22,15 @@ from ..rows import (
     OUTCOME_STYLE,
     Row,
     age,
+    clip,
     error_text,
     letter_row,
     millis,
 )
 from .base import TableView
+
+ERROR_WIDTH = 1000
+"""The longest error text kept in the detail pane; the pane's width cuts it (with "…")."""
 
 
 def letter_detail(letter: admin.DeadLetter, at: float) -> RenderableType:
@@ -37,19 +41,26 @@ def letter_detail(letter: admin.DeadLetter, at: float) -> RenderableType:
     head.append(error_text(letter.error, width=200), style="red")
     for earlier in reversed(letter.earlier_errors):  # each replay replaced one, newest first
         head.append(f"\nreplayed {age(at - earlier.at)} ago; it had died with ", style="grey62")
-        head.append(earlier.error[:200], style="red")
-    attempts = Table(box=None, pad_edge=False, expand=False, header_style="bold")
-    for label in ("#", "agent", "outcome", "took", "started", "error"):
-        attempts.add_column(label)
-    for attempt in letter.attempts:
-        attempts.add_row(
-            str(attempt.number), attempt.agent or DASH,
-            Text(attempt.outcome, style=OUTCOME_STYLE.get(attempt.outcome, "red")),
-            millis(attempt.duration_ms), f"{age(at - attempt.started_at)} ago",
-            error_text(attempt.error, width=60) if attempt.error else "",
-        )
+        head.append(clip(earlier.error, 200), style="red")
+    rows: list[tuple[Text, ...]] = [
+        (Text(str(attempt.number)), Text(attempt.agent or DASH),
+         Text(attempt.outcome, style=OUTCOME_STYLE.get(attempt.outcome, "red")),
+         Text(millis(attempt.duration_ms)), Text(f"{age(at - attempt.started_at)} ago"),
+         Text(error_text(attempt.error, width=ERROR_WIDTH) if attempt.error else "",
+              no_wrap=True, overflow="ellipsis"))
+        for attempt in letter.attempts]
     if not letter.attempts:
-        attempts.add_row("", Text("no attempt was made", style="grey50"), "", "", "", "")
+        rows.append((Text(), Text("no attempt was made", style="grey50"), *[Text()] * 4))
+    labels = ("#", "agent", "outcome", "took", "started")
+    attempts = Table(box=None, pad_edge=False, expand=False, header_style="bold")
+    for index, label in enumerate(labels):  # whole: the error column gives way, not these
+        width = max([len(label), *(row[index].cell_len for row in rows)])
+        attempts.add_column(label, no_wrap=True, min_width=width)
+    # As wide as the pane allows, and cut with "…" only past it (a fixed cut lost the end
+    # of an error in a wide pane, without saying so).
+    attempts.add_column("error", overflow="ellipsis")
+    for row in rows:
+        attempts.add_row(*row)
     envelope = json.dumps(letter.envelope, indent=2, sort_keys=True)
     return Group(head, Text(""), Text("attempts", style="bold underline"), attempts, Text(""),
                  Text("envelope", style="bold underline"), Text(envelope, style="grey70"))

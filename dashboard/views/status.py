@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -62,19 +63,33 @@ def summary_of(view: admin.AlertView, at: float) -> str:
                           at - view.since)
 
 
-def status_text(link: Link, url: str, model: Model, note: str) -> Text:
+def status_text(link: Link, url: str, model: Model, note: str,
+                width: int | None = None) -> Text:
+    """The line, most urgent first: the link, the alerts, the outcome of the operator's last
+    command, then the URL and the summary. The line never wraps (app.tcss: a wrapped line
+    lost its end out of sight, mid-message): what does not fit is cut with "…", from the
+    summary's end. Given the ``width`` it has, the summary drops its last parts whole
+    (``· …`` says so) rather than end mid-word."""
     icon, style = LINK_LOOK.get(link.state, ("?", ""))
     text = Text()
     text.append(f"{icon} {link.detail or link.state}", style=style)
     firing = alert_line(model)
     if firing:
         text.append(f"  ⚠ {firing}", style="bold red")
+    if note:
+        text.append(f"  │ {note} │", style="italic")
     text.append(f"  {url}", style="grey50")
     line = summary(model)
-    if line:
-        text.append(f"  {line}")
-    if note:
-        text.append(f"  │ {note}", style="italic")
+    parts = line.split(" · ") if line else []
+
+    def head(keep: int) -> str:
+        return " · ".join(parts[:keep] + (["…"] if keep < len(parts) else []))
+
+    keep = len(parts)
+    while width is not None and keep and text.cell_len + 2 + cell_len(head(keep)) > width:
+        keep -= 1
+    if parts:
+        text.append(f"  {head(keep)}")
     return text
 
 
@@ -100,5 +115,9 @@ class StatusLine(Static):
     def watch_note(self) -> None:
         self._redraw()
 
+    def on_resize(self) -> None:
+        self._redraw()
+
     def _redraw(self) -> None:
-        self.update(status_text(self.link, self.url, self.model, self.note))
+        width = self.content_region.width or None  # 0 before the first layout
+        self.update(status_text(self.link, self.url, self.model, self.note, width))

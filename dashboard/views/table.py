@@ -75,7 +75,8 @@ class LiveTable(DataTable[Text]):
             for index, value in enumerate(row.cells):
                 if value.cell_len > natural[index]:
                     natural[index] = value.cell_len
-        return fit(natural, [column.shrink for column in self.spec], self.room)
+        return fit(natural, [column.shrink for column in self.spec], self.room,
+                   [1 if column.name else 0 for column in self.spec])
 
     def on_resize(self) -> None:
         if self._rows:
