@@ -1,0 +1,270 @@
+"""OpenTelemetry export (docs/otel.md): a finished task reaches a real OTLP/HTTP receiver as a
+span per task and per attempt, in the caller's trace and under the caller's span.
+
+The receiver is an aiohttp server on loopback that decodes each POST /v1/traces body as the
+collector would (``ExportTraceServiceRequest``); the coordinator is stopped to flush, so no
+test waits on the batch processor's schedule.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from reach import TaskError, TaskFailed
+from reach.core.backoff import Backoff
+from reach.testing import Cluster
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE}-{CALLER_SPAN}-01"
+FAST = Backoff(base=0.005, factor=2.0, cap=0.02, jitter=0.0)
+
+
+@dataclass
+class Receiver:
+    """What the OTLP receiver got: every span, with its resource's attributes."""
+
+    url: str
+    spans: list[Span] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    posts: int = 0
+
+    def named(self, name: str) -> list[Span]:
+        return [s for s in self.spans if s.name == name]
+
+
+def _value(v: AnyValue) -> Any:
+    kind = v.WhichOneof("value")
+    return None if kind is None else getattr(v, kind)
+
+
+def attrs(item: Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in item.attributes}
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    got = Receiver("")
+
+    async def traces(request: web.Request) -> web.Response:
+        body = await request.read()
+        if request.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        assert request.content_type == "application/x-protobuf"
+        export = ExportTraceServiceRequest.FromString(body)
+        got.posts += 1
+        for rs in export.resource_spans:
+            got.resources.append(attrs(rs.resource))
+            for ss in rs.scope_spans:
+                got.spans.extend(ss.spans)
+        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    got.url = f"http://127.0.0.1:{port}"
+    try:
+        yield got
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_task_is_a_span_in_the_callers_trace_with_its_attempt(
+        receiver: Receiver) -> None:
+    cluster = await Cluster.start(otel_endpoint=receiver.url, otel_service_name="orders-reach")
+    try:
+        async def lookup(sku: str) -> int:
+            return 7
+
+        await cluster.add_agent("inventory", {"stock.query": lookup}, idempotent=True)
+        client = await cluster.client("planner")
+        handle = await client.submit("stock.query", {"sku": "a-1"}, traceparent=TRACEPARENT)
+        assert await handle.result(5) == 7
+    finally:
+        await cluster.close()  # stopping the coordinator flushes its spans
+
+    assert receiver.posts >= 1
+    assert receiver.resources[0]["service.name"] == "orders-reach"
+    [task] = receiver.named("stock.query")
+    assert task.trace_id.hex() == TRACE  # the caller's trace
+    assert task.parent_span_id.hex() == CALLER_SPAN  # under the caller's span
+    # The task's span id is the parent agents were handed in their traceparent.
+    assert task.span_id.hex() == handle.task_id[:16]
+    assert task.kind == Span.SPAN_KIND_SERVER
+    a = attrs(task)
+    assert a["reach.task_id"] == handle.task_id and a["reach.capability"] == "stock.query"
+    assert a["reach.caller"] == "planner" and a["reach.agent"] == "inventory"
+    assert a["reach.state"] == "succeeded" and a["reach.attempts"] == 1
+    assert "params" not in str(a) and "a-1" not in str(a)  # params never leave
+    assert task.status.code != Status.STATUS_CODE_ERROR
+    [attempt] = receiver.named("stock.query attempt")
+    assert attempt.trace_id.hex() == TRACE and attempt.parent_span_id == task.span_id
+    assert attempt.kind == Span.SPAN_KIND_CLIENT
+    b = attrs(attempt)
+    assert (b["reach.attempt"], b["reach.agent"], b["reach.outcome"]) == (1, "inventory", "ok")
+    # Times are the task's own: the attempt sits inside the task.
+    assert task.start_time_unix_nano <= attempt.start_time_unix_nano
+    assert attempt.end_time_unix_nano <= task.end_time_unix_nano
+    assert task.end_time_unix_nano > task.start_time_unix_nano
+
+
+async def test_a_retried_call_shows_two_attempts_and_the_retry(receiver: Receiver) -> None:
+    cluster = await Cluster.start(otel_endpoint=receiver.url, backoff=FAST)
+    runs = 0
+    try:
+        async def flaky(sku: str) -> int:
+            nonlocal runs
+            runs += 1
+            if runs == 1:
+                raise RuntimeError("pool exhausted")
+            return 7
+
+        await cluster.add_agent("inventory", {"stock.query": flaky}, idempotent=True)
+        client = await cluster.client()
+        assert await client.call("stock.query", {"sku": "a"}, traceparent=TRACEPARENT) == 7
+    finally:
+        await cluster.close()
+
+    [task] = receiver.named("stock.query")
+    assert attrs(task)["reach.attempts"] == 2 and attrs(task)["reach.state"] == "succeeded"
+    attempts = sorted(receiver.named("stock.query attempt"),
+                      key=lambda s: attrs(s)["reach.attempt"])
+    assert [attrs(s)["reach.outcome"] for s in attempts] == ["fault", "ok"]
+    assert all(s.parent_span_id == task.span_id for s in attempts)
+    assert attempts[0].status.code == Status.STATUS_CODE_ERROR
+    assert "pool exhausted" in attempts[0].status.message
+    assert attempts[0].end_time_unix_nano <= attempts[1].start_time_unix_nano
+    [retry] = [e for e in task.events if e.name == "retry"]
+    assert "pool exhausted" in attrs(retry)["reach.reason"]
+    assert attempts[0].end_time_unix_nano <= retry.time_unix_nano \
+        <= attempts[1].start_time_unix_nano
+
+
+async def test_a_failed_task_is_an_error_span(receiver: Receiver) -> None:
+    cluster = await Cluster.start(otel_endpoint=receiver.url)
+    try:
+        async def lookup(sku: str) -> int:
+            raise TaskError(f"unknown sku {sku}")
+
+        await cluster.add_agent("inventory", {"stock.query": lookup})
+        client = await cluster.client()
+        with pytest.raises(TaskFailed):
+            await client.call("stock.query", {"sku": "x"}, traceparent=TRACEPARENT)
+    finally:
+        await cluster.close()
+
+    [task] = receiver.named("stock.query")
+    assert task.status.code == Status.STATUS_CODE_ERROR
+    assert attrs(task)["reach.state"] == "failed"
+    assert attrs(task)["reach.error.code"] == "task_failed"
+    [attempt] = receiver.named("stock.query attempt")
+    assert attrs(attempt)["reach.outcome"] == "answer"
+
+
+async def test_without_a_traceparent_the_span_is_a_root_in_the_tasks_own_trace(
+        receiver: Receiver) -> None:
+    cluster = await Cluster.start(otel_endpoint=receiver.url)
+    try:
+        async def lookup(sku: str) -> int:
+            return 1
+
+        await cluster.add_agent("inventory", {"stock.query": lookup})
+        client = await cluster.client()
+        handle = await client.submit("stock.query", {"sku": "x"})
+        await handle.result(5)
+    finally:
+        await cluster.close()
+
+    [task] = receiver.named("stock.query")
+    assert task.trace_id.hex() == handle.trace_id  # the trace reach.trace() shows
+    assert task.parent_span_id == b""
+
+
+async def test_an_unsampled_caller_is_not_exported(receiver: Receiver) -> None:
+    cluster = await Cluster.start(otel_endpoint=receiver.url)
+    try:
+        async def lookup(sku: str) -> int:
+            return 1
+
+        await cluster.add_agent("inventory", {"stock.query": lookup})
+        client = await cluster.client()
+        await client.call("stock.query", {"sku": "x"}, traceparent=f"00-{TRACE}-{CALLER_SPAN}-00")
+        await client.call("stock.query", {"sku": "y"})
+    finally:
+        await cluster.close()
+
+    assert len(receiver.named("stock.query")) == 1  # only the sampled (default) one
+    assert receiver.named("stock.query")[0].trace_id.hex() != TRACE
+
+
+async def test_two_coordinators_export_apart(receiver: Receiver) -> None:
+    """A TracerProvider per coordinator: nothing global is set, each names its service."""
+    from opentelemetry import trace
+
+    one = await Cluster.start(otel_endpoint=receiver.url, otel_service_name="one")
+    two = await Cluster.start(otel_service_name="two")  # no export
+    try:
+        async def lookup(sku: str) -> int:
+            return 1
+
+        await one.add_agent("a", {"x.get": lookup})
+        await two.add_agent("b", {"y.get": lookup})
+        await (await one.client()).call("x.get", {"sku": "1"})
+        await (await two.client()).call("y.get", {"sku": "1"})
+    finally:
+        await one.close()
+        await two.close()
+    assert sorted(s.name for s in receiver.spans) == ["x.get", "x.get attempt"]
+    assert {r["service.name"] for r in receiver.resources} == {"one"}
+    assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"  # never set
+
+
+def test_an_endpoint_that_is_not_http_is_refused_by_name() -> None:
+    from reach.config import Settings
+    with pytest.raises(ValueError, match="otel_endpoint 'collector:4317'"):
+        Settings(otel_endpoint="collector:4317")
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_off_imports_nothing_and_on_without_the_sdk_names_the_extra() -> None:
+    done = _run("import asyncio, sys\n"
+                "from reach import Reach\n"
+                "async def main():\n"
+                "    async with Reach.start():\n"
+                "        pass\n"
+                "asyncio.run(main())\n"
+                "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+                "sys.modules['opentelemetry'] = None  # as if not installed\n"
+                "try:\n"
+                "    Reach.start(otel_endpoint='http://127.0.0.1:4318')\n"
+                "except ImportError as exc:\n"
+                "    print(exc)\n")
+    assert done.returncode == 0, done.stderr
+    off, missing = done.stdout.strip().splitlines()
+    assert off == "[]"  # off: nothing of OpenTelemetry was imported
+    assert "pip install 'agent-reach[otel]'" in missing
