@@ -268,3 +268,46 @@ def test_off_imports_nothing_and_on_without_the_sdk_names_the_extra() -> None:
     off, missing = done.stdout.strip().splitlines()
     assert off == "[]"  # off: nothing of OpenTelemetry was imported
     assert "pip install 'agent-reach[otel]'" in missing
+
+
+@pytest.fixture
+def service_name(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Set before ``spawn`` copies the environment for its processes."""
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "team-reach")
+    return "team-reach"
+
+
+async def test_reach_serve_exports_with_otel_endpoint(receiver: Receiver, service_name: str,
+                                                      spawn: Any) -> None:
+    """``reach serve --otel-endpoint URL`` (service name from OTEL_SERVICE_NAME): a call's
+    spans reach the receiver by the time Ctrl-C has drained the coordinator."""
+    import asyncio
+    import signal
+
+    from reach import Agent, Client
+    from tests.subprocs import free_port
+
+    port = free_port()
+    proc = spawn("serve", "-m", "reach.cli", "serve", "--port", port, "--no-http",
+                 "--store", "sqlite://", "--heartbeat-interval", "0.05",
+                 "--otel-endpoint", receiver.url)
+    await proc.wait_for("listening on")
+    url = f"ws://127.0.0.1:{port}"
+    agent = Agent("inventory", reconnect_base=0.02)
+
+    @agent.capability("stock.query")
+    async def lookup(sku: str) -> int:
+        return 3
+
+    await agent.connect(url)
+    try:
+        async with Client.connect(url, caller="shell") as client:
+            assert await client.call("stock.query", {"sku": "a"}, traceparent=TRACEPARENT) == 3
+    finally:
+        await agent.close(drain=0.5)
+    proc.send(signal.SIGINT)
+    assert await asyncio.to_thread(proc.popen.wait, 20) == 0, proc.output()
+    [task] = receiver.named("stock.query")
+    assert task.trace_id.hex() == TRACE and task.parent_span_id.hex() == CALLER_SPAN
+    assert attrs(task)["reach.caller"] == "shell"
+    assert receiver.resources[0]["service.name"] == service_name
