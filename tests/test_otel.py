@@ -41,6 +41,7 @@ class Receiver:
 
     url: str
     spans: list[Span] = field(default_factory=list)
+    agent_headers: list[dict[str, str]] = field(default_factory=list)  # POSTs to /work
     resources: list[dict[str, Any]] = field(default_factory=list)
     posts: int = 0
 
@@ -75,8 +76,13 @@ async def receiver() -> AsyncIterator[Receiver]:
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type="application/x-protobuf")
 
+    async def work(request: web.Request) -> web.Response:  # an HTTP agent, on the same port
+        got.agent_headers.append(dict(request.headers))
+        return web.json_response({"ok": True})
+
     app = web.Application()
     app.router.add_post("/v1/traces", traces)
+    app.router.add_post("/work", work)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -126,6 +132,31 @@ async def test_a_task_is_a_span_in_the_callers_trace_with_its_attempt(
     assert task.start_time_unix_nano <= attempt.start_time_unix_nano
     assert attempt.end_time_unix_nano <= task.end_time_unix_nano
     assert task.end_time_unix_nano > task.start_time_unix_nano
+
+
+async def test_an_http_agent_gets_the_task_span_as_its_parent(receiver: Receiver) -> None:
+    """Adapters propagate the context: the traceparent an HttpAgent's service receives names
+    the caller's trace and, as parent, the exported task span, so the service's own spans
+    hang under it."""
+    from reach.adapters.http import HttpAgent
+
+    cluster = await Cluster.start(otel_endpoint=receiver.url)
+    try:
+        await cluster.reach.attach(HttpAgent("legacy", receiver.url, {
+            "orders.write": {"path": "/work", "latency_ms": 500}}))
+        client = await cluster.client()
+        assert await client.call("orders.write", {"n": 1}, traceparent=TRACEPARENT) == {
+            "ok": True}
+    finally:
+        await cluster.close()
+
+    [task] = receiver.named("orders.write")
+    [headers] = receiver.agent_headers
+    version, trace_id, parent, flags = headers["traceparent"].split("-")
+    assert (trace_id, parent, flags) == (TRACE, task.span_id.hex(), "01")
+    assert task.parent_span_id.hex() == CALLER_SPAN
+    [attempt] = receiver.named("orders.write attempt")
+    assert attrs(attempt)["reach.agent"] == "legacy"
 
 
 async def test_a_retried_call_shows_two_attempts_and_the_retry(receiver: Receiver) -> None:

@@ -1,0 +1,131 @@
+"""A finished task as spans (reach/core/spans.py), with plain calls: where the task span sits
+in the trace, one span per attempt, and the fail-over, hedge, replay and retry moments."""
+
+from __future__ import annotations
+
+from reach.core.spans import TEXT_MAX, task_spans
+from reach.core.tasks import Attempt, Envelope, TaskState, new_task
+from reach.core.traces import child_traceparent, span_id_of
+
+S = TaskState
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TASK = "ab" * 16
+CALLER = f"00-{TRACE}-00f067aa0ba902b7-01"
+
+
+def envelope(**kw: object) -> Envelope:
+    base: dict[str, object] = dict(task_id=TASK, trace_id=TRACE, capability="stock.query",
+                                   params={"sku": "secret"}, caller="planner",
+                                   idempotency_key="k", created_at=10.0)
+    base.update(kw)
+    env = Envelope(**base)  # type: ignore[arg-type]
+    if env.traceparent is None and "traceparent" not in kw:
+        env.traceparent = child_traceparent(env.trace_id, env.task_id, CALLER)
+        env.parent_span = span_id_of(CALLER)
+    return env
+
+
+def attempt(n: int, agent: str, start: float, end: float | None, outcome: str,
+            error: str | None = None) -> Attempt:
+    return Attempt(number=n, agent_id=f"id-{agent}", agent=agent, started_at=start,
+                   ended_at=end, outcome=outcome, error=error)
+
+
+def test_a_simple_call_sits_under_the_caller_with_the_id_agents_were_given() -> None:
+    task = new_task(envelope(), 10.0)
+    task.attempts.append(attempt(1, "inv", 10.1, 10.3, "ok"))
+    task.move(S.DISPATCHED, 10.1, "attempt 1 to inv")
+    task.move(S.RUNNING, 10.15, "acknowledged")
+    task.move(S.SUCCEEDED, 10.3)
+    spans = task_spans(task)
+    assert (spans.trace_id, spans.parent_span_id, spans.span_id) == (
+        TRACE, "00f067aa0ba902b7", TASK[:16])
+    assert spans.sampled
+    assert (spans.task.start, spans.task.end, spans.task.error) == (10.0, 10.3, None)
+    assert spans.task.attributes["reach.agent"] == "inv"
+    assert "secret" not in repr(spans)  # params are never put on a span
+    [one] = spans.attempts
+    assert (one.start, one.end, one.error) == (10.1, 10.3, None)
+    assert spans.task.events == ()
+
+
+def test_an_immediate_fail_over_and_a_hedge_are_events() -> None:
+    task = new_task(envelope(), 10.0)
+    task.attempts += [attempt(1, "a", 10.1, 10.2, "undelivered", "never acknowledged"),
+                      attempt(2, "b", 10.2, 10.6, "cancelled", "hedge lost"),
+                      attempt(3, "c", 10.4, 10.5, "ok")]
+    task.move(S.DISPATCHED, 10.1)
+    task.move(S.DISPATCHED, 10.2)  # a's attempt had ended: a fail-over
+    task.move(S.RUNNING, 10.25)
+    task.move(S.DISPATCHED, 10.4)  # b still running: a hedge
+    task.move(S.SUCCEEDED, 10.5)
+    spans = task_spans(task)
+    failover, hedge = spans.task.events
+    assert failover.name == "failover" and failover.at == 10.2
+    assert failover.attributes == {"reach.attempt": 2, "reach.agent": "b",
+                                   "reach.from_agent": "a",
+                                   "reach.reason": "undelivered: never acknowledged"}
+    assert hedge.name == "hedge" and hedge.attributes["reach.agent"] == "c"
+    assert spans.task.attributes["reach.agent"] == "c"  # the one that answered
+    assert [a.error for a in spans.attempts] == [
+        "undelivered: never acknowledged", None, None]  # a lost hedge is no error
+
+
+def test_a_retry_is_an_event_with_its_reason_and_a_dead_task_an_error() -> None:
+    task = new_task(envelope(), 10.0)
+    task.attempts += [attempt(1, "a", 10.1, 10.2, "fault", "boom " * 100)]
+    task.move(S.DISPATCHED, 10.1)
+    task.move(S.RETRYING, 10.2, "retry 1 in 5 ms: fault: boom")
+    task.move(S.DEAD, 10.3)
+    task.error = {"code": "unavailable", "message": "no agent"}
+    spans = task_spans(task)
+    [retry] = spans.task.events
+    assert (retry.name, retry.at, retry.attributes["reach.attempt"]) == ("retry", 10.2, 1)
+    assert spans.task.error == "unavailable: no agent"
+    assert spans.task.attributes["reach.error.code"] == "unavailable"
+    error = spans.attempts[0].error or ""
+    assert len(error) == TEXT_MAX and error.endswith("…")
+
+
+def test_a_replay_is_a_new_span_of_its_own_life() -> None:
+    task = new_task(envelope(), 10.0)
+    task.attempts.append(attempt(1, "a", 10.1, 10.2, "fault", "down"))
+    task.move(S.DISPATCHED, 10.1)
+    task.move(S.DEAD, 10.2)
+    task.move(S.PENDING, 50.0, "replayed (was fault: down)")
+    task.attempts.append(attempt(2, "a", 50.1, 50.2, "ok"))
+    task.move(S.DISPATCHED, 50.1)
+    task.move(S.SUCCEEDED, 50.2)
+    spans = task_spans(task)
+    assert spans.span_id is None  # the first life's span already has the task's id
+    assert (spans.task.start, spans.task.end) == (50.0, 50.2)
+    assert [a.attributes["reach.attempt"] for a in spans.attempts] == [2]
+    assert spans.task.attributes["reach.replayed"] is True
+    assert spans.task.attributes["reach.attempts"] == 1
+    [replayed] = spans.task.events
+    assert replayed.name == "replayed" and "was fault" in str(replayed.attributes)
+
+
+def test_an_unfinished_attempt_ends_with_the_task() -> None:
+    task = new_task(envelope(), 10.0)
+    task.attempts.append(attempt(1, "a", 10.1, None, "running"))
+    task.move(S.DISPATCHED, 10.1)
+    task.move(S.FAILED, 10.4)
+    [one] = task_spans(task).attempts
+    assert one.end == 10.4 and one.error is None
+
+
+def test_where_the_span_sits_without_a_w3c_caller() -> None:
+    own = task_spans(new_task(envelope(trace_id="my-trace", traceparent=None), 1.0))
+    assert own.trace_id is None and own.parent_span_id is None
+    assert own.task.attributes["reach.trace_id"] == "my-trace"
+    child = task_spans(new_task(envelope(parent_task_id="cd" * 16, traceparent=None), 1.0))
+    assert child.parent_span_id == "cd" * 8  # the parent task's span
+    unsampled = envelope(traceparent=f"00-{TRACE}-{TASK[:16]}-00")
+    assert not task_spans(new_task(unsampled, 1.0)).sampled
+
+
+def test_span_id_of_reads_the_callers_span() -> None:
+    assert span_id_of(CALLER) == "00f067aa0ba902b7"
+    assert span_id_of(f"00-{TRACE}-{'0' * 16}-01") is None
+    assert span_id_of("not a traceparent") is None and span_id_of(None) is None
