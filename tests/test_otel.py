@@ -342,3 +342,40 @@ async def test_reach_serve_exports_with_otel_endpoint(receiver: Receiver, servic
     assert task.trace_id.hex() == TRACE and task.parent_span_id.hex() == CALLER_SPAN
     assert attrs(task)["reach.caller"] == "shell"
     assert receiver.resources[0]["service.name"] == service_name
+
+
+async def test_a_collector_that_hangs_does_not_hold_the_stop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A receiver that accepts and never answers: ``stop`` gives up on the flush after
+    FLUSH_TIMEOUT (2 s) with a warning, instead of the exporter's timeout and retries."""
+    import asyncio
+    import time
+
+    from reach.server.otel_sdk import FLUSH_TIMEOUT
+
+    held: list[asyncio.StreamWriter] = []
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        cluster = await Cluster.start(otel_endpoint=f"http://127.0.0.1:{port}")
+        try:
+            async def lookup(sku: str) -> int:
+                return 1
+
+            await cluster.add_agent("inventory", {"stock.query": lookup})
+            await (await cluster.client()).call("stock.query", {"sku": "x"})
+        finally:
+            started = time.monotonic()
+            await cluster.close()
+            took = time.monotonic() - started
+        assert took < FLUSH_TIMEOUT + 1.5  # the exporter alone would wait 5 s and retry
+        assert "spans not all sent" in caplog.text
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()

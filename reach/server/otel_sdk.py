@@ -8,12 +8,17 @@ with its own OpenTelemetry set-up) do not see each other's spans. A task's termi
 recorded (reach.core.spans), not when they are built. The SDK's ``BatchSpanProcessor`` queues
 ended spans and exports them from its own thread: nothing waits for the collector on the
 event loop, and a collector that is down costs dropped spans (the SDK logs them), not calls.
-``stop`` flushes what is queued, in a worker thread, bounded by the exporter's timeout.
+``stop`` flushes what is queued from a daemon thread and waits for it at most
+``FLUSH_TIMEOUT``: a collector that is down must not hold a stopping coordinator (Ctrl-C)
+for the exporter's retries; what is not sent by then is dropped, with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import threading
 from collections.abc import Callable
 
 from opentelemetry import trace
@@ -38,7 +43,9 @@ from reach.core.spans import SpanRecord, TaskSpans, task_spans
 from reach.core.tasks import TERMINAL, Task
 from reach.gateway.events import TASK, Event, EventBus
 
-EXPORT_TIMEOUT = 5.0  # seconds one export may take (and so a flush at stop, per batch)
+EXPORT_TIMEOUT = 5.0  # seconds one export may take, its retries included
+FLUSH_TIMEOUT = 2.0  # seconds ``stop`` waits for the last spans to be sent
+log = logging.getLogger("reach.otel")
 _STATES = frozenset(s.value for s in TERMINAL)
 
 
@@ -100,15 +107,37 @@ class SpanExport:
         self._unlisten = self.events.listen(self._on_event)
 
     async def stop(self) -> None:
-        """Stop following events, build what is queued, and flush every span to the
-        collector (in a thread: the loop keeps running while it posts)."""
+        """Stop following events, build what is queued, and flush the spans to the collector
+        (from a thread, so the loop runs on while it posts; see the module docstring)."""
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
         self._build()
         provider, self._provider = self._provider, None
-        if provider is not None:
-            await asyncio.to_thread(provider.shutdown)
+        if provider is None:
+            return
+        loop = asyncio.get_running_loop()
+        flushed: asyncio.Future[None] = loop.create_future()
+
+        def done() -> None:
+            if not flushed.done():
+                flushed.set_result(None)
+
+        def shutdown() -> None:
+            try:
+                provider.shutdown()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(done)
+
+        # A daemon thread, not the loop's executor: asyncio.run waits for those at exit.
+        threading.Thread(target=shutdown, name="reach-otel-flush", daemon=True).start()
+        try:
+            async with asyncio.timeout(FLUSH_TIMEOUT):
+                await flushed
+        except TimeoutError:
+            log.warning("spans not all sent to %s within %.0f s (is the collector up?); "
+                        "the rest are dropped", self.url, FLUSH_TIMEOUT)
 
     # ------------------------------------------------------------ events to spans
 
