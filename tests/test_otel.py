@@ -27,7 +27,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from reach import TaskError, TaskFailed
 from reach.core.backoff import Backoff
-from reach.testing import Cluster
+from reach.testing import Cluster, wait_until
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -268,6 +268,70 @@ async def test_two_coordinators_export_apart(receiver: Receiver) -> None:
     assert sorted(s.name for s in receiver.spans) == ["x.get", "x.get attempt"]
     assert {r["service.name"] for r in receiver.resources} == {"one"}
     assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"  # never set
+
+
+async def test_a_start_that_fails_leaves_no_exporter_and_a_stray_event_no_span(
+        receiver: Receiver, tmp_path: Any) -> None:
+    import threading
+
+    from reach import Reach
+
+    before = set(threading.enumerate())
+    with pytest.raises(OSError):  # the audit log cannot be opened: fails before the exporter
+        await Reach.start(otel_endpoint=receiver.url, audit_log=str(tmp_path / "no" / "a.log"))
+    assert [t.name for t in set(threading.enumerate()) - before
+            if not t.name.startswith("asyncio_")] == []  # the batch processor's is not made
+    async with Reach.start(otel_endpoint=receiver.url) as reach:
+        reach.events.publish("task", {"task_id": "f" * 32, "state": "succeeded"})  # unknown
+    assert receiver.spans == []
+
+
+async def test_a_replayed_dead_letter_is_a_second_span_in_the_same_trace(
+        receiver: Receiver) -> None:
+    cluster = await Cluster.start(otel_endpoint=receiver.url)
+    fixed = False
+    try:
+        async def write(order: str) -> str:
+            if not fixed:
+                raise RuntimeError("bad SQL deploy")
+            return "written"
+
+        await cluster.add_agent("orders", {"order.write": write}, scope="write")
+        client = await cluster.client()
+        handle = await client.submit("order.write", {"order": "o-1"}, traceparent=TRACEPARENT)
+        with pytest.raises(TaskFailed):
+            await handle.result(5)
+        fixed = True
+        await cluster.reach.replay(handle.task_id)
+        await wait_until(lambda: not cluster.reach.dead_letters())  # left once it succeeded
+        # a caller-chosen trace id that is not W3C-shaped: a fresh trace, the id kept
+        await client.call("order.write", {"order": "o-2"}, trace_id="my-own-trace")
+    finally:
+        await cluster.close()
+
+    dead, replayed, own = sorted(receiver.named("order.write"),
+                                 key=lambda s: s.start_time_unix_nano)
+    assert attrs(dead)["reach.state"] == "dead" and dead.status.code == Status.STATUS_CODE_ERROR
+    assert dead.span_id.hex() == handle.task_id[:16]
+    assert attrs(replayed)["reach.state"] == "succeeded" and attrs(replayed)["reach.replayed"]
+    assert replayed.span_id != dead.span_id and replayed.trace_id == dead.trace_id
+    assert replayed.parent_span_id.hex() == CALLER_SPAN
+    assert [e.name for e in replayed.events] == ["replayed"]
+    assert replayed.start_time_unix_nano >= dead.end_time_unix_nano
+    assert attrs(own)["reach.trace_id"] == "my-own-trace" and own.parent_span_id == b""
+
+
+def test_an_import_error_of_reach_itself_is_not_blamed_on_the_extra(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.gateway.events import EventBus
+    from reach.server import otel
+    from reach.testing import ManualClock
+
+    monkeypatch.setitem(sys.modules, "reach.server.otel_sdk", None)
+    with pytest.raises(ImportError) as err:
+        otel.span_export(EventBus(ManualClock()), lambda _id: None, "http://127.0.0.1:1", "r",
+                         "n")
+    assert "agent-reach[otel]" not in str(err.value)
 
 
 def test_an_endpoint_that_is_not_http_is_refused_by_name() -> None:

@@ -30,7 +30,7 @@ def traces_url(endpoint: str) -> str:
 
 
 def span_export(events: EventBus, find: Callable[[str], Task | None], endpoint: str,
-                service_name: str, node_id: str | None = None) -> SpanExport:
+                service_name: str, node_id: str) -> SpanExport:
     """The exporter for one coordinator (not started: ``await export.start()``).
     Raises ImportError naming the extra when the SDK is not installed."""
     try:

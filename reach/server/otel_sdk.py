@@ -78,7 +78,7 @@ class SpanExport:
     """One coordinator's span export; see the module docstring."""
 
     def __init__(self, events: EventBus, find: Callable[[str], Task | None], url: str,
-                 service_name: str, node_id: str | None = None,
+                 service_name: str, node_id: str,
                  exporter: SpanExporter | None = None) -> None:
         self.events = events
         self.find = find
@@ -94,10 +94,8 @@ class SpanExport:
 
     async def start(self) -> None:
         """Make the provider (its batch processor starts a thread) and follow task events."""
-        attributes: dict[str, str] = {"service.name": self.service_name,
-                                      "service.version": __version__}
-        if self.node_id:
-            attributes["service.instance.id"] = self.node_id
+        attributes = {"service.name": self.service_name, "service.version": __version__,
+                      "service.instance.id": self.node_id}
         self._provider = TracerProvider(resource=Resource.create(attributes),
                                         id_generator=self._ids, sampler=ParentBased(ALWAYS_ON))
         exporter = self._exporter or OTLPSpanExporter(endpoint=self.url,
@@ -120,7 +118,7 @@ class SpanExport:
         flushed: asyncio.Future[None] = loop.create_future()
 
         def done() -> None:
-            if not flushed.done():
+            with contextlib.suppress(asyncio.InvalidStateError):  # cancelled: given up on
                 flushed.set_result(None)
 
         def shutdown() -> None:

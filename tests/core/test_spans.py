@@ -129,3 +129,22 @@ def test_span_id_of_reads_the_callers_span() -> None:
     assert span_id_of(CALLER) == "00f067aa0ba902b7"
     assert span_id_of(f"00-{TRACE}-{'0' * 16}-01") is None
     assert span_id_of("not a traceparent") is None and span_id_of(None) is None
+
+
+def test_queued_and_fallback_moments_and_the_agent_instance() -> None:
+    task = new_task(envelope(), 10.0)
+    task.move(S.QUEUED, 10.05, "waiting for a free slot")
+    one = attempt(1, "a", 10.1, 10.2, "timeout", "no result in 0.1 s")
+    one.instance = "a-pod-3"
+    task.attempts.append(one)
+    task.move(S.DISPATCHED, 10.1)
+    task.fallback = {"kind": "last_good", "reason": "timeout"}
+    task.move(S.SUCCEEDED, 10.3, "fallback: last_good (timeout)")
+    spans = task_spans(task)
+    queued, fallback = spans.task.events
+    assert (queued.name, queued.at, queued.attributes) == (
+        "queued", 10.05, {"reach.reason": "waiting for a free slot"})
+    assert fallback.name == "fallback" and fallback.attributes == {
+        "reach.reason": "timeout", "reach.fallback": "last_good"}
+    assert spans.task.attributes["reach.fallback"] == "last_good"
+    assert spans.attempts[0].attributes["reach.instance"] == "a-pod-3"
