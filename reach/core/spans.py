@@ -72,18 +72,16 @@ def _cut(text: str) -> str:
 
 def _life(task: Task) -> int:
     """Index in the history where the task's last life began (a replay starts a new one)."""
-    for i in range(len(task.history) - 1, 0, -1):
-        if task.history[i][0] == S.PENDING:
-            return i
-    return 0
+    return max(i for i, entry in enumerate(task.history) if entry[0] == S.PENDING)
 
 
 def task_spans(task: Task) -> TaskSpans:
     """The spans of ``task``, which has reached a final state (see the module docstring)."""
     env = task.envelope
     first = _life(task)
-    begun = task.history[first][1] if task.history else env.created_at
-    ended = task.history[-1][1] if task.history else task.updated_at
+    begun = task.history[first][1] if first else env.created_at
+    ended = task.updated_at  # when it reached its final state
+    # (A first life keeps every attempt, also one another node's clock stamped earlier.)
     attempts = [a for a in task.attempts if a.started_at >= begun] if first else task.attempts
     trace_id = env.trace_id.lower() if _HEX32.match(env.trace_id.lower()) else None
     parent = env.parent_span
@@ -115,7 +113,7 @@ def task_spans(task: Task) -> TaskSpans:
     if task.fallback is not None:
         attrs["reach.fallback"] = str(task.fallback.get("kind", ""))
     record = SpanRecord(env.capability, begun, max(ended, begun), attrs, error,
-                        tuple(_events(task, first, attempts)))
+                        tuple(_events(task, first, attempts, ended)))
     return TaskSpans(trace_id, env.task_id[:16] if first == 0 and _HEX32.match(env.task_id)
                      else None, parent, sampled, record,
                      tuple(_attempt(task, a, ended) for a in attempts))
@@ -137,26 +135,25 @@ def _attempt(task: Task, a: Attempt, ended: float) -> SpanRecord:
                       max(end, a.started_at), attrs, error)
 
 
-def _events(task: Task, first: int, tried: list[Attempt]) -> list[SpanEvent]:
+def _events(task: Task, first: int, tried: list[Attempt], ended: float) -> list[SpanEvent]:
     """Queued, retry, fail-over, hedge, replayed and fallback moments of the task's last life."""
     out: list[SpanEvent] = []
     if first:
         out.append(SpanEvent("replayed", task.history[first][1],
                              {"reach.reason": _cut(task.history[first][2])}))
     before = ""
-    n = 0
+    n = 0  # attempts of this life dispatched so far
     for state, at, note in task.history[first + 1:]:
         if state == S.QUEUED:
             out.append(SpanEvent("queued", at, {"reach.reason": _cut(note)}))
-        elif state == S.RETRYING:
+        elif state == S.RETRYING:  # after attempt n failed (0: none could be sent)
             out.append(SpanEvent("retry", at, {"reach.reason": _cut(note),
-                                               "reach.attempt": n}))
+                                               "reach.attempt": tried[n - 1].number if n else 0}))
         elif state == S.DISPATCHED:
             n += 1
-            now = tried[n - 1] if n <= len(tried) else None
-            prev = tried[n - 2] if 2 <= n <= len(tried) + 1 else None
-            if before in (S.DISPATCHED, S.RUNNING) and prev is not None and now is not None:
-                attrs: dict[str, Value] = {"reach.attempt": n, "reach.agent": now.agent,
+            if before in (S.DISPATCHED, S.RUNNING) and 2 <= n <= len(tried):
+                prev, now = tried[n - 2], tried[n - 1]
+                attrs: dict[str, Value] = {"reach.attempt": now.number, "reach.agent": now.agent,
                                            "reach.from_agent": prev.agent}
                 if prev.ended_at is not None and prev.ended_at <= at:
                     # The previous attempt ended and this one went straight out: a fail-over.
@@ -167,7 +164,7 @@ def _events(task: Task, first: int, tried: list[Attempt]) -> list[SpanEvent]:
                     out.append(SpanEvent("hedge", at, attrs))
         before = state
     if task.fallback is not None:
-        out.append(SpanEvent("fallback", task.history[-1][1] if task.history else task.updated_at,
+        out.append(SpanEvent("fallback", ended,
                              {"reach.reason": _cut(str(task.fallback.get("reason", ""))),
                               "reach.fallback": str(task.fallback.get("kind", ""))}))
     return out

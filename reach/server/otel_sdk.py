@@ -153,7 +153,10 @@ class SpanExport:
     def _build(self) -> None:
         pending, self._pending = self._pending, []
         for task in pending:
-            self.export(task_spans(task))
+            try:
+                self.export(task_spans(task))
+            except Exception:  # a bug here must cost spans, never the coordinator's stop
+                log.exception("task %s: its spans were not exported", task.task_id)
 
     def export(self, spans: TaskSpans) -> None:
         """Hand one task's spans to the SDK (they are exported in the background)."""
