@@ -443,3 +443,15 @@ async def test_a_collector_that_hangs_does_not_hold_the_stop(
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+def test_reach_serve_without_the_extra_is_one_line_and_exit_2() -> None:
+    done = _run("import sys\n"
+                "sys.modules['opentelemetry'] = None  # as if not installed\n"
+                "from reach.cli import main\n"
+                "sys.exit(main(['serve', '--port', '0', '--no-http', '--store', 'sqlite://',\n"
+                "               '--otel-endpoint', 'http://127.0.0.1:4318']))\n")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "reach: otel_endpoint is set but the OpenTelemetry SDK is not installed "
+        "(opentelemetry is missing): pip install 'agent-reach[otel]'"]
