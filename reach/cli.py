@@ -120,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="a TOML file of alert rules and the webhooks they page (dead "
                             "letters, open breakers, slow capabilities, capabilities without "
                             "an agent); see docs/alerts.md")
+    serve.add_argument("--otel-endpoint", metavar="URL",
+                       default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None,
+                       help="export a span per task and per attempt to this OTLP/HTTP "
+                            "receiver, like http://127.0.0.1:4318 (default: "
+                            "$OTEL_EXPORTER_OTLP_ENDPOINT; service name $OTEL_SERVICE_NAME or "
+                            "reach); pip install 'agent-reach[otel]'; see docs/otel.md")
     serve.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     peers = serve.add_argument_group(
         "peer links", "Several coordinators behave as one Reach: each mirrors the agents the "
@@ -203,6 +209,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             serves=_rules(args.serves_file, list), insecure=args.insecure,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
+            otel_endpoint=args.otel_endpoint,
+            otel_service_name=os.environ.get("OTEL_SERVICE_NAME") or "reach",
             cluster=args.cluster, lease_s=args.lease, **_peering(args))
 
 
@@ -351,6 +359,8 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
         reach = await Reach.start(settings)
     except OSError as exc:  # the port was taken since _free looked, or the address is not ours
         raise StartFailed(f"cannot start the coordinator: {exc}") from None
+    except ImportError as exc:  # --otel-endpoint without the extra: the message names it
+        raise StartFailed(str(exc)) from None
     try:
         for adapter in adapters:
             view = await reach.attach(adapter)

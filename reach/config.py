@@ -8,6 +8,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
+from urllib.parse import urlsplit
 
 from reach.alert_rules import AlertConfig
 from reach.core.backoff import Backoff
@@ -101,6 +102,11 @@ class Settings:
     # observation
     json_logs: bool = False  # one JSON line per task transition and admin action (logger reach)
     recent_traces: int = 200  # traces in the admin feed's snapshot
+    # OpenTelemetry (docs/otel.md, pip install 'agent-reach[otel]'): an OTLP/HTTP receiver's
+    # URL (http://collector:4318); each finished task is exported there as a span with one
+    # child per attempt. None: no export, nothing of OpenTelemetry imported
+    otel_endpoint: str | None = None
+    otel_service_name: str = "reach"  # the spans' service.name
     # the audit log (docs/security.md): one JSON line per call decision, task end and admin
     # action, appended to this file ("-": only to the logger reach.audit); None: none kept
     audit_log: str | None = None
@@ -139,6 +145,12 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         self._check_store()
+        if self.otel_endpoint is not None:
+            parts = urlsplit(self.otel_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"otel_endpoint {self.otel_endpoint!r}: give an OTLP/HTTP receiver's URL, "
+                    f"like http://127.0.0.1:4318 (the collector's HTTP port, not gRPC's 4317)")
         if self.tokens is None and not self.insecure and not loopback(self.host):
             raise ValueError(
                 f"refusing to bind {self.host!r} without tokens: anyone who can reach it could "

@@ -40,6 +40,7 @@ from reach.membership import ClusterNode
 from reach.ops import Ops
 from reach.ports import Clock
 from reach.sdk.opening import Opening
+from reach.server import otel
 from reach.server.alerting import Alerting
 from reach.server.audit import AuditWriter
 from reach.server.channel import Channel
@@ -94,6 +95,9 @@ class Reach:
         if s.json_logs:
             self.events.listen(log_json)
         self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)
+        # OpenTelemetry export (docs/otel.md): the SDK is imported only when it is configured.
+        self.otel = None if s.otel_endpoint is None else otel.span_export(
+            self.events, self.gateway.find, s.otel_endpoint, s.otel_service_name, self.node.node_id)
         if self.audit is not None:
             self.gateway.audit = Audit(self.clock, self.audit.put, self.registry,
                                        include_params=s.audit_params)
@@ -142,6 +146,8 @@ class Reach:
             if self.front is not None:
                 await self.front.stop()
             await self.store.close()
+            if self.otel is not None:
+                await self.otel.stop()
             if self.audit is not None:
                 await self.audit.stop()
             raise
@@ -150,6 +156,8 @@ class Reach:
         s = self.settings
         if self.audit is not None:  # first: a path that cannot be opened fails the start
             await self.audit.start()
+        if self.otel is not None:  # before resumed tasks can finish
+            await self.otel.start()
         await self.store.open()
         await self.identities.load()
         for name, caps in (await self.store.declared()).items():
@@ -226,6 +234,8 @@ class Reach:
         if self.front is not None:
             await self.front.stop()
         await self.store.close()
+        if self.otel is not None:  # after the drain: the drained tasks' spans are flushed too
+            await self.otel.stop()
         if self.audit is not None:  # last: every task's end is recorded before it closes
             await self.audit.stop()
 

@@ -121,6 +121,10 @@ class Envelope:
     # chosen at submit) or False (a fallback's own task: none, ever). Not stored: a resumed
     # task falls back as its capability declares.
     fallback: Any = None
+    # The caller's span: the parent id of the traceparent it gave (``traceparent`` above is
+    # the one agents get, naming this task). An exported task span's parent (reach.server.otel);
+    # not stored: a resumed task's span has the trace but no parent span.
+    parent_span: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -34,6 +34,15 @@ def trace_id_of(traceparent: str | None) -> str | None:
     return m.group(2)
 
 
+def span_id_of(traceparent: str | None) -> str | None:
+    """The parent span id inside a W3C ``traceparent`` (the caller's span), or None if the
+    header is not a valid one or names no span (all zeros)."""
+    if trace_id_of(traceparent) is None:
+        return None
+    span = (traceparent or "").strip().lower()[36:52]
+    return None if span == "0" * 16 else span
+
+
 def child_traceparent(trace_id: str, task_id: str, given: str | None) -> str | None:
     """The ``traceparent`` an agent receives for a task: the trace, with the task as the
     parent span (its id's first 16 hex digits), keeping the caller's sampling flags.

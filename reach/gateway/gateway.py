@@ -211,6 +211,7 @@ class Gateway:
             created_at=now, parent_task_id=req.parent_task_id,
             traceparent=traces.child_traceparent(trace_id, task_id, req.traceparent),
             hedge=req.hedge, tags=tags, fallback=False if req.fallback is FOLLOWED else plan,
+            parent_span=traces.span_id_of(req.traceparent) if req.traceparent else None,
         )
         task = new_task(env, now)
         self.book.track(task)
