@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from reach.core import counts
 from reach.core.tasks import SubmitRequest, Task, TaskState
 from reach.core.trust import may_read
 from reach.errors import (
@@ -29,13 +28,12 @@ from reach.errors import (
     ProtocolError,
     ReachError,
     ReachTimeout,
-    Rejected,
     Unavailable,
 )
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
-from reach.server.front_guard import Gate
+from reach.server.front_edge import Edge
 from reach.server.front_models import (
     CallQuery,
     CallResult,
@@ -46,15 +44,13 @@ from reach.server.front_models import (
     WaitQuery,
 )
 from reach.server.front_openapi import document
-from reach.server.front_problems import HttpProblem, identify, loads, problem, refusal
+from reach.server.front_problems import HttpProblem, identify, loads, problem
 from reach.server.front_views import capabilities, health
 from reach.server.services import Services
 
 log = logging.getLogger("reach.front")
 JSON = "application/json"
 GRACE = 1.0  # seconds past a call's own timeout the front door waits for the gateway's answer
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-HOLDER = web.RequestKey("reach.holder", str)  # the caller whose request slot this request holds
 
 
 def _json(model: BaseModel, status: int = 200, headers: dict[str, str] | None = None
@@ -83,11 +79,10 @@ class FrontDoor:
         self.chunks = front_sse.Chunks(s.max_frame_bytes, s.max_outbox_bytes)
         self.spec = document()
         self._spec_bytes = to_json(self.spec)
-        self.inflight = 0  # requests being answered (bounded by max_connections)
-        self.holding: dict[str, int] = {}  # caller → its requests being answered (its share)
-        self.gate = Gate(s)  # connections: first-head timeout, per-address and total caps
+        self.edge = Edge(s)  # bodies refused unread, each caller's share, problem+json
+        self.gate = self.edge.gate  # connections: first-head timeout, per-address, total caps
         self.app = web.Application(client_max_size=s.max_frame_bytes,
-                                   middlewares=[self._edge])
+                                   middlewares=[self.edge.middleware])
         self.app.router.add_post("/v1/call/{capability}", self.call)
         self.app.router.add_post("/v1/intent", self.intent)
         self.app.router.add_post("/v1/tasks", self.submit)
@@ -138,47 +133,10 @@ class FrontDoor:
 
     # ------------------------------------------------------------ the edge
 
-    @web.middleware
-    async def _edge(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Bounds and errors for every route: bodies refused from their headers alone, each
-        caller within its share of the requests (``_hold``), every refusal as problem+json,
-        never a stack trace to the peer; a body left unread closes its connection."""
-        self.gate.started(request.transport)
-        try:
-            refused = _unread(request, self.services.settings.max_frame_bytes)
-            response = refused if refused is not None else await self._bounded(request,
-                                                                               handler)
-            if not request.content.is_eof():
-                response.force_close()  # the answer is decided: the rest is not read
-            return response
-        finally:
-            self.gate.answered(request.transport)
-
-    async def _bounded(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        # (No request count to check here: a connection carries one request at a time and
-        # the gate admits at most max_connections, answering 503 past them.)
-        self.inflight += 1
-        try:
-            return await handler(request)
-        except (ReachError, HttpProblem) as exc:
-            return refusal(exc)
-        except web.HTTPException as exc:  # aiohttp's own: unknown route, method, body size
-            if exc.status < 400:
-                raise
-            detail = _http_detail(request, exc, self.services.settings.max_frame_bytes)
-            return problem(ProtocolError(detail).to_wire(), exc.status,
-                           headers={k: v for k, v in exc.headers.items() if k == "Allow"})
-        except ConnectionResetError:
-            raise  # the peer left: nobody to answer
-        except Exception:
-            log.exception("the front door failed on %s %s", request.method, request.path)
-            return problem({"code": "reach_error", "message": "the coordinator failed to "
-                            "answer this request (its log says why); retry"}, 500)
-        finally:
-            self.inflight -= 1
-            holder = request.get(HOLDER)
-            if holder is not None:
-                counts.drop(self.holding, holder)
+    @property
+    def inflight(self) -> int:
+        """Requests being answered."""
+        return self.edge.inflight
 
     def _who(self, request: web.Request) -> tuple[str, Headers]:
         h = request.headers
@@ -186,30 +144,8 @@ class FrontDoor:
                                           "X-Reach-Timeout") if name in h}
         headers: Headers = _checked(Headers, raw, "headers")
         caller = identify(self.services.trust, h.get("Authorization"), headers)
-        self.gate.identified(request.transport)
-        self._hold(request, caller)
+        self.edge.identified(request, caller)
         return caller, headers
-
-    def _hold(self, request: web.Request, caller: str) -> None:
-        """Count this request against ``caller``'s share of the door, or refuse it.
-
-        The door answers at most ``max_connections`` requests at once; a caller may hold at
-        most ``max_connections // (n + 1)`` of them, ``n`` the callers with requests being
-        answered (itself included). A share is always left for one more caller, so one
-        caller's SSE streams and long polls cannot make everyone else's calls 503; as the
-        callers' requests end and come again, their shares even out. Past its share a caller
-        is ``rejected`` (429), as a websocket caller past ``max_caller_tasks`` is."""
-        held = self.holding.get(caller, 0)
-        holders = len(self.holding) + (0 if held else 1)
-        cap = self.services.settings.max_connections
-        share = max(1, cap // (holders + 1))
-        if held >= share:
-            raise Rejected(
-                f"caller {caller!r} has {held} requests being answered, its share of the "
-                f"front door's {cap} (max_connections) while {holders} callers use it; "
-                f"retry when one of them ends", share=share, level=1.0)
-        counts.add(self.holding, caller)
-        request[HOLDER] = caller
 
     async def _body(self, request: web.Request) -> Any:
         """The body as JSON, read within ``http_body_timeout`` (a trickled body is 408 and
@@ -417,38 +353,3 @@ def _problem_bytes(error: dict[str, Any], task: Task) -> bytes:
     response = problem(error, task_id=task.task_id, trace_id=task.envelope.trace_id)
     assert isinstance(response.body, bytes)
     return response.body
-
-
-def _unread(request: web.Request, limit: int) -> web.Response | None:
-    """The answer to a request whose headers alone refuse its body, or None.
-
-    Any ``Content-Encoding`` but ``identity`` is 415: the coordinator never inflates a body.
-    Why not inflate within a bound: a few KB of gzip inflate to a MiB of JSON, so the
-    bound would still let an unauthenticated peer spend a loop step's CPU per few KB
-    sent, and bodies are small JSON on a nearby network, where compression saves little.
-    A declared ``Content-Length`` over ``max_frame_bytes`` is 413 before any byte is read."""
-    encoding = request.headers.get("Content-Encoding")
-    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
-        return problem(ProtocolError(
-            f"Content-Encoding {encoding[:40]!r} is not accepted: send the body "
-            f"uncompressed (the coordinator inflates nothing; docs/security.md)").to_wire(),
-            415, headers={"Accept-Encoding": "identity"})
-    if (request.content_length or 0) > limit:
-        return problem(ProtocolError(_too_large(limit)).to_wire(), 413)
-    return None
-
-
-def _too_large(limit: int) -> str:
-    return f"the request body is over the coordinator's {limit}-byte limit (max_frame_bytes)"
-
-
-def _http_detail(request: web.Request, exc: web.HTTPException, limit: int) -> str:
-    if exc.status == 404:
-        return (f"no route {request.method} {request.path}; the routes are listed at "
-                f"/openapi.json")
-    if exc.status == 405:
-        return f"{request.method} is not allowed on {request.path}; allowed: " \
-               f"{exc.headers.get('Allow', '?')}"
-    if exc.status == 413:
-        return _too_large(limit)
-    return exc.text or exc.reason

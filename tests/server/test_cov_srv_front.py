@@ -21,7 +21,7 @@ from front.conftest import Front, open_front
 
 from reach import Reach
 from reach.server import front as front_module
-from reach.server.front import _http_detail
+from reach.server.front_edge import _http_detail
 
 PROBLEM = "application/problem+json"
 
@@ -106,9 +106,9 @@ async def test_the_edge_passes_a_redirect_and_a_reset_through(front: Front) -> N
         raise ConnectionResetError
 
     with pytest.raises(web.HTTPFound):
-        await door._edge(request, redirect)
+        await door.edge.middleware(request, redirect)
     with pytest.raises(ConnectionResetError):
-        await door._edge(request, reset)
+        await door.edge.middleware(request, reset)
     assert door.inflight == 0  # counted out either way
 
 
