@@ -44,6 +44,7 @@ class LogThrottle(logging.Filter):
         self.level = level
         self._last: dict[tuple[str, int, str, str], float] = {}  # kind → when it last passed
         self._quiet: dict[tuple[str, int, str, str], int] = {}  # kind → suppressed since
+        self._shown: dict[tuple[str, int, str, str], str] = {}  # kind → its last line shown
         self._loggers: list[logging.Logger] = []
         self.suppressed = 0  # records held back in all, since the start
 
@@ -61,8 +62,10 @@ class LogThrottle(logging.Filter):
             oldest = next(iter(self._last))
             del self._last[oldest]
             self._quiet.pop(oldest, None)
+            self._shown.pop(oldest, None)
         self._last.pop(kind, None)  # re-inserted: the dict stays in order of last use
         self._last[kind] = now
+        self._shown[kind] = _head(record)
         if last is not None:  # a repeat: one line, the count, no traceback
             quiet = self._quiet.pop(kind, 0)
             _one_line(record, f" [{quiet} more like this suppressed in the last "
@@ -82,13 +85,13 @@ class LogThrottle(logging.Filter):
         loggers, self._loggers = self._loggers, []
         for logger in loggers:
             logger.removeFilter(self)
-        for (name, level, head, exc), quiet in self._quiet.items():
-            if quiet:
-                logging.getLogger(name).log(
-                    level, "%s%s [%d more like this suppressed]", head,
-                    f" ({exc})" if exc else "", quiet)
+        for kind, quiet in self._quiet.items():
+            name, level, head, _ = kind
+            logging.getLogger(name).log(level, "%s [%d more like this suppressed]",
+                                        self._shown.get(kind, head), quiet)
         self._quiet.clear()
         self._last.clear()
+        self._shown.clear()
 
 
 def _kind(record: logging.LogRecord) -> tuple[str, int, str, str]:
@@ -98,17 +101,21 @@ def _kind(record: logging.LogRecord) -> tuple[str, int, str, str]:
     return record.name, record.levelno, head, exc
 
 
+def _head(record: logging.LogRecord) -> str:
+    """The record's message's first line, and its exception's type and text (one line)."""
+    try:
+        head = record.getMessage().split("\n", 1)[0][:500]
+    except (TypeError, ValueError):  # a bad format: logging itself reports it
+        head = str(record.msg).split("\n", 1)[0][:500]
+    if record.exc_info and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        head += f" ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+    return head
+
+
 def _one_line(record: logging.LogRecord, note: str) -> None:
     """Make ``record`` one line: its message's first line, the exception's type and text in
     place of the traceback, and ``note``."""
-    try:
-        message = record.getMessage()
-    except (TypeError, ValueError):  # a bad format: logging itself would report it
-        return
-    head = message.split("\n", 1)[0]
-    if record.exc_info and record.exc_info[1] is not None:
-        exc = record.exc_info[1]
-        head += f" ({type(exc).__name__}: {str(exc)[:200]})"
-    record.msg, record.args = head + note, None
+    record.msg, record.args = _head(record) + note, None
     record.exc_info = record.exc_text = None
     record.stack_info = None
