@@ -17,7 +17,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,9 @@ import websockets
 from subprocs import REPO, free_port
 from websockets.exceptions import InvalidStatus
 
+from dashboard.feed import AdminFeed
 from reach.server.openfiles import Capacity
+from reach.wire.admin import Snapshot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc/PID/limits; RLIMIT_NOFILE as on Linux")
@@ -189,13 +191,19 @@ async def test_past_the_session_cap_an_operator_still_gets_in(low: Served) -> No
             sessions.append(ws)
             await ws.send(json.dumps({"v": 1, "type": "hello", "caller": "idle",
                                       "token": "t-idle"}))
-            answer: Callable[[], Any] = ws.recv
-            await answer()
+            await ws.recv()  # welcome
         assert refused > 0 and len(sessions) < 160
         header = {"Authorization": f"Bearer {ADMIN}"}
         for _ in range(2):  # seats are kept for more than one operator
             assert await first_answer(low.url, {"type": "admin", "token": ADMIN},
                                       additional_headers=header) == "snapshot"
+        feed = await AdminFeed.open(low.url, ADMIN)  # the dashboard's way in
+        try:
+            assert isinstance(await feed.receive(), Snapshot)
+        finally:
+            await feed.close()
+        with pytest.raises(InvalidStatus):  # the token in the frame alone waits for room
+            await first_answer(low.url, {"type": "admin", "token": ADMIN})
         with pytest.raises(InvalidStatus):  # a caller still waits for room
             await first_answer(low.url, {"type": "hello", "caller": "caller",
                                          "token": "t-caller"})
