@@ -105,7 +105,7 @@ def _head(record: logging.LogRecord) -> str:
     """The record's message's first line, and its exception's type and text (one line)."""
     try:
         head = record.getMessage().split("\n", 1)[0][:500]
-    except (TypeError, ValueError):  # a bad format: logging itself reports it
+    except (TypeError, ValueError):  # pragma: no cover - a bad format (logging reports it)
         head = str(record.msg).split("\n", 1)[0][:500]
     if record.exc_info and record.exc_info[1] is not None:
         exc = record.exc_info[1]

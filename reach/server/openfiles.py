@@ -34,7 +34,7 @@ def raise_limit(most: int = SANE_MAX) -> int | None:
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
+        except (ValueError, OSError):  # pragma: no cover - a kernel capping it lower (macOS)
             pass
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return most if soft == resource.RLIM_INFINITY else int(soft)

@@ -26,9 +26,10 @@ import pytest
 import pytest_asyncio
 import websockets
 from subprocs import REPO, free_port
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import InvalidMessage, InvalidStatus
 
 from dashboard.feed import AdminFeed
+from reach import Reach
 from reach.server.openfiles import Capacity
 from reach.wire.admin import Snapshot
 
@@ -83,6 +84,16 @@ async def serve(tmp_path: Path, soft: int, hard: int) -> Served:
     return served
 
 
+def stop(served: Served) -> None:
+    """SIGTERM (a graceful stop: coverage of the child is written), SIGKILL if it hangs."""
+    served.proc.terminate()
+    try:
+        served.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a hung coordinator
+        served.proc.kill()
+        served.proc.wait(timeout=10)
+
+
 @pytest_asyncio.fixture
 async def low(tmp_path: Path) -> AsyncIterator[Served]:
     """`reach serve` whose soft and hard limits are both 256 open files."""
@@ -90,8 +101,7 @@ async def low(tmp_path: Path) -> AsyncIterator[Served]:
     try:
         yield served
     finally:
-        served.proc.kill()
-        served.proc.wait(timeout=10)
+        stop(served)
 
 
 async def first_answer(url: str, frame: dict[str, Any], **connect: Any) -> str:
@@ -153,8 +163,7 @@ async def test_serve_raises_the_soft_limit_to_the_hard_one(tmp_path: Path) -> No
     try:
         assert served.soft_limit() == 1024
     finally:
-        served.proc.kill()
-        served.proc.wait(timeout=10)
+        stop(served)
 
 
 async def test_idle_sockets_past_the_limit_lock_nobody_out(low: Served) -> None:
@@ -204,6 +213,27 @@ async def test_past_the_session_cap_an_operator_still_gets_in(low: Served) -> No
             await feed.close()
         with pytest.raises(InvalidStatus):  # the token in the frame alone waits for room
             await first_answer(low.url, {"type": "admin", "token": ADMIN})
+        seats = Capacity.plan(256, 10_000, 64).admin
+        for _ in range(seats):  # every seat taken: the port holds all the sockets it may
+            ws = await websockets.connect(low.url, additional_headers=header)
+            sessions.append(ws)
+            await ws.send(json.dumps({"v": 1, "type": "admin", "token": ADMIN}))
+            await ws.recv()  # snapshot
+        # (refused at the socket cap: reset before its handshake, or 503 when a socket of
+        # the refusals before it is still closing)
+        with pytest.raises((InvalidStatus, InvalidMessage, OSError)):
+            await first_answer(low.url, {"type": "admin", "token": ADMIN},
+                               additional_headers=header)
+        reader, writer = await asyncio.open_connection("127.0.0.1", low.port)
+        try:  # one more socket is closed at once, not held until the process runs out
+            async with asyncio.timeout(2):
+                assert await reader.read(100) == b""
+        except ConnectionResetError:
+            pass
+        finally:
+            writer.transport.abort()
+        await asyncio.gather(*(ws.close() for ws in sessions[-seats:]))
+        del sessions[-seats:]
         with pytest.raises(InvalidStatus):  # a caller still waits for room
             await first_answer(low.url, {"type": "hello", "caller": "caller",
                                          "token": "t-caller"})
@@ -216,3 +246,23 @@ async def test_past_the_session_cap_an_operator_still_gets_in(low: Served) -> No
         await asyncio.gather(*(ws.close() for ws in sessions), return_exceptions=True)
     lines = log_lines(low)
     assert len(lines) < 20, "\n".join(lines[:40])
+
+
+async def test_past_the_unidentified_cap_the_oldest_anywhere_makes_room() -> None:
+    """Idle connections from many addresses (127.0.0.1-3 here) are capped together too."""
+    async with Reach.start(http_port=None, max_connections=8,
+                           max_pending_per_address=2) as reach:
+        assert reach.capacity.unidentified == 2
+        idle = [await websockets.connect(reach.url, local_addr=(f"127.0.0.{i}", 0))
+                for i in (1, 2)]
+        try:
+            third = await websockets.connect(reach.url, local_addr=("127.0.0.3", 0))
+            await idle[0].wait_closed()
+            assert idle[0].close_code == 1008 and "not sent hello" in idle[0].close_reason
+            assert reach.channel.unidentified == 2 and reach.channel.evicted == 1
+            await third.send(json.dumps({"v": 1, "type": "hello", "caller": "c"}))
+            assert json.loads(await third.recv())["type"] == "welcome"
+            assert reach.channel.unidentified == 1
+            await third.close()
+        finally:
+            await asyncio.gather(*(ws.close() for ws in idle))
