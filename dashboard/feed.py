@@ -94,8 +94,11 @@ class AdminFeed:
         """Connect to ``url`` and present ``token``; the snapshot is the first
         :meth:`receive`. A refused token surfaces there, as :class:`AdminRefused`."""
         try:
+            # The token also rides the handshake: at its connection limit the coordinator
+            # still lets an operator in on the seats it keeps for the admin feed.
             ws = await websockets.connect(url, max_size=MAX_FRAME_BYTES,
-                                          open_timeout=open_timeout)
+                                          open_timeout=open_timeout,
+                                          additional_headers={"Authorization": f"Bearer {token}"})
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise FeedClosed(f"cannot connect to {url}: {exc or type(exc).__name__}") from exc
         except InvalidURI as exc:

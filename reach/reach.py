@@ -17,7 +17,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from websockets.asyncio.server import Server
@@ -48,6 +48,8 @@ from reach.server.display import AgentList, TraceView, reach_html
 from reach.server.front import FrontDoor
 from reach.server.http import listen
 from reach.server.identities import Identities
+from reach.server.logthrottle import LogThrottle
+from reach.server.openfiles import Capacity, raise_limit
 from reach.server.services import Services
 from reach.store.store import Store
 
@@ -60,7 +62,21 @@ class Reach:
 
     def __init__(self, settings: Settings | None = None, *,
                  clock: Callable[[], float] | Clock = time.time, seed: int | None = None) -> None:
-        self.settings = s = settings or Settings()
+        s = settings or Settings()
+        # Open files (reach.server.openfiles): the soft limit goes up to the hard one, and the
+        # connection caps come down to what fits under it with a reserve kept back, so a
+        # flood of sockets meets a refusal, not EMFILE for everyone (the operator included).
+        self.capacity = Capacity.plan(raise_limit(), s.max_connections,
+                                      s.max_pending_per_address)
+        if self.capacity.connections < s.max_connections:
+            log.info("max_connections %d lowered to %d: %d open files allowed, %d of them kept "
+                     "back and the rest shared with the REST door", s.max_connections,
+                     self.capacity.connections, self.capacity.limit, self.capacity.reserve)
+            s = replace(s, max_connections=self.capacity.connections)
+        self.settings = s
+        # One line per kind per second from the libraries' loggers (reach.server.logthrottle),
+        # on while this coordinator runs.
+        self.log_throttle = LogThrottle()
         # One time base for every part: a wall-time function (as before) or a whole Clock.
         self.clock: Clock = LoopClock(clock) if callable(clock) else clock
         # In a cluster the store is this node's: its tasks are owned by it (docs/cluster.md).
@@ -88,7 +104,7 @@ class Reach:
         self.channel = Channel(Services(
             settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
             clock=self.clock, identities=self.identities, operator=self.ops,
-            admin_token=self.admin_token, node=self.node))
+            admin_token=self.admin_token, node=self.node), self.capacity)
         self.registry.listen(self.ops.agent_changed)
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
@@ -137,9 +153,11 @@ class Reach:
     async def _open(self) -> None:
         if self.started:
             return
+        self.log_throttle.attach()
         try:
             await self._open_parts()
         except BaseException:  # (the loops start last, after every await: none runs yet)
+            self.log_throttle.detach()
             if self._server is not None:
                 self._server.close()
                 await self._server.wait_closed()
@@ -238,6 +256,7 @@ class Reach:
             await self.otel.stop()
         if self.audit is not None:  # last: every task's end is recorded before it closes
             await self.audit.stop()
+        self.log_throttle.detach()
 
     async def __aenter__(self) -> Reach:
         await self._open()

@@ -16,12 +16,13 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
-from reach.core import counts
 from reach.errors import ProtocolError, Unavailable
 from reach.server.admin_session import AdminSession
 from reach.server.agent_session import AgentSession, oversize_register
 from reach.server.caller_session import CallerSession
+from reach.server.openfiles import Capacity
 from reach.server.peer_session import PeerSession
 from reach.server.services import Services
 from reach.server.session import POLICY_VIOLATION, LoopLag, Session, refuse
@@ -32,17 +33,36 @@ TRY_AGAIN_LATER = 1013
 
 
 class Channel:
-    """Accepts connections for one coordinator and runs a session for each."""
+    """Accepts connections for one coordinator and runs a session for each.
 
-    def __init__(self, services: Services) -> None:
+    Every socket the port accepts is counted from ``accept`` on (``connection_class``), not
+    only once its handshake is done: a peer that connects and sends nothing holds a file
+    descriptor too. Until its first frame says who it is a connection is *unidentified*;
+    past ``Capacity.per_address`` of them from one address, or ``Capacity.unidentified`` in
+    all, or ``Capacity.sockets`` sockets, the longest-waiting unidentified one is closed at
+    once to make room (a flood churns through its own sockets; a real peer sends its first
+    frame within a round trip). Sessions of agents, callers and peers are capped at
+    ``Capacity.connections``; ``Capacity.admin`` more are kept for the admin feed.
+    """
+
+    def __init__(self, services: Services, capacity: Capacity | None = None) -> None:
         self.services = services
+        s = services.settings
+        self.capacity = capacity or Capacity.plan(None, s.max_connections,
+                                                  s.max_pending_per_address)
         self.sessions: set[Session] = set()
         self.open = 0  # connections being handled (sessions and those still before hello)
+        self.sockets = 0  # sockets accepted and not yet closed (in handshake or handled)
+        self.ordinary = 0  # identified sessions of agents, callers and peers
+        self.admins = 0  # identified admin-feed sessions
+        self.evicted = 0  # unidentified connections closed to make room, since the start
         self.loop_lag = LoopLag()
         # Why this node refuses agents and callers (a cluster's node that lost its lease; they
         # go to another node), or None.
         self.fenced: str | None = None
-        self._pending: dict[str, int] = {}  # address → connections not yet past hello
+        # unidentified connections, oldest first: in all, and by address
+        self._waiting: dict[ServerConnection, str] = {}
+        self._by_address: dict[str, dict[ServerConnection, None]] = {}
 
     @property
     def lag(self) -> float:
@@ -61,7 +81,87 @@ class Channel:
 
     @property
     def full(self) -> bool:
-        return self.open >= self.services.settings.max_connections
+        """No room for another session of an agent, caller or peer."""
+        return self.ordinary >= self.capacity.connections
+
+    @property
+    def admin_room(self) -> bool:
+        """Room for another admin-feed session beyond the ordinary cap."""
+        return self.admins < self.capacity.admin
+
+    @property
+    def unidentified(self) -> int:
+        """Connections that have not sent their first frame yet."""
+        return len(self._waiting)
+
+    def connection_class(self) -> type[ServerConnection]:
+        """The websockets connection class for this channel's port: it reports each socket
+        to the channel as it is accepted and as it goes (one class per channel: no state
+        shared between coordinators)."""
+        channel = self
+
+        class Counted(ServerConnection):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                super().connection_made(transport)
+                channel.accepted(self)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                channel.gone(self)
+                super().connection_lost(exc)
+
+        return Counted
+
+    def accepted(self, ws: ServerConnection) -> None:
+        """A socket was accepted: count it, and make room if it is one too many."""
+        cap = self.capacity
+        self.sockets += 1
+        peer = ws.transport.get_extra_info("peername") if ws.transport else None
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self._waiting[ws] = address
+        mine = self._by_address.setdefault(address, {})
+        mine[ws] = None
+        if len(mine) > cap.per_address:
+            self._evict(next(iter(mine)), "too many connections from this address that have "
+                                          "not sent hello or register")
+        if len(self._waiting) > cap.unidentified:
+            self._evict(next(iter(self._waiting)), "too many connections that have not sent "
+                                                   "hello or register")
+        if self.sockets > cap.sockets:
+            if len(self._waiting) > 1:
+                self._evict(next(iter(self._waiting)), "the coordinator is at its "
+                                                       "connection limit")
+            else:
+                self._evict(ws, "the coordinator is at its connection limit")
+
+    def gone(self, ws: ServerConnection) -> None:
+        """A socket closed."""
+        self.sockets -= 1
+        self._identified(ws)
+
+    def _identified(self, ws: ServerConnection) -> None:
+        address = self._waiting.pop(ws, None)
+        if address is None:
+            return
+        mine = self._by_address.get(address)
+        if mine is not None:
+            mine.pop(ws, None)
+            if not mine:
+                del self._by_address[address]
+
+    def _evict(self, ws: ServerConnection, reason: str) -> None:
+        """Close an unidentified connection now, without waiting for its peer's close: its
+        descriptor is free at once (a websocket gets a 1008 close frame first)."""
+        self._identified(ws)
+        self.evicted += 1
+        transport = ws.transport
+        if transport is None or transport.is_closing():  # pragma: no cover - defensive
+            return
+        if ws.protocol.state is State.OPEN:
+            ws.protocol.send_close(POLICY_VIOLATION, reason)
+            transport.writelines(ws.protocol.data_to_send())
+            transport.close()
+        else:  # still in its HTTP handshake
+            transport.abort()
 
     async def handle(self, ws: ServerConnection) -> None:
         self.open += 1
@@ -72,22 +172,11 @@ class Channel:
 
     async def _handle(self, ws: ServerConnection) -> None:
         s = self.services.settings
-        if self.open > s.max_connections:  # (the HTTP step refuses most of these earlier)
-            await ws.close(TRY_AGAIN_LATER, "the coordinator is at its connection limit")
-            return
-        address = str(ws.remote_address[0]) if ws.remote_address else ""
-        if self._pending.get(address, 0) >= s.max_pending_per_address:
-            await ws.close(POLICY_VIOLATION, "too many connections from this address that "
-                                             "have not sent hello or register")
-            return
-        counts.add(self._pending, address)
         try:
             async with asyncio.timeout(s.hello_timeout):
                 raw = await ws.recv()
         except (TimeoutError, ConnectionClosed):
             return
-        finally:
-            counts.drop(self._pending, address)
         oversize = oversize_register(raw, s.max_capabilities)
         if oversize is not None:
             await refuse(ws, oversize)
@@ -102,6 +191,25 @@ class Channel:
             await refuse(ws, Unavailable(f"this coordinator is {self.fenced}; connect to "
                                          f"another node of the cluster"))
             return
+        admin = isinstance(first, p.AdminHello) and self.admin_room
+        if not admin and self.full:  # (the HTTP step refuses most of these earlier)
+            await ws.close(TRY_AGAIN_LATER, "the coordinator is at its connection limit")
+            return
+        self._identified(ws)
+        if admin:
+            self.admins += 1
+        else:
+            self.ordinary += 1
+        try:
+            await self._run(ws, first)
+        finally:
+            if admin:
+                self.admins -= 1
+            else:
+                self.ordinary -= 1
+
+    async def _run(self, ws: ServerConnection, first: Any) -> None:
+        """Run the session the first frame asks for, as long as it lasts."""
         session: Session
         running: Coroutine[Any, Any, None]
         if isinstance(first, p.Register):

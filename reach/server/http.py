@@ -5,6 +5,7 @@ connection cap is reached, and the websocket handshake for everything else."""
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from http import HTTPStatus
 from typing import Any
@@ -24,13 +25,22 @@ class Routes:
     def __init__(self, services: Services, channel: Channel) -> None:
         self._settings = services.settings
         self._channel = channel
+        self._admin_token = services.admin_token
         self._exporter = Exporter(services.gateway, services.registry)
+
+    def _admin(self, request: Request) -> bool:
+        given = request.headers.get("Authorization", "")
+        return secrets.compare_digest(given.encode(),
+                                      f"Bearer {self._admin_token}".encode())
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         """``GET /metrics`` (Prometheus text format); anything else goes on to the websocket
         handshake. Metrics answer loopback peers only unless ``metrics_public``."""
         if request.path.split("?", 1)[0] != "/metrics":
-            if self._channel.full:  # refused before the upgrade: no session is built for it
+            # Refused before the upgrade: no session is built for it. An operator presenting
+            # the admin token in the handshake (``Authorization: Bearer TOKEN``, as the
+            # dashboard does) still gets in, on the seats kept for the admin feed.
+            if self._channel.full and not (self._channel.admin_room and self._admin(request)):
                 return connection.respond(
                     HTTPStatus.SERVICE_UNAVAILABLE,
                     "the coordinator is at its connection limit (max_connections); retry "
@@ -59,6 +69,7 @@ async def listen(services: Services, channel: Channel) -> Server:
                        ping_interval=s.ping_interval, ping_timeout=s.ping_timeout,
                        open_timeout=s.hello_timeout, close_timeout=1.0,
                        process_request=Routes(services, channel),
+                       create_connection=channel.connection_class(),
                        logger=Throttled(logging.getLogger("websockets.server")))
 
 

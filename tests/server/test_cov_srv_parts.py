@@ -107,21 +107,29 @@ def test_past_the_log_count_unfinished_logs_go_too() -> None:
 
 async def test_a_connection_over_the_cap_inside_the_channel_is_closed_1013() -> None:
     """The HTTP step refuses most connections over ``max_connections``; one that got past it
-    (two handshakes at once) is closed by the channel with 1013 (try again later)."""
+    (two handshakes at once) is closed by the channel with 1013 (try again later) when its
+    first frame would make one session too many. (The cap is now counted in sessions that
+    said who they are, so the stand-in connection sends a hello.)"""
     async with Reach.start(http_port=None, max_connections=1) as reach:
         closed: list[tuple[int, str]] = []
 
         class Late:
             remote_address = ("127.0.0.1", 1)
 
+            async def recv(self) -> str:
+                return json.dumps({"v": 1, "type": "hello", "caller": "late"})
+
             async def close(self, code: int, reason: str) -> None:
                 closed.append((code, reason))
 
-        reach.channel.open = 1  # another connection is being handled
+        held = await websockets.connect(reach.url)  # the one session the cap allows
+        await held.send(json.dumps({"v": 1, "type": "hello", "caller": "first"}))
+        await held.recv()
+        assert reach.channel.full
         await reach.channel.handle(Late())  # type: ignore[arg-type]
         assert closed == [(TRY_AGAIN_LATER, "the coordinator is at its connection limit")]
         assert reach.channel.open == 1  # counted out again
-        reach.channel.open = 0
+        await held.close()
         assert reach.channel.lag >= 0.0
 
 
