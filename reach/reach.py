@@ -17,7 +17,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any
 
 from websockets.asyncio.server import Server
@@ -49,7 +49,7 @@ from reach.server.front import FrontDoor
 from reach.server.http import listen
 from reach.server.identities import Identities
 from reach.server.logthrottle import LogThrottle
-from reach.server.openfiles import Capacity, raise_limit
+from reach.server.openfiles import fit_open_files
 from reach.server.services import Services
 from reach.store.store import Store
 
@@ -62,17 +62,9 @@ class Reach:
 
     def __init__(self, settings: Settings | None = None, *,
                  clock: Callable[[], float] | Clock = time.time, seed: int | None = None) -> None:
-        s = settings or Settings()
-        # Open files (reach.server.openfiles): the soft limit goes up to the hard one, and the
-        # connection caps come down to what fits under it with a reserve kept back, so a
-        # flood of sockets meets a refusal, not EMFILE for everyone (the operator included).
-        self.capacity = Capacity.plan(raise_limit(), s.max_connections,
-                                      s.max_pending_per_address)
-        if self.capacity.connections < s.max_connections:
-            log.info("max_connections %d lowered to %d: %d open files allowed, %d of them kept "
-                     "back and the rest shared with the REST door", s.max_connections,
-                     self.capacity.connections, self.capacity.limit, self.capacity.reserve)
-            s = replace(s, max_connections=self.capacity.connections)
+        # Open files: the soft limit goes up to the hard one, and the connection caps come
+        # down to what fits under it with a reserve kept back (reach.server.openfiles).
+        self.capacity, s = fit_open_files(settings or Settings())
         self.settings = s
         # One line per kind per second from the libraries' loggers (reach.server.logthrottle),
         # on while this coordinator runs.

@@ -12,13 +12,17 @@ are kept for operators with the admin token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
+
+from reach.config import Settings
 
 try:  # (not on Windows: there the caps are the settings' alone)
     import resource
 except ImportError:  # pragma: no cover - POSIX in CI
     resource = None  # type: ignore[assignment]
 
+log = logging.getLogger("reach")
 SANE_MAX = 1 << 20  # the soft limit is raised to the hard one, but not past this
 RESERVE_SHARE = 8  # one descriptor in 8 (at least 32, at most 1,024) is not for peers
 
@@ -80,3 +84,19 @@ class Capacity:
                    connections=connections, admin=admin, unidentified=unidentified,
                    per_address=min(max_pending_per_address, unidentified),
                    reserve=reserve, limit=limit)
+
+
+def fit_open_files(settings: Settings) -> tuple[Capacity, Settings]:
+    """Raise the soft limit, plan the caps under it, and the settings with ``max_connections``
+    lowered to the plan's where it asked for more than fits (said at DEBUG: with the
+    default 10,000 that happens under any hard limit below ~22,000, and ``reach.capacity``
+    shows what is in force), so a flood of sockets meets a refusal, not EMFILE for everyone,
+    the operator included."""
+    capacity = Capacity.plan(raise_limit(), settings.max_connections,
+                             settings.max_pending_per_address)
+    if capacity.connections >= settings.max_connections:
+        return capacity, settings
+    log.debug("max_connections %d lowered to %d: %d open files allowed, %d of them kept back "
+              "and the rest shared with the REST door", settings.max_connections,
+              capacity.connections, capacity.limit, capacity.reserve)
+    return capacity, replace(settings, max_connections=capacity.connections)
