@@ -150,12 +150,17 @@ async def test_a_signal_drains_in_flight_work_and_exits_0(
             call = asyncio.ensure_future(client.call("job.run", {"n": 1}))
             await asyncio.wait_for(started.wait(), 5)
             coord.send(sig)  # while the call is in flight
-            await coord.wait_for("stopping (draining in-flight tasks)")
+            # issue 29: the operator is told how many tasks are in flight and how long the
+            # drain may take (it said only "draining in-flight tasks", then nothing)
+            said = await coord.wait_for("reach: stopping: draining")
+            assert said == "reach: stopping: draining 1 task… (up to 5 s)"
             assert await call == 2  # drained: answered before the coordinator went
     finally:
         await agent.close(drain=0.5)
     assert coord.popen.wait(timeout=15) == 0
     out = coord.output()
+    lines = [line for line in out.splitlines() if line.startswith("reach: st")]
+    assert lines[-2:] == [said, "reach: stopped"]  # and when it is gone, it says so
     assert "Traceback" not in out
     # --json-logs: each task transition is one bare JSON line on stdout
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
