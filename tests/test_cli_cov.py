@@ -170,14 +170,24 @@ async def test_a_signal_drains_in_flight_work_and_exits_0(
 
 async def test_demo_plain_with_no_traffic_prints_an_empty_summary() -> None:
     """``reach demo --plain`` with no time to send work: no live table, no calls, no trace,
-    and the summary still says so."""
+    and the summary still says so; the dead-letter story is told all the same (issue 29: the
+    demo ended with "dead letters: 0", so a newcomer never saw one replayed)."""
     out = io.StringIO()
     assert await run_demo(seconds=0, live=False, console=Console(file=out, width=120)) == 0
     lines = out.getvalue().splitlines()
-    assert lines[:3] == ["", "outcomes: ", "dead letters: 0"]
-    # the coordinator's open-mode warning, kept off the terminal while it ran, comes last
-    assert lines[3] == "log lines: 1, the latest:" and lines[4].startswith("  open mode: ")
-    assert lines[5:] == ["Next: `reach serve` for a standalone coordinator; see README.md."]
+    assert lines[:3] == ["", "outcomes: ", "dead letters: 1"]
+    assert lines[3].startswith("  invoice.send ") and lines[3].endswith(
+        ": ConnectionError: payment gateway unreachable (1 attempt; not idempotent, so not "
+        "retried)")
+    assert lines[4] == ("  the gateway is back; await reach.replay(id): succeeded → "
+                        "{'order': 'A-1042', 'invoice': 'INV-1042', 'sent': True}")
+    assert lines[5] == "dead letters after the replay: 0"
+    # the library's log lines, kept off the terminal while it ran, come last: the failing
+    # handler of the story and the coordinator's open-mode warning
+    assert lines[6] == "log lines: 2, the latest:"
+    assert lines[7].startswith("  agent billing: handler for invoice.send failed")
+    assert lines[8].startswith("  open mode: ")
+    assert lines[9:] == ["Next: `reach serve` for a standalone coordinator; see README.md."]
 
 
 async def test_the_demo_pricing_service_is_busy_now_and_then() -> None:
