@@ -370,8 +370,8 @@ async def _stop(reach: Any) -> None:
     may take, drain them, and say when the coordinator is gone (stdout, like the start lines),
     so an operator is never left waiting on a silent terminal."""
     n = reach.in_flight
-    _say(f"reach: stopping: draining {n} task{'' if n == 1 else 's'}… "
-         f"(up to {reach.settings.drain_timeout:g} s)")
+    _say(f"reach: stopping: draining {n} task{'' if n == 1 else 's'}…"
+         + (f" (up to {reach.settings.drain_timeout:g} s)" if n else ""))
     await reach.stop()
     _say("reach: stopped")
 
