@@ -1,8 +1,10 @@
-# Two commands for a newcomer: `make demo` and `make test`. Both create .venv when missing.
+# Two commands for a newcomer: `make demo` and `make test`. Both create .venv when missing;
+# `make demo` installs the package alone, `make test` (and the rest) with its dev tools.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test check bench install clean mutate screenshots
 
@@ -14,9 +16,16 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The demo needs only the package and its own dependencies (no test, lint or bench tools):
+# the first picture comes after one short install.
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/reach demo
 
 # The suite under coverage (started before the reach pytest plugin imports reach; subprocesses

@@ -391,8 +391,18 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     try:
         await stop.wait()
     finally:
-        _say("reach: stopping (draining in-flight tasks)")
-        await reach.stop()
+        await _stop(reach)
+
+
+async def _stop(reach: Any) -> None:
+    """Ctrl-C (or SIGTERM): say how many tasks are still in flight and how long the drain
+    may take, drain them, and say when the coordinator is gone (stdout, like the start lines),
+    so an operator is never left waiting on a silent terminal."""
+    n = reach.in_flight
+    _say(f"reach: stopping: draining {n} task{'' if n == 1 else 's'}…"
+         + (f" (up to {reach.settings.drain_timeout:g} s)" if n else ""))
+    await reach.stop()
+    _say("reach: stopped")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """``reach demo``: a coordinator on an embedded SQLite file, three websocket agents from the field,
 a REST service and a command-line tool attached as they are (reach.demo_adapters), a caller
-sending a mix of calls (some of which fail on purpose), and a live table — then a clean exit."""
+sending a mix of calls (some of which fail on purpose), and a live table — then one dead letter
+(an invoice whose payment gateway was down) replayed once the agent is fixed, and a clean exit."""
 
 from __future__ import annotations
 
@@ -81,6 +82,49 @@ def build_agents(rng: random.Random) -> list[Agent]:
     return [sales, writer, stock]
 
 
+class Billing:
+    """The dead-letter story's agent: ``invoice.send`` while its payment gateway is down fails
+    with a fault; not idempotent (an invoice must not go out twice), so the coordinator does
+    not retry it and keeps the task as a dead letter for an operator to replay once fixed."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.agent = Agent("billing", max_concurrency=4)
+
+        @self.agent.capability("invoice.send", params={"type": "object", "properties": {
+            "order": {"type": "string"}}, "required": ["order"]}, latency_ms=50)
+        async def send(order: str) -> dict[str, Any]:
+            """Send the invoice of an order through the payment gateway."""
+            if self.down:
+                raise ConnectionError("payment gateway unreachable")
+            return {"order": order, "invoice": f"INV-{order.rsplit('-', 1)[-1]}", "sent": True}
+
+
+async def dead_letter_story(reach: Reach, client: Client, billing: Billing) -> list[str]:
+    """One call dead-letters (its agent faults), the agent is fixed, ``reach.replay`` runs the
+    letter again and it succeeds: the lines the summary prints about it."""
+    handle = await client.submit("invoice.send", {"order": "A-1042"})
+    try:
+        await handle.result(timeout=5)
+    except ReachError:
+        pass  # expected: the letter below is what an operator sees of it
+    letter = reach.dead_letter(handle.task_id)
+    if letter is None:  # pragma: no cover - the call did not die: nothing to tell
+        return []
+    short = handle.task_id[:10]
+    error = (letter.get("error") or {}).get("message", "?")
+    tries = len(letter["attempts"])
+    lines = [f"dead letters: {len(reach.dead_letters())}",
+             f"  invoice.send {short}…: {error} ({tries} attempt{'' if tries == 1 else 's'}; "
+             f"not idempotent, so not retried)"]
+    billing.down = False  # the payment gateway is back
+    view = await reach.replay(handle.task_id, wait=5)
+    lines.append(f"  the gateway is back; await reach.replay(id): {view['state']} → "
+                 f"{view['result']}")
+    lines.append(f"dead letters after the replay: {len(reach.dead_letters())}")
+    return lines
+
+
 CALLS: list[tuple[str, dict[str, Any]]] = [
     ("sales.query", {"region": "east", "quarter": "Q3"}),
     ("sales.query", {"region": "west", "quarter": "Q2"}),
@@ -103,6 +147,7 @@ class Board:
         self.report_trace: str | None = None
         self.logs: deque[str] = deque(maxlen=3)  # the library's latest log lines, newest first
         self.logged = 0
+        self.letter: list[str] = []  # the dead-letter story, told after the traffic
 
     def add(self, capability: str, outcome: str, ms: float, detail: str) -> None:
         self.recent.appendleft((capability, outcome, ms, detail))
@@ -167,7 +212,8 @@ async def run_demo(seconds: float = 10.0, live: bool = True, console: Console | 
         db = Path(tmp) / "reach.db"
         async with AsyncExitStack() as legacy, \
                 Reach.start(store=f"sqlite:///{db}", heartbeat_interval=0.5) as reach:
-            agents = build_agents(rng)
+            billing = Billing()
+            agents = [*build_agents(rng), billing.agent]
             for agent in agents:
                 await agent.connect(reach.url)
             for adapter in await demo_adapters.start_legacy(legacy, rng):
@@ -183,6 +229,7 @@ async def run_demo(seconds: float = 10.0, live: bool = True, console: Console | 
                         view.update(render(reach, board, 0, db))
                 else:
                     await _traffic(client, board, end, rng, lambda: None)
+                board.letter = await dead_letter_story(reach, client, billing)
             for agent in agents:
                 await agent.close()
             _summary(console, reach, board)
@@ -230,7 +277,11 @@ def _summary(console: Console, reach: Reach, board: Board) -> None:
         for e in events:
             console.print(f"  +{(e['at'] - t0) * 1000:7.1f} ms  {e['capability']:<16} "
                           f"{e['state']:<11} {e['note']}")
-    console.print(f"[bold]dead letters[/]: {len(reach.dead_letters())}")
+    if board.letter:
+        for line in board.letter:
+            console.print(line, highlight=False, soft_wrap=True)
+    else:
+        console.print(f"[bold]dead letters[/]: {len(reach.dead_letters())}")
     if board.logged:  # kept off the terminal while the demo ran: the latest, one line each
         console.print(f"[bold]log lines[/]: {board.logged}, the latest:")
         for line in board.logs:

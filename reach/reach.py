@@ -273,6 +273,12 @@ class Reach:
         return int(self._port)
 
     @property
+    def in_flight(self) -> int:
+        """How many tasks this coordinator is driving now: what ``stop()`` drains (for up to
+        ``drain_timeout`` seconds), said by ``reach serve`` at Ctrl-C."""
+        return self.gateway.in_flight
+
+    @property
     def started_at(self) -> float:
         return self.ops.started_at
 

@@ -150,12 +150,17 @@ async def test_a_signal_drains_in_flight_work_and_exits_0(
             call = asyncio.ensure_future(client.call("job.run", {"n": 1}))
             await asyncio.wait_for(started.wait(), 5)
             coord.send(sig)  # while the call is in flight
-            await coord.wait_for("stopping (draining in-flight tasks)")
+            # issue 29: the operator is told how many tasks are in flight and how long the
+            # drain may take (it said only "draining in-flight tasks", then nothing)
+            said = await coord.wait_for("reach: stopping: draining")
+            assert said == "reach: stopping: draining 1 task… (up to 5 s)"
             assert await call == 2  # drained: answered before the coordinator went
     finally:
         await agent.close(drain=0.5)
     assert coord.popen.wait(timeout=15) == 0
     out = coord.output()
+    lines = [line for line in out.splitlines() if line.startswith("reach: st")]
+    assert lines[-2:] == [said, "reach: stopped"]  # and when it is gone, it says so
     assert "Traceback" not in out
     # --json-logs: each task transition is one bare JSON line on stdout
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -165,14 +170,24 @@ async def test_a_signal_drains_in_flight_work_and_exits_0(
 
 async def test_demo_plain_with_no_traffic_prints_an_empty_summary() -> None:
     """``reach demo --plain`` with no time to send work: no live table, no calls, no trace,
-    and the summary still says so."""
+    and the summary still says so; the dead-letter story is told all the same (issue 29: the
+    demo ended with "dead letters: 0", so a newcomer never saw one replayed)."""
     out = io.StringIO()
     assert await run_demo(seconds=0, live=False, console=Console(file=out, width=120)) == 0
     lines = out.getvalue().splitlines()
-    assert lines[:3] == ["", "outcomes: ", "dead letters: 0"]
-    # the coordinator's open-mode warning, kept off the terminal while it ran, comes last
-    assert lines[3] == "log lines: 1, the latest:" and lines[4].startswith("  open mode: ")
-    assert lines[5:] == ["Next: `reach serve` for a standalone coordinator; see README.md."]
+    assert lines[:3] == ["", "outcomes: ", "dead letters: 1"]
+    assert lines[3].startswith("  invoice.send ") and lines[3].endswith(
+        ": ConnectionError: payment gateway unreachable (1 attempt; not idempotent, so not "
+        "retried)")
+    assert lines[4] == ("  the gateway is back; await reach.replay(id): succeeded → "
+                        "{'order': 'A-1042', 'invoice': 'INV-1042', 'sent': True}")
+    assert lines[5] == "dead letters after the replay: 0"
+    # the library's log lines, kept off the terminal while it ran, come last: the failing
+    # handler of the story and the coordinator's open-mode warning
+    assert lines[6] == "log lines: 2, the latest:"
+    assert lines[7].startswith("  agent billing: handler for invoice.send failed")
+    assert lines[8].startswith("  open mode: ")
+    assert lines[9:] == ["Next: `reach serve` for a standalone coordinator; see README.md."]
 
 
 async def test_the_demo_pricing_service_is_busy_now_and_then() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,12 @@ def test_demo_runs_and_exits_by_itself() -> None:
     summary = out.split("outcomes:")[1]
     assert "ok " in summary and "task_failed" in summary  # the failing call is there
     assert "report.generate → sales.query" in out  # a two-hop trace is shown
+    # issue 29: it ended with "dead letters: 0"; now one letter dies and its replay succeeds
+    # (the story's letter; the traffic's own faults are retried, so they rarely add one)
+    assert re.search(r"\ndead letters: [1-9]\d*\n  invoice\.send \w+…: ConnectionError: "
+                     r"payment gateway unreachable", summary), summary
+    assert "await reach.replay(id): succeeded → " in summary
+    assert "dead letters after the replay: " in summary
     # issue 14: its own injected faults printed full tracebacks above the live table
     assert "Traceback" not in out + done.stderr and not done.stderr.strip()
 

@@ -387,6 +387,11 @@ class Gateway:
     def prune_dead(self, before: float) -> int:
         return self.book.prune_dead(before)
 
+    @property
+    def in_flight(self) -> int:
+        """How many tasks this coordinator is driving now (what a stop would drain)."""
+        return len(self._drivers)
+
     async def stop(self, drain: float) -> None:
         """Stop accepting; give running tasks ``drain`` seconds, then cancel the rest."""
         self.accepting = False

@@ -14,7 +14,9 @@
 
 Given several coordinators, an agent starts on a random one (a fleet given the same list
 spreads over them), stays there, and when it is lost registers with another (the others tried
-from a random one, the lost one last); ``agent.url`` is the one it is on.
+from a random one, the lost one last); ``agent.url`` is the one it is on. With
+``connect([...], prefer="first")`` it starts on the first that answers and after a loss goes
+on down the list, as a caller does: a way to place agents on chosen nodes.
 
 ``Agent(..., heartbeat_interval=, probe_interval=)`` ask the coordinator for this agent's own
 intervals (it bounds them and says in ``welcome`` what it granted); ``threads`` sizes the
@@ -44,7 +46,7 @@ from reach.core.schemas import schema_of
 from reach.errors import ReachError
 from reach.sdk.client import Client
 from reach.sdk.connection import unreachable
-from reach.sdk.endpoints import Endpoints, dial_any
+from reach.sdk.endpoints import Endpoints, dial_any, spread_for
 from reach.sdk.handlers import Handler, inspect_handler
 from reach.sdk.opening import Opening
 from reach.sdk.serving import Serving
@@ -146,18 +148,22 @@ class Agent(Serving):
 
     # ------------------------------------------------------------ connection
 
-    def connect(self, url: str | Sequence[str]) -> Opening[Agent]:
+    def connect(self, url: str | Sequence[str], *, prefer: str = "random"
+                ) -> Opening[Agent]:
         """Register with the coordinator at ``url`` (or with one of a list, moving on to
         another when it is lost) and serve until ``close()``: await it, or use it with
-        ``async with`` (which closes the agent on exit)."""
-        return Opening(self, lambda: self._start(url), self.close)
+        ``async with`` (which closes the agent on exit). ``prefer`` picks where in a list it
+        starts: ``"random"`` (a fleet spreads) or ``"first"`` (the first that answers, then
+        the rest in order; endpoints.py)."""
+        spread = spread_for(prefer, self._rng)  # a wrong value is refused at once
+        return Opening(self, lambda: self._start(url, spread), self.close)
 
-    async def _start(self, url: str | Sequence[str]) -> None:
+    async def _start(self, url: str | Sequence[str], spread: random.Random | None) -> None:
         if not self.handlers:
             raise ValueError(f"agent {self.name!r} declares no capability; use @agent.capability")
         if self._serve_task is not None:
             raise RuntimeError("agent is already connected")
-        endpoints = Endpoints(url, spread=self._rng)
+        endpoints = Endpoints(url, spread=spread)
         endpoints.check()
         loop = asyncio.get_running_loop()
         self.urls = endpoints.urls

@@ -29,7 +29,7 @@ from reach.core.backoff import Backoff
 from reach.core.tasks import SubmitRequest
 from reach.errors import ReachError, ReachTimeout, Unavailable
 from reach.sdk.connection import redial
-from reach.sdk.endpoints import Endpoints, dial_any
+from reach.sdk.endpoints import Endpoints, dial_any, spread_for
 from reach.sdk.fallback import answer_of
 from reach.sdk.handle import Handle, consume
 from reach.sdk.opening import Opening
@@ -51,13 +51,14 @@ OUTCOME_GRACE = 1.0  # s a call waits past its timeout for the coordinator's own
 
 class Client(Waiters):
     """A caller's connection to a coordinator. Create with ``await Client.connect(url, ...)``;
-    ``url`` is one ``ws://`` URL or a list of several coordinators' (tried in that order)."""
+    ``url`` is one ``ws://`` URL or a list of several coordinators' (tried in that order;
+    ``prefer="random"`` starts at a random one instead, as agents do)."""
 
     def __init__(self, url: str | Sequence[str], caller: str = "anonymous",
                  token: str | None = None, *, reconnect_for: float = 60.0,
-                 max_frame_bytes: int = 1 << 20) -> None:
+                 max_frame_bytes: int = 1 << 20, prefer: str = "first") -> None:
         super().__init__()
-        self._endpoints = Endpoints(url)
+        self._endpoints = Endpoints(url, spread=spread_for(prefer, random.Random()))
         self.caller = caller
         self.token = token
         self.reconnect_for = reconnect_for

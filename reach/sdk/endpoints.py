@@ -19,6 +19,11 @@ from a random one, so that the agents of a lost coordinator share out over the r
 starts at the first (the list is its order of preference, say the nearest first) and after a
 loss goes on down the list. Both stay where they are until that coordinator goes away: no
 moving back when an earlier one returns, which would only be a second interruption.
+
+``prefer`` says which of the two an owner wants: ``"random"`` (an agent's default) or
+``"first"`` (a caller's default). ``Agent.connect([url_b, url_a], prefer="first")`` places an
+agent on ``url_b`` whenever it answers, and on ``url_a`` only while it does not: placing a
+fleet on chosen nodes takes no loop of retries.
 """
 
 from __future__ import annotations
@@ -41,6 +46,18 @@ from reach.wire import protocol as p
 
 RESOLVE_TIMEOUT = 10.0
 """Seconds a host name may take to resolve (as long as a handshake may take, connection.py)."""
+
+
+PREFER = ("random", "first")
+"""The values of ``prefer``: where a connection starts and where it goes after a loss."""
+
+
+def spread_for(prefer: str, rng: random.Random) -> random.Random | None:
+    """The ``spread`` of ``Endpoints`` for a ``prefer`` value; ValueError for any other."""
+    if prefer not in PREFER:
+        raise ValueError(f"prefer={prefer!r}: use \"random\" (start on a random coordinator "
+                         f"of the list) or \"first\" (the first that answers, in list order)")
+    return rng if prefer == "random" else None
 
 
 @dataclass(frozen=True)
