@@ -27,12 +27,7 @@ from reach.core.registry import Registry
 from reach.core.resilience import BreakerState, RetryBudget
 from reach.core.routing import Router
 from reach.core.tasks import Envelope, Outcome, SubmitRequest, Task, TaskState, new_task
-from reach.errors import (
-    InvalidParams,
-    ReachError,
-    Rejected,
-    Unavailable,
-)
+from reach.errors import InvalidParams, ReachError, Rejected, Unavailable
 from reach.gateway import admission
 from reach.gateway.admission import Admission
 from reach.gateway.audit import Audit
