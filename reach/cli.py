@@ -7,22 +7,19 @@ import asyncio
 import contextlib
 import errno
 import gc
-import json
 import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from reach.cli_inputs import PEER_TOKEN_ENV, admin_token, peering, rules
 from reach.config import Settings
 from reach.core.routing import STRATEGIES
-
-PEER_TOKEN_ENV = "REACH_PEER_TOKEN"  # the peer secret from the environment (not seen in ps)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -202,68 +199,16 @@ def _settings(args: argparse.Namespace) -> Settings:
             heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
             offline_after=args.offline_after, ack_timeout=args.ack_timeout,
             queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
-            recovery_grace=args.recovery_grace, admin_token=_admin_token(args),
+            recovery_grace=args.recovery_grace, admin_token=admin_token(args),
             retry_budget=args.retry_budget, auto_replay=args.auto_replay,
             metrics_public=args.metrics_public, json_logs=args.json_logs,
-            tokens=_rules(args.tokens_file, str), permissions=_rules(args.permissions_file, list),
-            serves=_rules(args.serves_file, list), insecure=args.insecure,
+            tokens=rules(args.tokens_file, str), permissions=rules(args.permissions_file, list),
+            serves=rules(args.serves_file, list), insecure=args.insecure,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
             otel_endpoint=args.otel_endpoint,
             otel_service_name=os.environ.get("OTEL_SERVICE_NAME") or "reach",
-            cluster=args.cluster, lease_s=args.lease, **_peering(args))
-
-
-def _peering(args: argparse.Namespace) -> dict[str, Any]:
-    """The peer-link settings of ``--node-id``, the peer secret and ``--peer``, checked
-    here so that a typo is one line at start, not a link that redials in vain forever."""
-    node = args.node_id
-    if node is not None and (not node.strip() or len(node) > 200 or
-                             any(c.isspace() or not c.isprintable() for c in node)):
-        raise ValueError(f"--node-id {node!r}: give a short name without spaces or control "
-                         f"characters (at most 200), unique to this coordinator")
-    token = _peer_token(args, os.environ)
-    urls = []
-    for url in args.peers:
-        parts = urlsplit(url)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if parts.scheme not in ("ws", "wss") or not parts.hostname or port is None:
-            raise ValueError(f"--peer {url!r}: give another coordinator's websocket URL with "
-                             f"its port, like ws://10.0.0.2:8765 (wss:// across machines)")
-        urls.append(url)
-    if urls and token is None and args.admin_token is None:
-        raise ValueError(f"--peer needs --peer-token-file (or {PEER_TOKEN_ENV}, or the same "
-                         f"--admin-token on every node): with the default random token no "
-                         f"peer could link")
-    return {"node_id": node, "peer_token": token, "peers": tuple(urls)}
-
-
-def _peer_token(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
-    """The peer secret: ``--peer-token-file``, else ``--peer-token``, else ``REACH_PEER_TOKEN``
-    (None: the admin token serves). A file or the environment keeps it out of ``ps``; giving
-    both flags is a mistake said at once, as is an empty or unreadable secret."""
-    path, flag = args.peer_token_file, args.peer_token
-    if path is not None and flag is not None:
-        raise ValueError("give the peer secret once: --peer-token-file or --peer-token")
-    if path is not None:
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--peer-token-file {str(path)!r}: cannot read it "
-                             f"({type(exc).__name__})") from None
-        token, where = (lines[0].strip() if lines else ""), f"--peer-token-file {str(path)!r}"
-    elif flag is not None:
-        token, where = flag, "--peer-token"
-    elif PEER_TOKEN_ENV in env:
-        token, where = env[PEER_TOKEN_ENV].strip(), PEER_TOKEN_ENV
-    else:
-        return None
-    if not token.strip():
-        raise ValueError(f"{where} must not be empty: peers link only with a secret")
-    return token
+            cluster=args.cluster, lease_s=args.lease, **peering(args))
 
 
 def _agents(path: Path | None) -> list[Any]:
@@ -272,36 +217,6 @@ def _agents(path: Path | None) -> list[Any]:
         return []
     from reach.adapters.config import load_agents
     return list(load_agents(path))
-
-
-def _admin_token(args: argparse.Namespace) -> str | None:
-    """``--admin-token``, or the text of ``--admin-token-file`` (not both)."""
-    path: Path | None = args.admin_token_file
-    if path is None:
-        return args.admin_token  # type: ignore[no-any-return]
-    if args.admin_token is not None:
-        raise ValueError("give --admin-token or --admin-token-file, not both")
-    from reach.envvars import read_secret
-    token = read_secret(str(path), "--admin-token-file", ValueError)
-    if not token.strip():
-        raise ValueError(f"--admin-token-file {path} is empty")
-    args.admin_token = token  # (--peer checks whether an admin token was given)
-    return token
-
-
-def _rules(path: Path | None, kind: type) -> Any:
-    """A rules file: a JSON object whose values are strings (tokens) or lists of patterns."""
-    if path is None:
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"reach: cannot read {path}: {exc}") from None
-    if not isinstance(data, dict) or not all(
-            isinstance(k, str) and isinstance(v, kind) for k, v in data.items()):
-        raise SystemExit(f"reach: {path} must be a JSON object of name -> "
-                         f"{'principal' if kind is str else 'list of patterns'}")
-    return data if kind is str else {k: tuple(map(str, v)) for k, v in data.items()}
 
 
 class StartFailed(Exception):

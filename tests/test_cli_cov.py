@@ -20,7 +20,8 @@ from rich.console import Console
 from subprocs import free_port, start_coordinator
 
 from reach import Agent, Client, demo_adapters
-from reach.cli import _rules, main
+from reach.cli import main
+from reach.cli_inputs import rules as _rules
 from reach.demo import run_demo
 
 

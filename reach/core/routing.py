@@ -20,9 +20,8 @@ Priority headroom: a task below ``shed_below`` may not take the last ``1 − hig
 agent's slots; finding only such slots it is shed (``Saturated.shed``: rejected at once) while
 higher priorities still get through. Warm-up: while any agent of a group warms up (one time
 comparison per group tells), candidates are thinned by their warm shares (reach.core.warmup).
-In a cluster, among agents a scoring strategy finds equally good, one connected to this node
-wins over another node's (whose attempt would ride a peer link); ``random`` and
-``round_robin`` spread on purpose and are left alone.
+In a cluster, of agents a scoring strategy finds equally good, this node's win over another
+node's (a peer-link hop); ``random`` and ``round_robin`` spread on purpose, left alone.
 The weighted score also multiplies by each agent's 7-day reliability (``AgentRecord.trust``).
 """
 
@@ -291,13 +290,10 @@ class Router:
         best = min(ready, key=key)
         if best.node is None:  # this node's own (always, outside a cluster): one test a pick
             return best
-        # Another node's: an attempt there rides a peer link (a hop each way), so an agent
-        # of this node the strategy finds exactly as good goes first. Only a tie: a clearly
-        # better agent elsewhere still wins.
-        local = [r for r in ready if r.node is None]
-        if not local:
-            return best
-        near = min(local, key=key)
+        # Another node's: an attempt there rides a peer link (a hop each way), so an agent of
+        # this node the strategy finds exactly as good goes first (only a tie: a clearly
+        # better agent elsewhere still wins).
+        near = min((r for r in ready if r.node is None), key=key, default=best)
         return near if key(near)[0] == key(best)[0] else best
 
     def _key(self, capability: str, latency: Mapping[str, float], now: float
