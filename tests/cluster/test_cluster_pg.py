@@ -33,10 +33,16 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
         yield s
 
 
+# Agents beat every 50 ms; suspected after 4 silent beats, offline after 6 (Settings' 2 and 3
+# took an agent offline when the whole suite stalled the loop 150 ms: "worker offline" at the
+# first submit, as reach.testing.Cluster found before).
+SLACK = {"suspect_after": 4.0, "offline_after": 6.0}
+
+
 async def node(stack: AsyncExitStack, url: str, name: str, **kw: Any) -> Reach:
     reach = await stack.enter_async_context(Reach.start(
         store=url, cluster=True, node_id=name, lease_s=LEASE, admin_token="t",
-        heartbeat_interval=0.05, http_port=None, **kw))
+        heartbeat_interval=0.05, http_port=None, **{**SLACK, **kw}))
     return reach
 
 

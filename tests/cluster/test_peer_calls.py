@@ -97,6 +97,7 @@ async def test_static_peers_from_settings(nodes: Nodes) -> None:
     c = await nodes.node("C", peers=[b.url])
     await c.peers.add(None, c.url)
     await until(lambda: any(p["error"] == "this node itself" for p in c.peers.view()))
+    await until(lambda: bool(c.agents(names={"echo-b"})))  # B's agents mirrored (handshake)
     client = await nodes.client(c.url)
     assert (await client.call("text.echo", {"text": "s"}, timeout=5))["by"] == "echo-b"
 
