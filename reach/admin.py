@@ -47,6 +47,7 @@ from reach.wire import protocol as p
 
 POLICY_VIOLATION = 1008  # the close code of a refused admin token
 MAX_FRAME_BYTES = 64 * 1024 * 1024  # a big coordinator's snapshot is one frame
+MAX_TRACES = 1000  # recent traces kept from the deltas of a long session
 
 
 class Admin:
@@ -65,6 +66,7 @@ class Admin:
         self._reader: asyncio.Task[None] | None = None
         self._agents: dict[str, dict[str, Any]] = {}
         self._letters: dict[str, dict[str, Any]] = {}
+        self._traces: dict[str, dict[str, Any]] = {}
         self._coordinator: dict[str, Any] = {}
         self._changed = asyncio.Event()
 
@@ -165,6 +167,7 @@ class Admin:
             raw_frame = json.loads(raw)
             self._agents = {v["agent_id"]: v for v in raw_frame.get("agents", [])}
             self._letters = {v["task_id"]: v for v in raw_frame.get("dead_letters", [])}
+            self._traces = {v["trace_id"]: v for v in raw_frame.get("traces", [])}
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
         elif isinstance(frame, a.Delta):
@@ -173,6 +176,11 @@ class Admin:
                 self._agents[view["agent_id"]] = view
             for letter in raw_frame.get("dead_letters", []):
                 self._letters[letter["task_id"]] = letter
+            for trace in raw_frame.get("traces", []):
+                self._traces[trace["trace_id"]] = trace
+            if len(self._traces) > MAX_TRACES:  # a long session keeps the newest only
+                newest = sorted(self._traces.values(), key=lambda t: t.get("started_at") or 0.0)
+                self._traces = {t["trace_id"]: t for t in newest[-MAX_TRACES:]}
             for task_id in frame.resolved:
                 self._letters.pop(task_id, None)
         elif isinstance(frame, a.Reply):
@@ -225,6 +233,13 @@ class Admin:
         current picture."""
         self._check()
         return sorted(self._agents.values(), key=lambda v: (v["name"], v["agent_id"]))
+
+    async def traces(self) -> list[dict[str, Any]]:
+        """The recent traces (``TraceSummary``), newest first: the coordinator's last 200
+        at connect, and those begun since. Older ones are found with ``find``."""
+        self._check()
+        return sorted(self._traces.values(), key=lambda t: t.get("started_at") or 0.0,
+                      reverse=True)
 
     async def dead_letters(self, capability: str | None = None, agent: str | None = None,
                            error: str | None = None, discarded: bool = False
