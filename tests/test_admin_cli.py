@@ -46,7 +46,7 @@ class Served:
                                                             os.environ.get("PYTHONPATH")]))
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "reach.cli", *argv, *extra, cwd=REPO,
-            env={**base, **(env or {}), "COLUMNS": "200"},
+            env={**base, "COLUMNS": "200", **(env or {})},
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode is not None
@@ -112,6 +112,10 @@ async def test_dead_letters_replay_and_agents_from_a_shell(served: Served) -> No
 
     human = await served.reach("dead-letters")
     assert human.rc == 0 and letter["task_id"] in human.out and "x.write" in human.out
+    # a narrow terminal: nothing cut, the id to copy and the whole error are still there
+    narrow = await served.reach("dead-letters", env={"COLUMNS": "60"})
+    assert narrow.rc == 0 and letter["task_id"] in narrow.out
+    assert letter["error"]["message"] in " ".join(narrow.out.split())
     none = await served.reach("dead-letters", "--json", "--capability", "other")
     assert none.rc == 0 and none.json() == {"dead_letters": []}
 
