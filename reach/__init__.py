@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from reach._version import __version__ as __version__
+from reach.admin import Admin
 from reach.config import Settings
 from reach.errors import (
     InvalidParams,
@@ -26,6 +27,7 @@ from reach.sdk.context import Context
 from reach.sdk.handle import Handle
 
 __all__ = [
+    "Admin",
     "Agent",
     "Client",
     "Context",

@@ -152,11 +152,16 @@ def _parser() -> argparse.ArgumentParser:
                       help="how long to send work (default 10; the demo exits soon after)")
     demo.add_argument("--plain", action="store_true",
                       help="print a final summary only (no live table)")
+    from reach.cli_admin import register  # agents, dead-letters, replay, ... (docs: README)
+    register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "run", None) is not None:  # an operator's command (reach.cli_admin)
+        from reach.cli_admin import run
+        return run(args)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,423 @@
+"""Operate a running coordinator from a shell: ``reach agents``, ``reach dead-letters``,
+``reach replay``, ``reach discard``, ``reach drain``, ``reach call`` and the rest.
+
+Each command opens the coordinator's admin feed with ``reach.Admin`` (``reach call``: a caller
+session with ``reach.Client``), does one thing and exits. Human tables by default (rich, as
+wide as the terminal); ``--json`` prints one JSON document on stdout for scripts.
+
+Exit status: 0 on success. A refusal prints ``reach: CODE: message`` on stderr and exits with
+the code's own status (``EXIT_CODES``), so a script can tell a bad token from a dead agent
+without parsing text; 2 is a usage error (argparse's), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from reach.errors import ReachError
+
+DEFAULT_URL = "ws://127.0.0.1:8765"
+URL_ENV, ADMIN_TOKEN_ENV, CALLER_TOKEN_ENV = "REACH_URL", "REACH_ADMIN_TOKEN", "REACH_TOKEN"
+
+EXIT_CODES: dict[str, int] = {
+    "unauthorized": 3,
+    "invalid_params": 4,
+    "no_route": 5,
+    "unavailable": 6,
+    "rejected": 7,
+    "timeout": 8,
+    "task_failed": 9,
+    "protocol_error": 10,
+    "usage": 2,  # a command line this module refuses, as argparse's own
+}
+"""The exit status of a refusal, by its error code (any other code: 1)."""
+
+EPILOG = ("exit status: 0 ok; on an error its code and message go to stderr and the status "
+          "says which: " + ", ".join(f"{n} {c}" for c, n in EXIT_CODES.items())
+          + ", 1 other.")
+
+Action = Callable[[argparse.Namespace], Coroutine[Any, Any, Any]]
+
+
+def register(sub: Any) -> None:
+    """Add the operator's subcommands to ``reach``'s subparsers (``sub``)."""
+
+    def command(name: str, help: str, description: str, run: Action,
+                caller: bool = False) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=help, description=description, epilog=EPILOG)
+        p.add_argument("--url", default=os.environ.get(URL_ENV, DEFAULT_URL),
+                       help=f"the coordinator's websocket URL (default: ${URL_ENV}, else "
+                            f"{DEFAULT_URL})")
+        env = CALLER_TOKEN_ENV if caller else ADMIN_TOKEN_ENV
+        what = "the caller's token (open mode: none)" if caller else \
+            "the admin token `reach serve` was given or printed"
+        p.add_argument("--token", default=None,
+                       help=f"{what} (default: ${env}); on the command line other users "
+                            f"see it in ps: prefer ${env} or --token-file")
+        p.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                       help="read the token from FILE (one trailing newline dropped)")
+        p.add_argument("--json", action="store_true",
+                       help="print one JSON document on stdout, for scripts")
+        p.set_defaults(run=run, token_env=env)
+        return p
+
+    command("agents", "list the coordinator's agents: state, load, breaker",
+            "Every agent the coordinator knows, sorted by name (--json: "
+            '{"agents": [AgentView...]}, docs/admin-feed.md).', _agents)
+    command("tasks", "list the recent traces, newest first",
+            "The coordinator's recent traces (up to 200), newest first: root capability, "
+            'caller, state, duration (--json: {"traces": [TraceSummary...]}). '
+            "Older ones: reach find ID.", _tasks)
+    p = command("find", "show a task or trace by its id (or its first 6+ characters)",
+                "Find a task or trace by its id or an unambiguous prefix of 6 or more "
+                "characters; prints its trace's tasks (--json: the find result).", _find)
+    p.add_argument("id", help="a task id, a trace id, or the first 6+ characters of one")
+    p = command("trace", "show a trace's tasks and hops",
+                "A trace's timeline: each task and each phase of it (queued, delivered, "
+                "processing, retry, done) with its agent and duration (--json: Timeline).",
+                _trace)
+    p.add_argument("trace_id", help="the trace's id")
+    p = command("dead-letters", "list the dead letters (tasks that failed for good)",
+                "The unresolved dead letters, oldest first, with their last error. Settle "
+                "one with reach replay ID or reach discard ID --reason TEXT "
+                '(--json: {"dead_letters": [DeadLetter...]}).', _dead_letters)
+    p.add_argument("--capability", default=None, help="only this capability's")
+    p.add_argument("--agent", default=None, help="only those whose last attempt was this "
+                                                 "agent's")
+    p.add_argument("--error", default=None,
+                   help="only those whose error contains this text (any case)")
+    p.add_argument("--discarded", action="store_true",
+                   help="the discarded letters instead (kept, with their reason)")
+    p = command("replay", "replay a dead letter (or every one a filter matches)",
+                "Replay one dead letter, optionally with new params or a new timeout "
+                "(checked against the capability's schema; the letter's history records the "
+                "change), and wait for its outcome; exit 0 only if it succeeded. Or replay "
+                "every letter that --filter matches (--all: every one); their outcomes "
+                "arrive later (reach dead-letters).", _replay)
+    p.add_argument("task_id", nargs="?", default=None, metavar="ID",
+                   help="the dead letter's task id")
+    p.add_argument("--params", default=None, metavar="JSON",
+                   help="replace the params with this JSON object")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="give the replay this task timeout in seconds")
+    p.add_argument("--wait", type=float, default=None, metavar="S",
+                   help="wait at most this long for the outcome (coordinator's default: 30)")
+    p.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                   help="instead of ID: replay every letter matching; KEY is capability, "
+                        "agent, error (substring), since or until (epoch seconds); repeat "
+                        "to narrow")
+    p.add_argument("--all", action="store_true", help="instead of ID: replay every letter")
+    p = command("discard", "settle a dead letter that can never succeed",
+                "Discard a dead letter: it is kept and audited with your reason, and no "
+                "longer listed (reach dead-letters --discarded shows it).", _discard)
+    p.add_argument("task_id", metavar="ID", help="the dead letter's task id")
+    p.add_argument("--reason", required=True, metavar="TEXT",
+                   help="why (kept with the letter and in the audit log)")
+    p = command("drain", "route no new work to an agent; its in-flight work finishes",
+                "Drain an agent (by name or agent_id): no new work is routed to it, its "
+                "in-flight work finishes. reach undrain NAME gives it work again.", _drain)
+    p.add_argument("name", help="the agent's name or agent_id")
+    p = command("undrain", "let a drained agent receive work again",
+                "Undrain an agent (by name or agent_id).", _undrain)
+    p.add_argument("name", help="the agent's name or agent_id")
+    p = command("call", "call a capability and print its result as JSON",
+                "Call CAPABILITY with the JSON object PARAMS as a caller would, and print the "
+                "result as JSON on stdout; on failure the error's code and message go to "
+                "stderr (see exit status).", _call, caller=True)
+    p.add_argument("capability", help="the capability, like sales.query")
+    p.add_argument("params", nargs="?", default="{}", metavar="JSON",
+                   help="the params, a JSON object (default {}); - reads it from stdin")
+    p.add_argument("--caller", default="cli", help="the caller's name (default cli)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="bound the whole call, retries included (seconds)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one operator subcommand to its exit status (the CLI's entry may start a loop)."""
+    try:
+        result = asyncio.run(args.run(args))
+    except ReachError as exc:
+        return _failed(exc.code, exc.message)
+    except KeyboardInterrupt:
+        return 130
+    if isinstance(result, int) and not isinstance(result, bool):
+        return result
+    return 0
+
+
+def _failed(code: str, message: str) -> int:
+    print(f"reach: {code}: {message}", file=sys.stderr)
+    return EXIT_CODES.get(code, 1)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        if args.token is not None:
+            raise _usage("give --token or --token-file, not both")
+        from reach.envvars import read_secret
+        token = read_secret(str(args.token_file), "--token-file", _Usage)
+        if not token.strip():
+            raise _usage(f"--token-file {args.token_file} is empty")
+        return token
+    if args.token is not None:
+        return str(args.token)
+    return os.environ.get(args.token_env) or None
+
+
+class _Usage(ReachError):
+    """A command line refused after parsing (say, a bad --params): exit status 2."""
+
+    code = "usage"
+
+
+def _usage(message: str) -> ReachError:
+    return _Usage(message)
+
+
+def _admin(args: argparse.Namespace) -> Any:
+    from reach.admin import Admin
+    token = _token(args)
+    if token is None:
+        raise _usage(f"an admin token is needed: --token-file FILE, ${ADMIN_TOKEN_ENV} or "
+                     f"--token TOKEN (`reach serve` prints it at start)")
+    return Admin.connect(args.url, token=token)
+
+
+def _json_arg(text: str, flag: str) -> dict[str, Any]:
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise _usage(f"{flag} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _usage(f"{flag} must be a JSON object, like '{{\"n\": 1}}'")
+    return value
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+# ---------------------------------------------------------------- human output
+
+def _console() -> Any:
+    from rich.console import Console
+    return Console(soft_wrap=False)
+
+
+TEXT_COLUMNS = frozenset(("Error", "Note", "Capabilities"))
+"""Free text: wrapped at spaces to fit the terminal, at least 24 columns wide. The other
+columns (ids to copy into the next command, names, states, counts) stay whole on one line."""
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]], empty: str) -> None:
+    """A table as wide as the terminal (rich). Nothing in it is ever cut: when the terminal
+    is too narrow for the table, each row is printed as a block of "Column: value" lines."""
+    from rich.markup import escape
+    from rich.table import Table
+    console = _console()
+    if not rows:
+        console.print(empty)
+        return
+    table = Table(title=title, title_justify="left", expand=False)
+    needed = 1  # the left border; each column adds its width, two of padding and a border
+    for i, name in enumerate(columns):
+        widest = max([len(name), *(len(row[i]) for row in rows)])
+        if name in TEXT_COLUMNS:
+            table.add_column(name, overflow="fold", min_width=min(widest, 24))
+            needed += min(widest, 24) + 3
+        else:
+            table.add_column(name, no_wrap=True, min_width=widest)
+            needed += widest + 3
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    if needed <= console.width:
+        console.print(table)
+        return
+    console.print(escape(title), soft_wrap=True)
+    label = max(len(name) for name in columns) + 1
+    for row in rows:
+        console.print()
+        for name, cell in zip(columns, row, strict=True):
+            console.print(escape(f"  {name + ':':<{label}} {cell}"), soft_wrap=True)
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.0f} ms"
+
+
+def _err(error: Any) -> str:
+    if not error:
+        return "-"
+    if isinstance(error, dict):
+        return f"{error.get('code', '?')}: {error.get('message', '')}"
+    return str(error)
+
+
+# ---------------------------------------------------------------- the commands
+
+async def _agents(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        agents = await admin.agents()
+    if args.json:
+        _print_json({"agents": agents})
+        return
+    rows = [[a["name"], a["state"] + (" (draining)" if a.get("draining") else ""),
+             a.get("kind", "websocket"), f"{a.get('inflight', 0)}/{a.get('max_concurrency', 1)}",
+             a.get("breaker", "closed"), str(a.get("calls", 0)), str(a.get("faults", 0)),
+             _ms(a.get("p95_ms")), ", ".join(a.get("capabilities", []))] for a in agents]
+    _table("Agents", ["Name", "State", "Kind", "Inflight", "Breaker", "Calls", "Faults", "p95",
+                      "Capabilities"], rows, "no agents")
+
+
+async def _tasks(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        traces = await admin.traces()
+    if args.json:
+        _print_json({"traces": traces})
+        return
+    rows = [[t["trace_id"], t.get("root") or "-", t.get("caller") or "-", t.get("state", ""),
+             str(t.get("tasks", 0)), _ms(t.get("duration_ms")),
+             t.get("failed_capability") or ""] for t in traces]
+    _table("Recent traces", ["Trace", "Root", "Caller", "State", "Tasks", "Duration",
+                             "Failed at"], rows, "no traces yet")
+
+
+def _timeline(timeline: dict[str, Any], title: str) -> None:
+    rows = [["  " * int(t.get("depth", 0)) + t["capability"], t["task_id"], t.get("caller", ""),
+             t.get("state", ""), _err(t.get("error"))] for t in timeline.get("tasks", [])]
+    _table(title, ["Capability", "Task", "Caller", "State", "Error"], rows, "no tasks")
+    hops = [[h["capability"], h["phase"], h.get("agent") or "-",
+             "-" if h.get("attempt") is None else str(h["attempt"]), _ms(h.get("duration_ms")),
+             ("failed " if h.get("failed") else "") + (h.get("note") or "")]
+            for h in timeline.get("hops", [])]
+    if hops:
+        _table("Hops", ["Capability", "Phase", "Agent", "Attempt", "Duration", "Note"], hops, "")
+
+
+async def _find(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        found = await admin.find(args.id)
+    if args.json:
+        _print_json(found)
+        return
+    dead = " (dead letter)" if found.get("dead_letter") else ""
+    _timeline(found.get("timeline") or {},
+              f"Trace {found['trace_id']}" + (f", task {found['task_id']}{dead}"
+                                               if found.get("task_id") else ""))
+
+
+async def _trace(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        timeline = await admin.trace(args.trace_id)
+    if args.json:
+        _print_json(timeline)
+        return
+    _timeline(timeline, f"Trace {args.trace_id}")
+
+
+async def _dead_letters(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        letters = await admin.dead_letters(capability=args.capability, agent=args.agent,
+                                           error=args.error, discarded=args.discarded)
+    if args.json:
+        _print_json({"dead_letters": letters})
+        return
+    rows = [[d["task_id"], d["capability"], d.get("caller", ""), d.get("agent") or "-",
+             str(len(d.get("attempts", []))), d.get("state", "dead"), _err(d.get("error"))]
+            for d in letters]
+    _table("Discarded letters" if args.discarded else "Dead letters",
+           ["Task", "Capability", "Caller", "Agent", "Attempts", "State", "Error"], rows,
+           "no discarded letters" if args.discarded else "no dead letters")
+
+
+_FILTER_KEYS = ("capability", "agent", "error", "since", "until")
+
+
+async def _replay(args: argparse.Namespace) -> int:
+    many = bool(args.filter) or args.all
+    if many == (args.task_id is not None):
+        raise _usage("give a dead letter's ID, or --filter KEY=VALUE (or --all) to replay "
+                     "every letter that matches, not both")
+    if many:
+        if args.params is not None or args.timeout is not None:
+            raise _usage("--params and --timeout change one letter: give its ID")
+        filters: dict[str, Any] = {}
+        for item in args.filter:
+            key, sep, value = item.partition("=")
+            if not sep or key not in _FILTER_KEYS:
+                raise _usage(f"--filter {item!r}: use KEY=VALUE with KEY one of "
+                             f"{', '.join(_FILTER_KEYS)}")
+            try:
+                filters[key] = float(value) if key in ("since", "until") else value
+            except ValueError:
+                raise _usage(f"--filter {key}: give epoch seconds, not {value!r}") from None
+        async with _admin(args) as admin:
+            replayed = await admin.replay_many(**filters)
+        if args.json:
+            _print_json({"replayed": replayed})
+        else:
+            print(f"replaying {len(replayed)} dead letter(s)" +
+                  "".join(f"\n  {task_id}" for task_id in replayed))
+        return 0
+    params = None if args.params is None else _json_arg(args.params, "--params")
+    async with _admin(args) as admin:
+        view = await admin.replay(args.task_id, params=params, timeout=args.timeout,
+                                  wait=args.wait)
+    state = view.get("state")
+    if args.json:
+        _print_json(view)
+    else:
+        print(f"replayed {args.task_id}: {state}")
+    if state == "succeeded":
+        return 0
+    error = view.get("error")
+    if isinstance(error, dict) and error.get("code"):
+        return _failed(str(error["code"]), str(error.get("message", "")))
+    return _failed("timeout", f"the replay is still {state} after the wait "
+                              f"(reach find {args.task_id} shows it later)")
+
+
+async def _discard(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        letter = await admin.discard(args.task_id, reason=args.reason)
+    if args.json:
+        _print_json(letter)
+    else:
+        print(f"discarded {args.task_id}: {args.reason}")
+
+
+async def _drain(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        view = await admin.drain(args.name)
+    if args.json:
+        _print_json(view)
+    else:
+        print(f"draining {view.get('name', args.name)}: no new work; "
+              f"{view.get('inflight', 0)} in flight finish")
+
+
+async def _undrain(args: argparse.Namespace) -> None:
+    async with _admin(args) as admin:
+        view = await admin.undrain(args.name)
+    if args.json:
+        _print_json(view)
+    else:
+        print(f"undrained {view.get('name', args.name)}: {view.get('state', '')}")
+
+
+async def _call(args: argparse.Namespace) -> None:
+    from reach.sdk.client import Client
+    params = _json_arg(args.params, "PARAMS")
+    async with Client.connect(args.url, caller=args.caller, token=_token(args)) as client:
+        result = await client.call(args.capability, params, timeout=args.timeout)
+    _print_json(result)
