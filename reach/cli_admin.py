@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from reach.cli_tables import err, ms, table
 from reach.errors import ReachError
 
 DEFAULT_URL = "ws://127.0.0.1:8765"
@@ -207,62 +208,6 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-# ---------------------------------------------------------------- human output
-
-def _console() -> Any:
-    from rich.console import Console
-    return Console(soft_wrap=False)
-
-
-TEXT_COLUMNS = frozenset(("Error", "Note", "Capabilities"))
-"""Free text: wrapped at spaces to fit the terminal, at least 24 columns wide. The other
-columns (ids to copy into the next command, names, states, counts) stay whole on one line."""
-
-
-def _table(title: str, columns: list[str], rows: list[list[str]], empty: str) -> None:
-    """A table as wide as the terminal (rich). Nothing in it is ever cut: when the terminal
-    is too narrow for the table, each row is printed as a block of "Column: value" lines."""
-    from rich.markup import escape
-    from rich.table import Table
-    console = _console()
-    if not rows:
-        console.print(empty)
-        return
-    table = Table(title=title, title_justify="left", expand=False)
-    needed = 1  # the left border; each column adds its width, two of padding and a border
-    for i, name in enumerate(columns):
-        widest = max([len(name), *(len(row[i]) for row in rows)])
-        if name in TEXT_COLUMNS:
-            table.add_column(name, overflow="fold", min_width=min(widest, 24))
-            needed += min(widest, 24) + 3
-        else:
-            table.add_column(name, no_wrap=True, min_width=widest)
-            needed += widest + 3
-    for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
-    if needed <= console.width:
-        console.print(table)
-        return
-    console.print(escape(title), soft_wrap=True)
-    label = max(len(name) for name in columns) + 1
-    for row in rows:
-        console.print()
-        for name, cell in zip(columns, row, strict=True):
-            console.print(escape(f"  {name + ':':<{label}} {cell}"), soft_wrap=True)
-
-
-def _ms(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.0f} ms"
-
-
-def _err(error: Any) -> str:
-    if not error:
-        return "-"
-    if isinstance(error, dict):
-        return f"{error.get('code', '?')}: {error.get('message', '')}"
-    return str(error)
-
-
 # ---------------------------------------------------------------- the commands
 
 async def _agents(args: argparse.Namespace) -> None:
@@ -274,8 +219,8 @@ async def _agents(args: argparse.Namespace) -> None:
     rows = [[a["name"], a["state"] + (" (draining)" if a.get("draining") else ""),
              a.get("kind", "websocket"), f"{a.get('inflight', 0)}/{a.get('max_concurrency', 1)}",
              a.get("breaker", "closed"), str(a.get("calls", 0)), str(a.get("faults", 0)),
-             _ms(a.get("p95_ms")), ", ".join(a.get("capabilities", []))] for a in agents]
-    _table("Agents", ["Name", "State", "Kind", "Inflight", "Breaker", "Calls", "Faults", "p95",
+             ms(a.get("p95_ms")), ", ".join(a.get("capabilities", []))] for a in agents]
+    table("Agents", ["Name", "State", "Kind", "Inflight", "Breaker", "Calls", "Faults", "p95",
                       "Capabilities"], rows, "no agents")
 
 
@@ -286,22 +231,22 @@ async def _tasks(args: argparse.Namespace) -> None:
         _print_json({"traces": traces})
         return
     rows = [[t["trace_id"], t.get("root") or "-", t.get("caller") or "-", t.get("state", ""),
-             str(t.get("tasks", 0)), _ms(t.get("duration_ms")),
+             str(t.get("tasks", 0)), ms(t.get("duration_ms")),
              t.get("failed_capability") or ""] for t in traces]
-    _table("Recent traces", ["Trace", "Root", "Caller", "State", "Tasks", "Duration",
+    table("Recent traces", ["Trace", "Root", "Caller", "State", "Tasks", "Duration",
                              "Failed at"], rows, "no traces yet")
 
 
 def _timeline(timeline: dict[str, Any], title: str) -> None:
     rows = [["  " * int(t.get("depth", 0)) + t["capability"], t["task_id"], t.get("caller", ""),
-             t.get("state", ""), _err(t.get("error"))] for t in timeline.get("tasks", [])]
-    _table(title, ["Capability", "Task", "Caller", "State", "Error"], rows, "no tasks")
+             t.get("state", ""), err(t.get("error"))] for t in timeline.get("tasks", [])]
+    table(title, ["Capability", "Task", "Caller", "State", "Error"], rows, "no tasks")
     hops = [[h["capability"], h["phase"], h.get("agent") or "-",
-             "-" if h.get("attempt") is None else str(h["attempt"]), _ms(h.get("duration_ms")),
+             "-" if h.get("attempt") is None else str(h["attempt"]), ms(h.get("duration_ms")),
              ("failed " if h.get("failed") else "") + (h.get("note") or "")]
             for h in timeline.get("hops", [])]
     if hops:
-        _table("Hops", ["Capability", "Phase", "Agent", "Attempt", "Duration", "Note"], hops, "")
+        table("Hops", ["Capability", "Phase", "Agent", "Attempt", "Duration", "Note"], hops, "")
 
 
 async def _find(args: argparse.Namespace) -> None:
@@ -333,9 +278,9 @@ async def _dead_letters(args: argparse.Namespace) -> None:
         _print_json({"dead_letters": letters})
         return
     rows = [[d["task_id"], d["capability"], d.get("caller", ""), d.get("agent") or "-",
-             str(len(d.get("attempts", []))), d.get("state", "dead"), _err(d.get("error"))]
+             str(len(d.get("attempts", []))), d.get("state", "dead"), err(d.get("error"))]
             for d in letters]
-    _table("Discarded letters" if args.discarded else "Dead letters",
+    table("Discarded letters" if args.discarded else "Dead letters",
            ["Task", "Capability", "Caller", "Agent", "Attempts", "State", "Error"], rows,
            "no discarded letters" if args.discarded else "no dead letters")
 

@@ -32,6 +32,7 @@ from reach.core.tasks import TaskState
 from reach.gateway.events import DEAD_LETTER
 from reach.gateway.gateway import Gateway
 from reach.server.channel import Channel
+from reach.settling import discard_of
 from reach.store.nodes import Nodes
 from reach.store.store import Store
 
@@ -197,7 +198,8 @@ class ClusterNode:
         for task in await self.store.dead(self.gateway.settings.dead_letters_max,
                                           self._dead_since):
             self._dead_since = max(self._dead_since, task.updated_at)
-            if task.task_id in book.dead or book.find(task.task_id) is not None:
+            if task.task_id in book.dead or book.find(task.task_id) is not None \
+                    or discard_of(task) is not None:  # settled on another node
                 continue
             book.keep_dead(task)
             self.foreign_dead.add(task.task_id)

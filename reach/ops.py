@@ -2,7 +2,8 @@
 
 ``Ops`` is what ``Reach``'s operator methods delegate to and what the admin feed's session
 reads (it implements ``reach.server.services.Operator``). Admin commands are a table of
-handlers (``COMMANDS``: action → handler), so a new command is one function and one row.
+handlers (``reach.ops_commands.COMMANDS``: action → handler), so a new command is one
+function and one row.
 Reading here never blocks routing: every view is built from memory in one step.
 """
 
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+from reach import settling
 from reach._version import __version__
 from reach.config import Settings
 from reach.core import names, traces
@@ -24,11 +25,9 @@ from reach.gateway.book import earlier_errors
 from reach.gateway.events import ADMIN, AGENT
 from reach.gateway.gateway import Gateway
 from reach.lookup import Lookup, TraceStore, task_events
+from reach.ops_commands import COMMANDS
 from reach.ports import Clock
 from reach.server.display import AgentList, TraceView
-
-Command = Callable[["Ops", dict[str, Any]], Awaitable[Any]]
-FILTERS = frozenset({"capability", "agent", "error", "since", "until"})
 
 
 class Ops:
@@ -47,6 +46,7 @@ class Ops:
         self._auto_replayed: set[str] = set()
         self.alerting: Any = None  # reach.server.alerting.Alerting, with alert rules
         self.cluster: Any = None  # reach.membership.ClusterNode, in a cluster
+        self.discarded = settling.Discarded(settings.dead_letters_max)  # settled letters
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
@@ -164,22 +164,26 @@ class Ops:
 
     def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
                      error: str | None = None, since: float | None = None,
-                     until: float | None = None) -> list[dict[str, Any]]:
+                     until: float | None = None, discarded: bool = False
+                     ) -> list[dict[str, Any]]:
         """Unresolved dead letters (envelope, error, attempts), oldest first; a letter being
         replayed stays listed (its ``state`` says so) until the replay succeeds. Filters: the
         capability, an agent that made an attempt, a substring of the error (any case), and
-        the time it became a dead letter."""
-        return [_letter(t) for t in self._letters(capability, agent, error, since, until)]
+        the time it became a dead letter. ``discarded=True``: the discarded ones instead."""
+        return [_letter(t) for t in self._letters(capability, agent, error, since, until,
+                                                  discarded)]
 
     def dead_letter(self, task_id: str) -> dict[str, Any] | None:
         task = self.gateway.dead.get(task_id)
         return None if task is None else _letter(task)
 
     def _letters(self, capability: str | None, agent: str | None, error: str | None,
-                 since: float | None, until: float | None) -> list[Task]:
+                 since: float | None, until: float | None, discarded: bool = False
+                 ) -> list[Task]:
         needle = None if error is None else error.lower()
         out = []
-        for task in sorted(self.gateway.dead.values(), key=lambda t: t.envelope.created_at):
+        pool = self.discarded.tasks if discarded else self.gateway.dead
+        for task in sorted(pool.values(), key=lambda t: t.envelope.created_at):
             if capability is not None and task.envelope.capability != capability:
                 continue
             if agent is not None and not any(agent in (a.agent, a.agent_id)
@@ -194,18 +198,40 @@ class Ops:
             out.append(task)
         return out
 
-    async def replay(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
-        """Run a dead letter again; returns its view once it ends (or after ``wait`` s). A
-        letter past the retention (or the in-memory cap) is found in the store."""
-        task = self.gateway.dead.get(task_id)
+    async def _dead(self, task_id: str) -> Task:
+        task = self.gateway.dead.get(task_id) or self.discarded.tasks.get(task_id)
         if task is None:
             task = await self.gateway.task(task_id)
         if task is None or task.state is not TaskState.DEAD:
             raise InvalidParams(f"{task_id!r} is not an unresolved dead letter; "
                                 f"see reach.dead_letters()")
+        return task
+
+    async def discard(self, task_id: str, *, reason: str, by: str = "python"
+                      ) -> dict[str, Any]:
+        """Settle a dead letter that can never succeed: kept whole with ``reason`` (and who
+        and when), audited, gone from ``dead_letters()`` (``discarded=True`` lists it)."""
+        task = await self._dead(task_id)
+        settling.discard(self.gateway, self.discarded, task, reason, by, self.clock.wall())
+        if by == "python":  # the admin feed's session records its own commands
+            self.record("discard", {"task_id": task_id, "reason": reason}, True)
+        return _letter(task)
+
+    async def replay(self, task_id: str, *, wait: float | None = None,
+                     params: dict[str, Any] | None = None, timeout: float | None = None,
+                     by: str = "python") -> dict[str, Any]:
+        """Run a dead letter again, with new ``params`` (checked against the capability's
+        schema) and/or ``timeout`` if given (its history records the change and by whom);
+        returns its view once it ends (or after ``wait`` s). A letter past the retention (or
+        the in-memory cap) is found in the store."""
+        task = await self._dead(task_id)
         if self.cluster is not None and not await self.cluster.claim(task_id):
             raise InvalidParams(f"{task_id!r} is no longer a dead letter: another node of the "
                                 f"cluster replayed it; see reach.task({task_id!r})")
+        if params is not None or timeout is not None:
+            settling.amend(self.gateway, task, params, timeout, by, self.clock.wall())
+            await self.gateway.store.amend(task)
+        self.discarded.tasks.pop(task_id, None)
         self.gateway.replay(task)
         fut = self.gateway.outcome(task_id)
         if fut is not None:  # pragma: no branch — replay() made the task live just now
@@ -311,81 +337,10 @@ class Ops:
             self.gateway.audit.admin(action, args, ok)
 
 
-async def _replay(ops: Ops, args: dict[str, Any]) -> Any:
-    return await ops.replay(str(args["task_id"]), wait=float(args.get("wait", 30.0)))
-
-
-async def _replay_filter(ops: Ops, args: dict[str, Any]) -> Any:
-    unknown = set(args) - FILTERS
-    if unknown:
-        raise InvalidParams(f"unknown filter(s) {sorted(unknown)}; use {sorted(FILTERS)}")
-    return {"replayed": ops.replay_many(**args)}
-
-
-async def _drain(ops: Ops, args: dict[str, Any]) -> Any:
-    return ops.drain(str(args["agent"]))
-
-
-async def _undrain(ops: Ops, args: dict[str, Any]) -> Any:
-    return ops.undrain(str(args["agent"]))
-
-
-async def _reset_breaker(ops: Ops, args: dict[str, Any]) -> Any:
-    return ops.reset_breaker(str(args["agent"]))
-
-
-async def _set_weight(ops: Ops, args: dict[str, Any]) -> Any:
-    weight = args.get("weight")
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
-        raise InvalidParams(f"weight must be a number or null, not {weight!r}")
-    cap = args.get("capability")
-    return ops.set_weight(str(args["agent"]), weight, None if cap is None else str(cap))
-
-
-async def _pin(ops: Ops, args: dict[str, Any]) -> Any:
-    return ops.pin(str(args["agent"]), str(args["capability"]))
-
-
-async def _unpin(ops: Ops, args: dict[str, Any]) -> Any:
-    agent = args.get("agent")
-    return ops.unpin(str(args["capability"]), None if agent is None else str(agent))
-
-
-async def _trace(ops: Ops, args: dict[str, Any]) -> Any:
-    return (await ops.find_trace(str(args["trace_id"]))).timeline
-
-
-async def _find(ops: Ops, args: dict[str, Any]) -> Any:
-    return await ops.find(str(args["id"]))
-
-
-async def _task(ops: Ops, args: dict[str, Any]) -> Any:
-    view = await ops.task(str(args["task_id"]))
-    if view is None:
-        raise InvalidParams(f"no task {args['task_id']!r}")
-    return view
-
-
-COMMANDS: dict[str, Command] = {
-    "replay": _replay,
-    "replay_filter": _replay_filter,
-    "drain": _drain,
-    "undrain": _undrain,
-    "reset_breaker": _reset_breaker,
-    "set_weight": _set_weight,
-    "pin": _pin,
-    "unpin": _unpin,
-    "trace": _trace,
-    "find": _find,
-    "task": _task,
-}
-"""Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""
-
-
 def _letter(task: Task) -> dict[str, Any]:
     env = task.envelope
     return {"task_id": task.task_id, "capability": env.capability, "caller": env.caller,
             "agent": task.attempts[-1].agent if task.attempts else None,
             "state": task.state.value, "envelope": env.to_dict(), "error": task.error,
             "attempts": [a.to_dict() for a in task.attempts], "dead_since": task.updated_at,
-            "earlier_errors": earlier_errors(task)}
+            "earlier_errors": earlier_errors(task), "discarded": settling.discard_of(task)}

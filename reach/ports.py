@@ -128,6 +128,10 @@ class TaskStore(Protocol):
 
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]: ...
 
+    async def amend(self, task: Task) -> None:
+        """Write a dead letter's new params and timeout (a settled replay's) now."""
+        ...
+
     async def keys_since(self, since: float, limit: int | None = None
                          ) -> list[tuple[str, str, float]]:
         """(idempotency key, task id, created) of tasks created since ``since``."""

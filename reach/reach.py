@@ -39,12 +39,13 @@ from reach.gateway.gateway import Gateway
 from reach.membership import ClusterNode
 from reach.ops import Ops
 from reach.ports import Clock
+from reach.reach_ops import OperatorSurface
 from reach.sdk.opening import Opening
 from reach.server import otel
 from reach.server.alerting import Alerting
 from reach.server.audit import AuditWriter
 from reach.server.channel import Channel
-from reach.server.display import AgentList, TraceView, reach_html
+from reach.server.display import reach_html
 from reach.server.front import FrontDoor
 from reach.server.http import listen
 from reach.server.identities import Identities
@@ -57,7 +58,7 @@ log = logging.getLogger("reach")
 _SETTING_NAMES = frozenset(f.name for f in fields(Settings))
 
 
-class Reach:
+class Reach(OperatorSurface):
     """The coordinator. Create it with ``await Reach.start(...)``; every timing is an argument."""
 
     def __init__(self, settings: Settings | None = None, *,
@@ -178,7 +179,8 @@ class Reach:
                     continue
         now = self.clock.wall()
         for task in await self.store.dead(s.dead_letters_max, now - s.dead_letter_retention):
-            self.gateway.book.keep_dead(task)
+            if not self.ops.discarded.settled(task):  # a discarded one stays out of the list
+                self.gateway.book.keep_dead(task)
         self.gateway.book.bound_dead()  # the newest that fit dead_letter_bytes stay listed
         for key, task_id, created in await self.store.keys_since(
                 now - s.idempotency_ttl, s.idempotency_keys_max):
@@ -312,87 +314,6 @@ class Reach:
     def identity(self, name: str) -> str:
         """The agent id for ``name``: the same one across reconnects and restarts."""
         return self.identities.identity(name)
-
-    # ------------------------------------------------------------ operator surface (reach.ops)
-
-    def describe(self) -> dict[str, Any]:
-        return self.ops.coordinator()
-
-    def agents(self, *, names: set[str] | None = None) -> AgentList:
-        return self.ops.agents(names=names)
-
-    def drain(self, agent: str) -> dict[str, Any]:
-        return self.ops.drain(agent)
-
-    def undrain(self, agent: str) -> dict[str, Any]:
-        return self.ops.undrain(agent)
-
-    def reset_breaker(self, agent: str) -> dict[str, Any]:
-        return self.ops.reset_breaker(agent)
-
-    def overrides(self) -> dict[str, Any]:
-        return self.ops.overrides()
-
-    def set_weight(self, agent: str, weight: float | None, capability: str | None = None
-                   ) -> dict[str, Any]:
-        return self.ops.act("set_weight", agent=agent, weight=weight, capability=capability)
-
-    def pin(self, agent: str, capability: str) -> dict[str, Any]:
-        return self.ops.act("pin", agent=agent, capability=capability)
-
-    def unpin(self, capability: str, agent: str | None = None) -> dict[str, Any]:
-        return self.ops.act("unpin", capability=capability, agent=agent)
-
-    def metrics(self) -> dict[str, Any]:
-        return self.ops.metrics()
-
-    def alerts(self) -> list[dict[str, Any]]:
-        """Alerts firing now (docs/alerts.md), oldest first; [] without alert rules."""
-        return self.ops.alerts()
-
-    def dead_letters(self, *, capability: str | None = None, agent: str | None = None,
-                     error: str | None = None, since: float | None = None,
-                     until: float | None = None) -> list[dict[str, Any]]:
-        return self.ops.dead_letters(capability=capability, agent=agent, error=error,
-                                     since=since, until=until)
-
-    def dead_letter(self, task_id: str) -> dict[str, Any] | None:
-        return self.ops.dead_letter(task_id)
-
-    async def replay(self, task_id: str, *, wait: float | None = None) -> dict[str, Any]:
-        return await self.ops.replay(task_id, wait=wait)
-
-    def replay_many(self, *, capability: str | None = None, agent: str | None = None,
-                    error: str | None = None, since: float | None = None,
-                    until: float | None = None) -> list[str]:
-        return self.ops.replay_many(capability=capability, agent=agent, error=error,
-                                    since=since, until=until)
-
-    def traces(self, limit: int | None = None) -> list[dict[str, Any]]:
-        return self.ops.traces(limit)
-
-    def trace_summary(self, trace_id: str) -> dict[str, Any]:
-        return self.ops.trace_summary(trace_id)
-
-    def trace(self, trace_id: str) -> TraceView:
-        return self.ops.trace(trace_id)
-
-    async def task(self, task_id: str) -> dict[str, Any] | None:
-        return await self.ops.task(task_id)
-
-    async def find_trace(self, trace_id: str) -> TraceView:
-        """``trace()`` for any trace the store has, also one memory no longer holds."""
-        return await self.ops.find_trace(trace_id)
-
-    async def find(self, ident: str) -> dict[str, Any]:
-        """A task or trace by id, or by a head of one: its trace's summary and timeline."""
-        return await self.ops.find(ident)
-
-    async def admin_command(self, action: str, args: dict[str, Any]) -> Any:
-        return await self.ops.command(action, args)
-
-    def admin_action(self, action: str, args: dict[str, Any], ok: bool) -> None:
-        self.ops.record(action, args, ok)
 
     def _repr_html_(self) -> str:
         return reach_html(self.url, self.started, self.agents(), len(self.gateway.live),

@@ -313,6 +313,9 @@ class MemoryStore:
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]:
         return []
 
+    async def amend(self, task: Task) -> None:
+        self.rows[task.task_id] = task.view()
+
     async def keys_since(self, since: float, limit: int | None = None
                          ) -> list[tuple[str, str, float]]:
         return []

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import DBAPIError
 
 from reach.core.tasks import TERMINAL, Task, TaskState
@@ -144,6 +144,17 @@ class Store(GroupCommit):
     async def get(self, task_id: str) -> Task | None:
         rows = await self._run(self._select, TASKS.c.task_id == task_id)
         return task_from_row(rows[0]) if rows else None
+
+    async def amend(self, task: Task) -> None:
+        """Write a dead letter's new params and timeout before its replay (reach.settling):
+        the rest of a task's row changes behind, these only here."""
+        env = task.envelope
+
+        def q() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(update(TASKS).where(TASKS.c.task_id == env.task_id)
+                             .values(params=dumps(env.params), timeout=env.timeout))
+        await self._run(q)
 
     async def unfinished(self) -> list[Task]:
         """Tasks not in a terminal state, oldest first: what a restart resumes (a cluster's

@@ -131,6 +131,8 @@ class DeadLetter(_Object):
     dead_since: float
     envelope: dict[str, Any] = Field(default_factory=dict)
     earlier_errors: list[EarlierError] = Field(default_factory=list)
+    # a discarded letter's {"reason", "by", "at"} (reach.settling; absent from older ones)
+    discarded: dict[str, Any] | None = None
 
 
 class Series(_Object):
