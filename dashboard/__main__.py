@@ -23,7 +23,7 @@ coordinator's Settings.admin_token; `reach serve` prints it, and from code it is
 
 keys: 1 Agents · 2 Traces · 3 Breakers · 4 Dead letters · 5 Capabilities · g go to an id
       / filter · ? help · q quit · d drain / b reset breaker (agents, breakers)
-      r replay / R replay shown (dead letters)
+      r replay / R replay shown / e replay with new params / d discard (dead letters)
 
 A picture of a running coordinator, without opening the dashboard:
   reach-dash --url ws://127.0.0.1:8765 --token T --screenshot out.svg [--tab breakers]

@@ -9,6 +9,7 @@ notification and on the status line.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -33,7 +34,7 @@ from .feed import (
 )
 from .model import JSON, Change, Model
 from .rows import plural, short
-from .screens import ConfirmScreen, GotoScreen, HelpScreen
+from .screens import AskScreen, ConfirmScreen, GotoScreen, HelpScreen
 from .svg import renderable
 from .views.agents import AgentsView, AgentTableView, BreakersView
 from .views.base import TableView
@@ -324,6 +325,57 @@ class ReachDashboard(App[None]):
                 self.replay(ids, everything=everything)
 
         self.push_screen(ConfirmScreen(question), answered)
+
+    @on(DeadLettersView.Settle)
+    def settle_requested(self, message: DeadLettersView.Settle) -> None:
+        task_id, how = message.task_id, message.how
+        letter = self.model.dead_letters.get(task_id)
+
+        def answered(text: str | None) -> None:
+            self.settle(task_id, how, text)
+
+        if how == "discard":
+            ask = AskScreen(f"Discard letter {short(task_id)}: why can it never succeed?",
+                            "the reason (kept with the letter and audited)",
+                            "enter discards · esc cancels", input_id="settle")
+            self.push_screen(ask, answered)
+            return
+        params = letter.envelope.get("params", {}) if letter is not None else {}
+        ask = AskScreen(f"Replay letter {short(task_id)} with these params",
+                        'a JSON object; " timeout=30" after it sets a new timeout (s)',
+                        "enter replays · esc cancels · checked against the schema",
+                        input_id="settle", value=json.dumps(params))
+        self.push_screen(ask, answered)
+
+    @work(group="commands")
+    async def settle(self, task_id: str, how: str, text: str | None) -> None:
+        """Discard a letter with the reason given, or replay it with the params (and
+        ``timeout=S``) given; nothing when the question was cancelled."""
+        if text is None or not text.strip():
+            return
+        args: dict[str, Any] = {"task_id": task_id}
+        if how == "discard":
+            args["reason"] = text.strip()
+        else:
+            body, _, timeout = text.strip().partition(" timeout=")
+            try:
+                args["params"] = json.loads(body)
+                if timeout:
+                    args["timeout"] = float(timeout)
+            except ValueError as exc:
+                self.report(f"replay of {short(task_id)} not sent: {exc}", error=True)
+                return
+            args["wait"] = REPLAY_WAIT_S
+        try:
+            result = await self.command(how, args, timeout=REPLAY_WAIT_S + 5)
+        except (FeedError, TimeoutError) as exc:
+            self.report(f"{how} of letter {short(task_id)} failed: {exc or 'timed out'}",
+                        error=True)
+            return
+        if how == "discard":
+            self.report(f"discarded letter {short(task_id)}: {args['reason']}")
+        else:
+            self.report(*replay_outcome([task_id], [result]))
 
     @work(group="commands")
     async def replay(self, task_ids: list[str], *, everything: bool = False) -> None:

@@ -194,6 +194,8 @@ def sample_reply(action: str, args: JSON) -> Any:
         return _find(str(args.get("id", "")).lower())
     if action == "replay":
         return {"task_id": args.get("task_id"), "state": "succeeded"}
+    if action == "discard":
+        return next((d for d in DEAD_LETTERS if d["task_id"] == args.get("task_id")), {})
     if action == "replay_filter":
         return {"replayed": [d["task_id"] for d in DEAD_LETTERS]}
     if action in ("drain", "undrain", "reset_breaker"):

@@ -24,6 +24,8 @@ KEYS = (
     ("p", "Agents, Breakers: pin a capability to the selected agent (-name unpins)"),
     ("r", "Dead letters: replay the selected letter"),
     ("R", "Dead letters: replay every letter the filter shows"),
+    ("e", "Dead letters: replay the selected letter with params you edit (timeout=S too)"),
+    ("d", "Dead letters: discard the selected letter, with the reason it can never succeed"),
     ("?", "this help"),
     ("q", "quit"),
 )
@@ -82,15 +84,16 @@ class AskScreen(ModalScreen[str | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, placeholder: str, hint: str, input_id: str = "ask") -> None:
+    def __init__(self, title: str, placeholder: str, hint: str, input_id: str = "ask",
+                 value: str = "") -> None:
         super().__init__()
         self.title_text, self.placeholder, self.hint = title, placeholder, hint
-        self.input_id = input_id
+        self.input_id, self.value = input_id, value
 
     def compose(self) -> ComposeResult:
         with Vertical(id="goto"):
             yield Static(self.title_text)
-            yield Input(placeholder=self.placeholder, id=self.input_id)
+            yield Input(self.value, placeholder=self.placeholder, id=self.input_id)
             yield Static(self.hint, classes="hint")
 
     def on_mount(self) -> None:

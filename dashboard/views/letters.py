@@ -74,6 +74,8 @@ class DeadLettersView(TableView):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "replay", "Replay"),
         Binding("R", "replay_shown", "Replay all shown"),
+        Binding("e", "replay_edited", "Replay with new params"),
+        Binding("d", "discard", "Discard"),
     ]
 
     class Replay(Message):
@@ -86,6 +88,15 @@ class DeadLettersView(TableView):
             self.task_ids = task_ids
             self.everything = everything
             self.confirm = confirm
+
+    class Settle(Message):
+        """Asks the app to settle the letter ``task_id``: ``discard`` it with a reason, or
+        ``replay`` it with params (and a timeout) the operator edits first."""
+
+        def __init__(self, task_id: str, how: str) -> None:
+            super().__init__()
+            self.task_id = task_id
+            self.how = how
 
     def compose(self) -> ComposeResult:
         yield from super().compose()
@@ -111,6 +122,21 @@ class DeadLettersView(TableView):
             self.notify("no dead letter selected", severity="warning")
             return
         self.post_message(self.Replay([key]))
+
+    def action_discard(self) -> None:
+        """Discard the selected letter (the app asks why)."""
+        self._settle("discard")
+
+    def action_replay_edited(self) -> None:
+        """Replay the selected letter with params the operator edits first."""
+        self._settle("replay")
+
+    def _settle(self, how: str) -> None:
+        key = self.selected_key
+        if key is None:
+            self.notify("no dead letter selected", severity="warning")
+            return
+        self.post_message(self.Settle(key, how))
 
     def action_replay_shown(self) -> None:
         """Replay every letter the current filter shows (after a confirmation)."""
