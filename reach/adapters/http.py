@@ -49,6 +49,7 @@ from reach.adapters.http_parts import fill, query_pairs, unreachable
 from reach.core import names
 from reach.core.schemas import compile_schema
 from reach.ports import Reply, Work
+from reach.wire.numbers import loads_finite
 
 log = logging.getLogger("reach.adapters.http")
 
@@ -381,7 +382,7 @@ def _decode(resp: aiohttp.ClientResponse, body: bytes, route: Route, path: str) 
     ctype = resp.content_type
     if ctype == "application/json" or ctype.endswith("+json"):
         try:
-            return json.loads(body)
+            return loads_finite(body)
         except ValueError as exc:
             raise AdapterFault(f"{route.method} {path}: the body is not the JSON its "
                                f"Content-Type says: {exc}", status=resp.status) from None

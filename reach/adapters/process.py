@@ -45,6 +45,7 @@ from reach.adapters.process_user import run_as
 from reach.core import names
 from reach.core.backoff import Backoff
 from reach.ports import Reply, Work
+from reach.wire.numbers import loads_finite
 
 MODES = ("per-call", "stdio")
 INPUTS = ("json", "text", "none")
@@ -226,7 +227,7 @@ class ProcessAgent(Adapter):
         if plan.output == "text":
             return {"text": done.stdout.decode("utf-8", "replace")}
         try:
-            return json.loads(done.stdout)
+            return loads_finite(done.stdout)
         except ValueError as exc:
             if not done.stdout.strip():
                 raise AdapterFault(f"command {self._label!r} printed nothing on stdout; it "

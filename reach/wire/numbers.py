@@ -14,11 +14,13 @@ error path alone.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from reach.errors import ProtocolError
 
-__all__ = ["RULE", "check_frame", "finite", "nonfinite_path", "refusal"]
+__all__ = ["RULE", "check_frame", "finite", "loads_finite", "nonfinite_path", "refusal"]
 
 # The frames a peer sends with a free payload (the typed fields are checked by their models).
 _LOOKED_INTO = frozenset(("submit", "forward", "result", "chunk", "error", "command",
@@ -101,3 +103,21 @@ def check_frame(frame: Any) -> None:
         for i, spec in enumerate(frame.capabilities):
             if spec.fallback is not None and not finite(spec.fallback):
                 raise refusal(kind, f"capabilities.{i}.fallback", spec.fallback)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is out of a double's range: {RULE}")
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON: {RULE}")
+
+
+def loads_finite(data: str | bytes) -> Any:
+    """``json.loads`` for what an adapter's agent answers (an HTTP body, a command's stdout):
+    ``NaN``, ``Infinity`` and numbers past a double's range (``1e400``) are a ``ValueError``,
+    as at the coordinator's doors, instead of reaching the caller as ``null``."""
+    return json.loads(data, parse_float=_finite_float, parse_constant=_no_constant)

@@ -155,3 +155,34 @@ async def test_the_python_sdks_refuse_them_rather_than_send_null() -> None:
         finally:
             await client.close()
             await worker.close()
+
+
+async def test_an_http_agent_answering_one_is_a_fault_not_null() -> None:
+    """An attached service's JSON reply holding 1e400 or NaN is a fault that says so; before,
+    it reached the caller as null (the adapters decode what their agents answer)."""
+    from aiohttp import web
+
+    from reach.adapters import HttpAgent
+
+    async def reply(request: web.Request) -> web.Response:
+        body = '{"x": 1e400}' if request.path == "/big" else '{"x": NaN}'
+        return web.Response(text=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/big", reply)
+    app.router.add_post("/nan", reply)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with Reach.start(max_retries=0) as reach:
+            await reach.attach(HttpAgent("numbers", f"http://127.0.0.1:{port}", capabilities={
+                "num.big": {"path": "/big"}, "num.nan": {"path": "/nan"}}))
+            async with Client.connect(reach.url, caller="c") as client:
+                for cap in ("num.big", "num.nan"):
+                    with pytest.raises(TaskFailed, match="JSON cannot carry"):
+                        await client.call(cap, {}, timeout=5)
+    finally:
+        await runner.cleanup()
