@@ -18,8 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def dry_run(target: str, venv: Path) -> list[str]:
-    done = subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=30, check=True)
+    # (--no-print-directory: under `make test` the outer make's MAKEFLAGS make this one say
+    # "Entering/Leaving directory" around its steps)
+    done = subprocess.run(["make", "--no-print-directory", "-n", target, f"VENV={venv}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=30, check=True)
     return done.stdout.splitlines()
 
 
