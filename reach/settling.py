@@ -14,12 +14,12 @@ from collections import OrderedDict
 from typing import Any
 
 from reach.core import names
+from reach.core.keys import AMENDED, NEW_PARAMS
 from reach.core.tasks import S, Task
 from reach.errors import InvalidParams
 from reach.gateway.gateway import Gateway
 
 DISCARDED = "discarded by "
-AMENDED = "replayed by "
 MAX_REASON = 500  # characters of a discard's reason
 
 
@@ -95,7 +95,7 @@ def amend(gateway: Gateway, task: Task, params: Any, timeout: Any, by: str,
         cap = names.normalize(env.capability)
         gateway.router.admit(cap, params, env.caller, gateway.registry.declaring(cap),
                              gateway.registry.names)
-        changes.append("new params")
+        changes.append(NEW_PARAMS.removeprefix(" with "))
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
                 0 < timeout <= 7 * 24 * 3600):
@@ -104,6 +104,7 @@ def amend(gateway: Gateway, task: Task, params: Any, timeout: Any, by: str,
         changes.append(f"timeout {float(timeout):g} s")
     if params is not None:
         env.params = params
+        env.revision += 1  # a new key for agents: see keys.revision
     if timeout is not None:
         env.timeout = float(timeout)  # a replay's deadline runs from the replay
     note = f"{AMENDED}{by} with {' and '.join(changes)}"

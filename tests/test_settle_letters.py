@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reach import InvalidParams, TaskFailed
+from reach import Context, InvalidParams, TaskFailed
 from reach.testing import Cluster
 
 PARAMS = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 100}},
@@ -123,4 +123,34 @@ async def test_a_discarded_letter_can_still_be_replayed_by_id() -> None:
         assert view["state"] == "succeeded"
         assert cluster.reach.dead_letters(discarded=True) == []
     finally:
+        await cluster.close()
+
+
+async def test_new_params_reach_an_agent_still_running_the_old_ones_under_a_new_key() -> None:
+    """The letter the issue names: its params always time out. The agent is still running
+    the old run when the operator replays with new params; under the same key its SDK would
+    join that run (and time out again), so a replay with new params travels as ``<key>~1``."""
+    import asyncio
+
+    release = asyncio.Event()
+    seen: list[str] = []
+
+    async def slow(n: int, ctx: Context) -> int:
+        seen.append(ctx.idempotency_key)
+        if n == 0:
+            await release.wait()  # never, within the test
+        return n
+
+    cluster = await Cluster.start(max_retries=0)
+    try:
+        await cluster.add_agent("slowpoke", {"x.slow": slow}, latency_ms=50)
+        client = await cluster.client()
+        with pytest.raises(Exception):  # noqa: B017 - timeout or task_failed: it dead-letters
+            await client.call("x.slow", {"n": 0}, timeout=0.2)
+        [letter] = cluster.reach.dead_letters()
+        view = await cluster.reach.replay(letter["task_id"], params={"n": 4}, timeout=5)
+        assert view["state"] == "succeeded" and view["result"] == 4
+        assert len(seen) == 2 and seen[1] == seen[0] + "~1"
+    finally:
+        release.set()
         await cluster.close()

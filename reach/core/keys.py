@@ -29,7 +29,24 @@ def in_scope(caller: str, key: str, task_id: str) -> bool:
     """Whether ``key`` may travel with ``caller``'s work: scoped to that caller, or the task's
     own id (a task submitted without a key). A key scoped to someone else would let an
     agent's key cache answer ``caller`` with another caller's outcome."""
-    return key == task_id or key.startswith(_prefix(caller))
+    return key == task_id or key.startswith(_prefix(caller)) or key.startswith(task_id + "~")
+
+
+AMENDED = "replayed by "  # a history note: a dead letter replayed with changes (settling)
+NEW_PARAMS = " with new params"
+
+
+def revision(history: list[tuple[str, float, str]]) -> int:
+    """How many replays gave the task new params: its agents see the key ``<key>~N``, so an
+    agent that still holds (or cached) the old params' run under the key does not answer the
+    new params with it."""
+    return sum(1 for _, _, note in history
+               if note.startswith(AMENDED) and NEW_PARAMS in note)
+
+
+def revised(key: str, revision: int) -> str:
+    """The key agents see for a task's ``revision`` (see ``revision``)."""
+    return f"{key}~{revision}"
 
 
 @lru_cache(maxsize=4096)

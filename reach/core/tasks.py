@@ -121,6 +121,9 @@ class Envelope:
     # chosen at submit) or False (a fallback's own task: none, ever). Not stored: a resumed
     # task falls back as its capability declares.
     fallback: Any = None
+    # Replays that gave it new params (reach.settling): agents see the key "<key>~N". Not
+    # stored as such: counted from the stored history when the row is read (keys.revision).
+    revision: int = 0
     # The caller's span: the parent id of the traceparent it gave (``traceparent`` above is
     # the one agents get, naming this task). An exported task span's parent (reach.server.otel);
     # not stored: a resumed task's span has the trace but no parent span.

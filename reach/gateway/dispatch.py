@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from reach.config import Settings
-from reach.core import policy, results
+from reach.core import keys, policy, results
 from reach.core.agents import AgentRecord
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
@@ -135,8 +135,10 @@ class Dispatcher:
             # The agent may have started draining or gone while the commit was written.
             link = record.link if not record.draining else None
             work = Work(env.task_id, attempt.number, env.capability, env.params,
-                        env.idempotency_key, env.trace_id, env.caller, env.parent_task_id,
-                        env.traceparent, None if left is None else left * 1000)
+                        env.idempotency_key if not env.revision else
+                        keys.revised(env.idempotency_key, env.revision),
+                        env.trace_id, env.caller, env.parent_task_id, env.traceparent,
+                        None if left is None else left * 1000)
             if link is None or not link.deliver(work, delivery):
                 delivery.resolve("lost")
             kind, payload = await delivery.fut

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Field, SQLModel
 
+from reach.core.keys import revision as key_revision
 from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
 
 
@@ -245,4 +246,5 @@ def task_from_row(row: Any) -> Task:
             outcome=a.get("outcome", "lost"), error=a.get("error"),
             instance=a.get("instance"), timeout=a.get("timeout")))
     task.history = [(str(st), float(at), str(note)) for st, at, note in json.loads(row.history)]
+    env.revision = key_revision(task.history)
     return task
