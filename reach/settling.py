@@ -17,6 +17,7 @@ from reach.core import names
 from reach.core.keys import AMENDED, NEW_PARAMS
 from reach.core.tasks import S, Task
 from reach.errors import InvalidParams
+from reach.gateway.events import DEAD_LETTER
 from reach.gateway.gateway import Gateway
 
 DISCARDED = "discarded by "
@@ -78,7 +79,7 @@ def discard(gateway: Gateway, kept: Discarded, task: Task, reason: str, by: str,
     task.history.append((S.DEAD.value, now, f"{DISCARDED}{by}: {reason}"))
     gateway.store.update(task)
     if gateway.book.unkeep_dead(task.task_id) is not None:
-        gateway.events.publish("dead_letter", {"action": "resolved", "task_id": task.task_id})
+        gateway.events.publish(DEAD_LETTER, {"action": "resolved", "task_id": task.task_id})
     kept.keep(task)
 
 
