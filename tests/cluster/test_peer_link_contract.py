@@ -106,8 +106,12 @@ async def test_a_link_breaking_mid_call_goes_back_to_the_agent_that_had_it(
     assert await handle.result(timeout=5) == {"n": 1, "by": "far"}
     task = await a.task(handle.task_id)
     assert task is not None
-    outcomes = [(t["agent"], t["outcome"]) for t in task["attempts"]]
+    # On a loaded machine the first invoke's ack can come after ack_timeout: that attempt is
+    # 'undelivered' and goes to far again, whose key cache shares the run (runs stays 1).
+    outcomes = [(t["agent"], t["outcome"]) for t in task["attempts"]
+                if t["outcome"] != "undelivered"]
     assert outcomes == [("far", "lost"), ("far", "ok")]
+    assert {t["agent"] for t in task["attempts"]} == {"far"}
     assert far.runs == 1 and near.runs == 0
 
 

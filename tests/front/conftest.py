@@ -19,7 +19,11 @@ from pydantic import BaseModel
 
 from reach import Agent, Reach, TaskError
 
-FAST: dict[str, Any] = dict(heartbeat_interval=0.05, ack_timeout=1.0, recovery_grace=0.2,
+# Liveness is not what these tests are about: a beat every 0.5 s (suspected after 1 s of
+# silence) so that a loaded CI machine's stall does not turn the agent away mid-test (at 0.05 s
+# one stall of 100 ms made a submit 503 in a clean-clone run). A closed agent is suspected at
+# once whatever the interval.
+FAST: dict[str, Any] = dict(heartbeat_interval=0.5, ack_timeout=1.0, recovery_grace=0.2,
                             drain_timeout=0.5)
 
 

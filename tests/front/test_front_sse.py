@@ -37,8 +37,14 @@ async def stream(front: Front, path: str, **kw: Any) -> tuple[aiohttp.ClientResp
         return r, await read_events(r)
 
 
+async def submit(front: Front, body: dict[str, Any]) -> dict[str, Any]:
+    status, accepted, _ = await front.post("/v1/tasks", body)
+    assert status == 202, accepted  # the problem the door answered, if it did not accept
+    return accepted
+
+
 async def test_submit_then_stream_gets_every_chunk_from_the_first(front: Front) -> None:
-    _, accepted, _ = await front.post("/v1/tasks", {"capability": "text.generate",
+    accepted = await submit(front, {"capability": "text.generate",
                                                     "params": {"n": 4}})
     # The stream is over before anyone reads it: the kept chunks are all there is.
     await wait_until(lambda: front.reach.gateway.find(accepted["task_id"]).terminal)
@@ -51,7 +57,7 @@ async def test_submit_then_stream_gets_every_chunk_from_the_first(front: Front) 
 
 
 async def test_a_stream_is_followed_live(front: Front) -> None:
-    _, accepted, _ = await front.post("/v1/tasks", {"capability": "text.generate",
+    accepted = await submit(front, {"capability": "text.generate",
                                                     "params": {"n": 3, "pause": 0.05}})
     r, events = await stream(front, accepted["stream_url"])
     assert [e.get("id") for e in events] == ["0", "1", "2", None]
@@ -70,7 +76,7 @@ async def test_call_with_accept_event_stream_streams_directly(front: Front) -> N
 
 
 async def test_a_stream_that_fails_ends_with_an_error_event(front: Front) -> None:
-    _, accepted, _ = await front.post("/v1/tasks", {"capability": "text.generate",
+    accepted = await submit(front, {"capability": "text.generate",
                                                     "params": {"n": 2, "fail": True}})
     _, events = await stream(front, accepted["stream_url"])
     assert [e["event"] for e in events] == ["chunk", "chunk", "error"]
@@ -80,7 +86,7 @@ async def test_a_stream_that_fails_ends_with_an_error_event(front: Front) -> Non
 
 
 async def test_a_non_streaming_task_streams_just_its_result(front: Front) -> None:
-    _, accepted, _ = await front.post("/v1/tasks", {"capability": "echo.run",
+    accepted = await submit(front, {"capability": "echo.run",
                                                     "params": {"a": 1}})
     _, events = await stream(front, accepted["stream_url"])
     assert [(e["event"], e["data"].get("result")) for e in events] == [
@@ -105,7 +111,7 @@ def test_kept_chunks_are_bounded_per_task_and_in_total() -> None:
 
 async def test_a_reader_that_leaves_mid_stream_costs_nothing(
         front: Front, caplog: pytest.LogCaptureFixture) -> None:
-    _, accepted, _ = await front.post("/v1/tasks", {"capability": "text.generate",
+    accepted = await submit(front, {"capability": "text.generate",
                                                     "params": {"n": 20, "pause": 0.01}})
     r = await front.http.get(front.url + accepted["stream_url"])
     await r.content.readline()
