@@ -7,24 +7,36 @@ parser reads ``1e400`` as ``inf``, and a free payload (``params``, a ``result``,
 reached the agent as ``null``, after passing the capability's schema as a number. This
 finds them in a decoded payload, so the door refuses the frame or body instead.
 
-The check is one walk of the payload's containers (a string or a number costs nothing), run
-only on the fields that can hold a free value; the path to the culprit is worked out on the
-error path alone.
+Such a number can only be written as ``NaN``, ``Infinity`` or a literal with a three-digit
+exponent or over 308 digits, so one regular-expression search of the frame's text says whether
+the payload needs looking into; only then is it walked (its containers: a string or a number
+costs nothing), on the fields that can hold a free value. The path to the culprit is worked
+out on the error path alone.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from reach.errors import ProtocolError
 
-__all__ = ["RULE", "check_frame", "finite", "loads_finite", "nonfinite_path", "refusal"]
+__all__ = ["RULE", "check_frame", "check_parsed", "finite", "loads_finite", "may_hold_nonfinite",
+           "nonfinite_path", "refusal"]
 
 # The frames a peer sends with a free payload (the typed fields are checked by their models).
 _LOOKED_INTO = frozenset(("submit", "forward", "result", "chunk", "error", "command",
                           "register"))
+# What every NaN, infinite or out-of-range number in JSON text contains: the two literals, a
+# digit then an exponent of three digits or more that ends the number (1e400, 1E+0308: a JSON
+# number ends at a comma, bracket, brace, space or the end; inside a hex id such as "3e412f"
+# the exponent-like part runs on), or a run of over 308 digits. Text without any is finite
+# throughout; text with one (a string saying "NaN", 1e100) is walked.
+_SUSPECT = r"NaN|Infinity|[0-9][eE]\+?0*[1-9][0-9]{2,}(?![^,\]}\s])|[0-9]{309}"
+_SUSPECT_TEXT = re.compile(_SUSPECT)
+_SUSPECT_BYTES = re.compile(_SUSPECT.encode())
 RULE = ("a number is NaN, Infinity or out of a double's range (such as 1e400), which JSON "
         "cannot carry (it would arrive as null); send a finite number, or the value as a string")
 
@@ -103,6 +115,19 @@ def check_frame(frame: Any) -> None:
         for i, spec in enumerate(frame.capabilities):
             if spec.fallback is not None and not finite(spec.fallback):
                 raise refusal(kind, f"capabilities.{i}.fallback", spec.fallback)
+
+
+def may_hold_nonfinite(raw: str | bytes) -> bool:
+    """Whether JSON text ``raw`` may hold NaN or an infinite number; False is certain."""
+    pattern = _SUSPECT_BYTES if type(raw) is bytes else _SUSPECT_TEXT
+    return pattern.search(raw) is not None  # type: ignore[arg-type]
+
+
+def check_parsed(frame: Any, raw: str | bytes) -> None:
+    """``check_frame`` for a frame decoded from ``raw``, walking its payload only when the
+    text has something that could be a number JSON cannot carry."""
+    if may_hold_nonfinite(raw):
+        check_frame(frame)
 
 
 def _finite_float(text: str) -> float:

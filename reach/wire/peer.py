@@ -25,7 +25,7 @@ from reach.errors import ProtocolError
 from reach.wire import protocol as p
 from reach.wire.bounds import FRAME_TYPES, MAX_COUNT, MAX_LOAD, Name
 from reach.wire.explain import explain, not_an_object, starts_object
-from reach.wire.numbers import check_frame
+from reach.wire.numbers import check_parsed
 
 __all__ = ["AgentRow", "Agents", "Challenge", "Forward", "MAX_ROWS", "Proof", "parse_answer",
            "parse_at_caller", "parse_at_holder", "parse_proof"]
@@ -116,7 +116,7 @@ def _parse(adapter: TypeAdapter[Any], raw: str | bytes) -> Any:
         frame = adapter.validate_json(raw)
     except ValidationError as exc:
         raise _explained(raw, exc, adapter) from None
-    check_frame(frame)  # NaN, Infinity or 1e400 in a payload, as on the session wire
+    check_parsed(frame, raw)  # NaN, Infinity or 1e400 in a payload, as on the session wire
     return frame
 
 

@@ -57,7 +57,7 @@ from reach.wire.bounds import (
 )
 from reach.wire.explain import explain, not_an_object, request_id, starts_object
 from reach.wire.fallbacks import Fallback, fallback_of
-from reach.wire.numbers import check_frame
+from reach.wire.numbers import check_parsed
 from reach.wire.unchecked import unchecked
 
 __all__ = [
@@ -353,7 +353,7 @@ def parse(raw: str | bytes) -> Any:
         frame = _ADAPTER.validate_json(raw)
     except ValidationError as exc:
         raise explain(raw, exc) from None
-    check_frame(frame)  # NaN, Infinity or 1e400 in a free payload: JSON cannot carry them
+    check_parsed(frame, raw)  # NaN, Infinity or 1e400 in a free payload: JSON cannot carry them
     return frame
 
 

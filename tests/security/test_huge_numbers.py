@@ -18,11 +18,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic_core import from_json
 from conformance.rawpeer import agent as raw_agent
 from conformance.rawpeer import answer, caller, submit
 
 from reach import Agent, Client, ProtocolError, Reach, TaskFailed
 from reach.wire import peer
+from reach.wire.numbers import finite, may_hold_nonfinite
 
 CAP = [{"name": "num.take", "latency_ms": 200,
         "params": {"type": "object", "properties": {"x": {"type": "number"}}}}]
@@ -186,3 +190,20 @@ async def test_an_http_agent_answering_one_is_a_fault_not_null() -> None:
                         await client.call(cap, {}, timeout=5)
     finally:
         await runner.cleanup()
+
+
+NUMBER = r"-?(0|[1-9][0-9]{0,400})(\.[0-9]{1,40})?([eE][+-]?0{0,3}[0-9]{1,4})?"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.from_regex(NUMBER, fullmatch=True),
+                          st.sampled_from(["NaN", "Infinity", "-Infinity", '"NaN"', '"a1e400"'])),
+                min_size=1, max_size=4))
+def test_the_text_prefilter_never_lets_a_number_json_cannot_carry_through(
+        literals: list[str]) -> None:
+    """The doors walk a payload only when its text could hold such a number: whatever the
+    wire's parser reads as NaN or an infinity, the text search flags first."""
+    text = f'{{"v": 1, "rows": [{", ".join(literals)}]}}'
+    value = from_json(text, allow_inf_nan=True)
+    if not finite(value):
+        assert may_hold_nonfinite(text) and may_hold_nonfinite(text.encode())
