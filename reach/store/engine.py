@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -367,7 +368,11 @@ class GroupCommit:
                     if order is None:
                         cur.executemany(sql, rows)
                     else:
-                        cur.executemany(sql, [tuple(r[k] for k in order) for r in rows])
+                        # itemgetter: one C call per row instead of a generator step per
+                        # column (28 Python steps per call of a task's two writes).
+                        pick = itemgetter(*order)
+                        cur.executemany(sql, list(map(pick, rows)) if len(order) > 1
+                                        else [(pick(r),) for r in rows])
                     counts[name] = cur.rowcount
             raw.commit()
         except Exception:
