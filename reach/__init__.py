@@ -1,13 +1,18 @@
 """Agent-Reach: the reach layer for multi-agent systems — find, route, deliver, see.
 
     from reach import Reach, Agent, Client, Context, ReachError, TaskError
+
+The names are loaded when first used (PEP 562): an agent's or a caller's process that imports
+``Agent`` or ``Client`` loads the SDK and the wire models, not the coordinator, its store
+(SQLAlchemy) or its HTTP door (aiohttp).
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from reach._version import __version__ as __version__
-from reach.admin import Admin
-from reach.config import Settings
 from reach.errors import (
     InvalidParams,
     NoRoute,
@@ -20,11 +25,26 @@ from reach.errors import (
     Unauthorized,
     Unavailable,
 )
-from reach.reach import Reach
-from reach.sdk.agent import Agent
-from reach.sdk.client import Client
-from reach.sdk.context import Context
-from reach.sdk.handle import Handle
+
+if TYPE_CHECKING:
+    from reach.admin import Admin
+    from reach.config import Settings
+    from reach.reach import Reach
+    from reach.sdk.agent import Agent
+    from reach.sdk.client import Client
+    from reach.sdk.context import Context
+    from reach.sdk.handle import Handle
+
+# name → the module that defines it, imported on first use
+_LAZY = {
+    "Admin": "reach.admin",
+    "Agent": "reach.sdk.agent",
+    "Client": "reach.sdk.client",
+    "Context": "reach.sdk.context",
+    "Handle": "reach.sdk.handle",
+    "Reach": "reach.reach",
+    "Settings": "reach.config",
+}
 
 __all__ = [
     "Admin",
@@ -45,3 +65,16 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reach' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # once loaded, a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
