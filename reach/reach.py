@@ -25,7 +25,7 @@ from websockets.asyncio.server import Server
 from reach import attached
 from reach.adapters.base import Adapter
 from reach.alert_rules import AlertConfig, load_alerts
-from reach.cluster import Node
+from reach.cluster.node import Node
 from reach.config import Settings
 from reach.core import names
 from reach.core.liveness import LivenessPolicy

@@ -45,7 +45,16 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The modules ``name`` imports (reach's own resolved to modules, others as written)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    # A package's __init__ names its lazily loaded exports for type checkers under
+    # ``if TYPE_CHECKING:`` (PEP 562): nothing runs them, and they point down, never back.
+    typing_only = {id(n) for block in ast.walk(tree) if path.name == "__init__.py"
+                   and isinstance(block, ast.If) and isinstance(block.test, ast.Name)
+                   and block.test.id == "TYPE_CHECKING"
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -61,9 +70,21 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return out
 
 
+def with_packages(targets: set[str]) -> set[str]:
+    """``targets`` and every package above each: importing ``reach.x.y`` runs
+    ``reach/__init__.py`` and ``reach/x/__init__.py`` first, so a package whose ``__init__``
+    imports a module that imports anything under that package is a cycle, however it is
+    spelled (``from reach.x.y import z``, ``from reach import z``)."""
+    out = set(targets)
+    for target in targets:
+        parts = target.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return out
+
+
 def graph() -> dict[str, set[str]]:
     known = modules()
-    return {name: {m for m in imports(name, path, known) if m in known}
+    return {name: {m for m in with_packages(imports(name, path, known)) if m in known} - {name}
             for name, path in known.items()}
 
 
@@ -114,6 +135,14 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles_inside_reach() -> None:
     assert cycles(graph()) == []
+
+
+def test_a_cycle_through_a_package_init_is_seen() -> None:
+    """``reach.adapters`` re-exporting ``HttpAgent`` from ``reach.adapters.http``, which
+    imports ``reach.adapters.base``: importing the package runs the module that needs the
+    package, a cycle the graph sees through the edge to each package above an import."""
+    edges = {"p": {"p.http"}, "p.http": with_packages({"p.base"}) - {"p.http"}, "p.base": set()}
+    assert cycles(edges) == [["p", "p.http"]]
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -8,31 +8,33 @@ as it gives work to a websocket agent, with the same timeouts, retries, breakers
 and traces, and ``reach.agents()`` shows it labelled with its ``kind``.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
-from reach.adapters.config import AgentsFileError, load_agents, parse_agents
-from reach.adapters.process import ProcessAgent
+if TYPE_CHECKING:
+    from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
+    from reach.adapters.config import AgentsFileError, load_agents, parse_agents
+    from reach.adapters.http import HttpAgent
+    from reach.adapters.nats import NatsAgent
+    from reach.adapters.process import ProcessAgent
 
 __all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "HttpAgent",
            "NatsAgent", "ProcessAgent", "Undelivered", "load_agents", "parse_agents"]
-
-if TYPE_CHECKING:
-    from reach.adapters.http import HttpAgent
-    from reach.adapters.nats import NatsAgent
+# Each name loads on first use (PEP 562): importing ``reach.adapters.http`` runs this file
+# first, which must not run the adapters that import it; and ``NatsAgent`` needs nats-py, an
+# optional extra (building one without it says how to install it), ``HttpAgent`` aiohttp.
+_HOME = {"Adapter": "base", "AdapterAnswer": "base", "AdapterFault": "base",
+         "Undelivered": "base", "AgentsFileError": "config", "load_agents": "config",
+         "parse_agents": "config", "HttpAgent": "http", "NatsAgent": "nats",
+         "ProcessAgent": "process"}
 
 
 def __getattr__(name: str) -> Any:
-    """``NatsAgent`` is imported when first asked for: it needs nats-py, an optional extra
-    (building one without it says how to install it)."""
-    if name == "NatsAgent":
-        from reach.adapters.nats import NatsAgent
-
-        globals()["NatsAgent"] = NatsAgent
-        return NatsAgent
-    if name == "HttpAgent":  # imported when asked for (its client, aiohttp, is ~90 ms)
-        from reach.adapters.http import HttpAgent
-
-        globals()["HttpAgent"] = HttpAgent
-        return HttpAgent
-    raise AttributeError(f"module 'reach.adapters' has no attribute {name!r}")
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'reach.adapters' has no attribute {name!r}")
+    value = getattr(import_module(f"reach.adapters.{home}"), name)
+    globals()[name] = value
+    return value

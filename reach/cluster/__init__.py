@@ -8,58 +8,33 @@ agents it holds (reach.cluster.feed, on the peer's side), this node mirrors them
 registry as agents of kind ``peer`` (reach.cluster.mirror) whose ``AgentLink`` is a
 ``PeerLink`` over that one connection (reach.cluster.link), and routes to them as to its own.
 ``Peers`` (reach.cluster.peers) is the seam discovery plugs into: ``add(node_id, url)``,
-``remove(node_id)``. ``Node`` makes a coordinator's cluster parts from its settings.
+``remove(node_id)``. ``Node`` (reach.cluster.node) makes a coordinator's cluster parts from
+its settings.
+
+The names below load on first use (PEP 562): importing a submodule runs this file first, and
+it must not run the modules that import that submodule.
 """
 
 from __future__ import annotations
 
-import random
-import secrets
-from dataclasses import dataclass, field
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from reach.cluster.feed import Feed
-from reach.cluster.link import PeerConnection, PeerLink
-from reach.cluster.peers import Peers
-from reach.config import Settings
-from reach.core.registry import Registry
-from reach.core.trust import Trust
-from reach.ports import Clock
+if TYPE_CHECKING:
+    from reach.cluster.feed import Feed
+    from reach.cluster.link import PeerConnection, PeerLink
+    from reach.cluster.node import Node, new_node_id
+    from reach.cluster.peers import Peers
 
 __all__ = ["Feed", "Node", "PeerConnection", "PeerLink", "Peers", "new_node_id"]
+_HOME = {"Feed": "feed", "Node": "node", "PeerConnection": "link", "PeerLink": "link",
+         "Peers": "peers", "new_node_id": "node"}
 
 
-def new_node_id() -> str:
-    """A short random node id, for a coordinator started without ``node_id``."""
-    return "n-" + secrets.token_hex(3)
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """One coordinator's cluster parts: its id, the peer secret (proved by both sides of a
-    link, never sent: reach.cluster.handshake), the feed of its own agents to peer sessions
-    here, its links to peers, and the attempts peers have forwarded here now (by task id and
-    attempt, to the link that forwarded each: a link may touch only its own)."""
-
-    node_id: str
-    token: str
-    feed: Feed
-    peers: Peers
-    forwarded: dict[tuple[str, int], object] = field(default_factory=dict)
-    # address → peer handshakes from it waiting for their proof (not yet authenticated: the
-    # same per-address bound as connections before their hello, max_pending_per_address)
-    handshaking: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, settings: Settings, registry: Registry, clock: Clock,
-           known: dict[str, set[str]], admin_token: str, rng: random.Random,
-           trust: Trust | None = None) -> Node:
-        node_id = settings.node_id or new_node_id()
-        token = settings.peer_token or admin_token
-        return cls(node_id, token, Feed(registry),
-                   Peers(settings, registry, clock, known, node_id, token,
-                         random.Random(rng.random()), trust))
-
-    async def start(self) -> None:
-        """Link to the static peers of ``Settings.peers`` (each by URL)."""
-        for url in self.peers.settings.peers:
-            await self.peers.add(None, url)
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'reach.cluster' has no attribute {name!r}")
+    value = getattr(import_module(f"reach.cluster.{home}"), name)
+    globals()[name] = value
+    return value

@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from reach.cluster import Node
+from reach.cluster.node import Node
 from reach.config import Settings
 from reach.core.registry import Registry
 from reach.core.trust import Trust

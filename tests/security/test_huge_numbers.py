@@ -18,11 +18,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conformance.rawpeer import agent as raw_agent
+from conformance.rawpeer import answer, caller, submit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import from_json
-from conformance.rawpeer import agent as raw_agent
-from conformance.rawpeer import answer, caller, submit
 
 from reach import Agent, Client, ProtocolError, Reach, TaskFailed
 from reach.wire import peer
