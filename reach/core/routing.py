@@ -84,7 +84,8 @@ class Router:
     rng: random.Random = field(default_factory=random.Random)
     # Up to this many ready agents (plus those excluded), each is scored; past it, ``sample``
     # drawn at random are (two choices already spread load almost as well as all of them).
-    exact: int = 32
+    # 8: scoring all of a pool of 32 made each pick cost ~10x one of 2 (issue 26).
+    exact: int = 8
     sample: int = 2
     # Priority headroom: below ``shed_below``, a task may use an agent's slots only up to
     # ``ceil(max_concurrency × high_water)``; the rest is kept for higher priorities.
