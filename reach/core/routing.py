@@ -122,8 +122,9 @@ class Router:
         reason = ""
         seen: dict[Validator, str | None] = {}
         untagged: list[Group] = []
+        allows = None if self.permissions.rules is None else self.permissions.allows  # open
         for group in _indexed(capability, declaring).groups.values():
-            if not self.permissions.allows(caller, capability, group.scope):
+            if allows is not None and not allows(caller, capability, group.scope):
                 continue
             scope_ok = True
             if tags and not tagging.matches(group.tags, tags):
@@ -167,7 +168,7 @@ class Router:
         ``declaring`` is normally the registry's ``Declared`` index; any other mapping is
         indexed for this one call (which costs a pass over it). With ``tags``, only groups
         declaring them are candidates (fail-over and hedges pass the same tags)."""
-        index = _indexed(capability, declaring)
+        index = declaring if isinstance(declaring, Declared) else _indexed(capability, declaring)
         groups = self._fit(capability, params, caller, index, tags)
         if self.overrides.pins:  # pinned: every other agent is left out, as if excluded
             exclude = exclude | self.overrides.excluded(
@@ -219,8 +220,9 @@ class Router:
         params."""
         fit: list[Group] = []
         seen: dict[Validator, bool] = {}
+        allows = None if self.permissions.rules is None else self.permissions.allows  # open
         for group in index.groups.values():
-            if not self.permissions.allows(caller, capability, group.scope):
+            if allows is not None and not allows(caller, capability, group.scope):
                 continue
             if tags and not tagging.matches(group.tags, tags):
                 continue
@@ -234,7 +236,8 @@ class Router:
     def _ready(self, capability: str, groups: list[Group], found: _Found) -> list[AgentRecord]:
         """Ready agents to choose from: all of them when few, else a drawn handful."""
         shelves = [g for g in groups if g.ready.items]
-        total = sum(len(g.ready.items) for g in shelves)
+        total = len(shelves[0].ready.items) if len(shelves) == 1 else sum(
+            len(g.ready.items) for g in shelves)  # (one group, as usual: no generator)
         if total + len(found.extra) <= self.exact + len(found.exclude):
             return self._every(shelves, found)
         # (Two when some are warming, so that thinning has a choice to make.)
