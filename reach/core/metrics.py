@@ -117,13 +117,13 @@ class Metrics:
     # ------------------------------------------------------------ counting (gateway)
 
     def dispatched(self, capability: str, agent: str) -> None:
-        rec = self._of(capability, agent)
+        rec = self._records.get((capability, agent)) or self._of(capability, agent)
         rec.calls += 1
         rec.inflight += 1
 
     def ended(self, capability: str, agent: str, outcome: str, seconds: float) -> None:
         """One attempt ended with ``outcome`` (ok | answer | anything else is a fault)."""
-        rec = self._of(capability, agent)
+        rec = self._records.get((capability, agent)) or self._of(capability, agent)
         rec.inflight -= 1
         if outcome == "ok":
             rec.succeeded += 1

@@ -148,13 +148,14 @@ def completion_timeout(latency_ms: float | None, window: LatencyWindow, override
     - not declared, with that history: max(P95 × 1.5, ``rule.floor``)."""
     if override is not None:
         return override
+    # (The window's own quantile and its deque's length: this runs on every attempt.)
     if latency_ms is None:
-        if len(window) < rule.samples:
+        if len(window.samples) < rule.samples:
             return rule.default
-        p95 = window.p95()
+        p95 = window.quantile(0.95)
         return rule.default if p95 is None else max(p95 * 1.5, rule.floor)
     declared = latency_ms / 1000.0 * 1.2
-    p95 = window.p95()
+    p95 = window.quantile(0.95)
     return declared if p95 is None else max(declared, p95 * 1.5)
 
 
