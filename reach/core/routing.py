@@ -72,8 +72,7 @@ class Saturated(Exception):
 
     def __init__(self, level: float, shed: bool = False) -> None:
         super().__init__("all candidates saturated")
-        self.level = level
-        self.shed = shed
+        self.level, self.shed = level, shed
 
 
 @dataclass(slots=True)
@@ -84,7 +83,6 @@ class Router:
     rng: random.Random = field(default_factory=random.Random)
     # Up to this many ready agents (plus those excluded), each is scored; past it, ``sample``
     # drawn at random are (two choices already spread load almost as well as all of them).
-    # 8: scoring all of a pool of 32 made each pick cost ~10x one of 2 (issue 26).
     exact: int = 8
     sample: int = 2
     # Priority headroom: below ``shed_below``, a task may use an agent's slots only up to
@@ -124,7 +122,7 @@ class Router:
         untagged: list[Group] = []
         allows = None if self.permissions.rules is None else self.permissions.allows  # open
         for group in _indexed(capability, declaring).groups.values():
-            if allows is not None and not allows(caller, capability, group.scope):
+            if allows and not allows(caller, capability, group.scope):
                 continue
             scope_ok = True
             if tags and not tagging.matches(group.tags, tags):
@@ -222,7 +220,7 @@ class Router:
         seen: dict[Validator, bool] = {}
         allows = None if self.permissions.rules is None else self.permissions.allows  # open
         for group in index.groups.values():
-            if allows is not None and not allows(caller, capability, group.scope):
+            if allows and not allows(caller, capability, group.scope):
                 continue
             if tags and not tagging.matches(group.tags, tags):
                 continue
@@ -236,8 +234,7 @@ class Router:
     def _ready(self, capability: str, groups: list[Group], found: _Found) -> list[AgentRecord]:
         """Ready agents to choose from: all of them when few, else a drawn handful."""
         shelves = [g for g in groups if g.ready.items]
-        total = len(shelves[0].ready.items) if len(shelves) == 1 else sum(
-            len(g.ready.items) for g in shelves)  # (one group, as usual: no generator)
+        total = sum(len(g.ready.items) for g in shelves)
         if total + len(found.extra) <= self.exact + len(found.exclude):
             return self._every(shelves, found)
         # (Two when some are warming, so that thinning has a choice to make.)
@@ -334,8 +331,7 @@ class _Found:
 
     def __init__(self, now: float, exclude: frozenset[str], limited: bool,
                  high_water: float) -> None:
-        self.now = now
-        self.exclude = exclude
+        self.now, self.exclude = now, exclude
         self.limited = limited  # below shed_below: an agent's slots past high_water are not
         self.high_water = high_water  # for this pick
         self.extra: list[AgentRecord] = []  # breaker not closed, yet letting calls through
