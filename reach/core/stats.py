@@ -83,7 +83,7 @@ class DayRate:
     bounded memory whatever the traffic). Days are ``floor(now / length)``; a day's counts
     drop out once ``days`` newer days have begun."""
 
-    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_until")
+    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_until", "_sure")
 
     def __init__(self, days: int = 7, length: float = DAY) -> None:
         if days < 1 or length <= 0:
@@ -96,6 +96,9 @@ class DayRate:
         # Until when ``_trust`` holds: the end of the day it was worked out for; no call yet:
         # full trust for ever; -inf after an add (stale at any clock reading, even below 0).
         self._until = math.inf
+        # ``_trust`` is 1.0 from MIN_CALLS or more calls at TRUSTED or better: a success the
+        # same day leaves it so (it only raises the rate), so it need not be worked out again.
+        self._sure = False
 
     def add(self, ok: bool, now: float) -> None:
         """Count one judged call: a success (``ok``) or a fault."""
@@ -105,6 +108,8 @@ class DayRate:
             self.stamp[i], self.ok[i], self.bad[i] = day, 0, 0
         if ok:
             self.ok[i] += 1
+            if self._sure and now < self._until:
+                return
         else:
             self.bad[i] += 1
         self._until = -math.inf
@@ -130,7 +135,9 @@ class DayRate:
         if now < self._until:
             return self._trust
         day = now // self.length
-        self._trust = reliability(*self.counts(now))
+        ok, bad = self.counts(now)
+        self._trust = reliability(ok, bad)
+        self._sure = self._trust == 1.0 and ok + bad >= MIN_CALLS
         self._until = (day + 1) * self.length
         return self._trust
 
