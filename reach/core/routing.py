@@ -27,7 +27,6 @@ The weighted score also multiplies by each agent's 7-day reliability (``AgentRec
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -37,33 +36,12 @@ from reach.core import names, reasons, warmup
 from reach.core import tags as tagging
 from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from reach.core.overrides import Overrides
+from reach.core.permissions import Permissions as Permissions  # (re-exported: trust.py)
 from reach.core.resilience import BreakerState
 from reach.core.schemas import Validator, check
 from reach.errors import InvalidParams, NoRoute, Unauthorized, Unavailable
 
 STRATEGIES = ("weighted", "least_load", "lowest_latency", "round_robin", "random")
-
-
-@dataclass(frozen=True, slots=True)
-class Permissions:
-    """Which caller may use which capability: globs like ``sales.*`` or ``scope:read``.
-
-    ``rules=None`` lets everyone use everything. A ``"*"`` entry applies to callers without one.
-    """
-
-    rules: Mapping[str, tuple[str, ...]] | None = None
-
-    def allows(self, caller: str, capability: str, scope: str) -> bool:
-        if self.rules is None:
-            return True
-        patterns = self.rules.get(caller, self.rules.get("*", ()))
-        for pattern in patterns:
-            if pattern.startswith("scope:"):
-                if pattern[6:] in (scope, "*"):
-                    return True
-            elif fnmatch.fnmatchcase(capability, pattern):
-                return True
-        return False
 
 
 class Saturated(Exception):
@@ -246,13 +224,13 @@ class Router:
             self._turn[capability] = cursor + 1
         drawn: list[AgentRecord] = []
         misses = 0
+        extra = found.extra
+        total += len(extra)
         while len(drawn) < want:
-            extra = found.extra
-            total = sum(len(g.ready.items) for g in shelves) + len(extra)
             if not total:
                 break
             if cursor is None:
-                at = self.rng.randrange(total)
+                at = int(self.rng.random() * total)  # (randrange: 3 calls more)
             else:
                 at, cursor = cursor % total, cursor + 1
             if at < len(extra):
@@ -264,8 +242,9 @@ class Router:
                     record = group.ready.items[at]
                     if found.check(group, record):
                         drawn.append(record)
-                    else:
+                    else:  # it may have moved shelves, or joined ``extra``: count them again
                         misses += 1
+                        total = sum(len(g.ready.items) for g in shelves) + len(extra)
                     break
                 at -= len(group.ready.items)
             # Excluded or stale agents keep being drawn: past a few, score everyone (which
