@@ -108,10 +108,20 @@ class AgentRecord:
     @inflight.setter
     def inflight(self, value: int) -> None:
         # A slot taken or freed moves the agent between full and ready at once: routing
-        # trusts the shelves for slots (and re-checks breakers itself, see ``Group``).
-        self._inflight = value
-        if self.groups:
-            self.reshelve()
+        # trusts the shelves for slots (and re-checks breakers itself, see ``Group``). Only
+        # a change that crosses ``max_concurrency`` can move it: a ready agent (as last
+        # shelved, and still online, connected and closed) without bulkheads that stays
+        # under the limit is already where it belongs, so most takes and gives skip the walk
+        # over its groups.
+        old, self._inflight = self._inflight, value
+        if not self.groups:
+            return
+        limit = self.max_concurrency
+        if (value < limit and old < limit and self._base == READY and self.bulk is None
+                and not self.held_full and self.connected and self.state is Liveness.ONLINE
+                and self.breaker.state is BreakerState.CLOSED):
+            return
+        self.reshelve()
 
     @property
     def reachable(self) -> bool:

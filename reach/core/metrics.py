@@ -13,6 +13,10 @@ only when somebody reads them. ``reach.metrics()``, the admin feed and the Prome
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +28,10 @@ QUANTILES = (("p50_ms", 0.50), ("p90_ms", 0.90), ("p95_ms", 0.95), ("p99_ms", 0.
 
 @dataclass(slots=True)
 class Series:
+    """The counters and recent latencies of one capability, one agent or all of them: what
+    ``view`` shows. ``Metrics`` builds these when read, from its per-(capability, agent)
+    records."""
+
     calls: int = 0
     succeeded: int = 0
     answers: int = 0
@@ -49,62 +57,122 @@ class Series:
         return out
 
 
-class Metrics:
-    """Counters keyed by capability and by agent name, plus totals."""
+class _Record:
+    """One (capability, agent) pair's counts (agent None: what no agent took: rejections,
+    fallbacks, hedges), and its last ``WINDOW`` successful latencies, each with the number
+    of the success coordinator-wide (``seq``) so that any union of records can tell its own
+    last ``WINDOW`` exactly."""
+
+    __slots__ = ("calls", "succeeded", "answers", "faults", "retries", "rejections",
+                 "fallbacks", "inflight", "seqs", "took")
 
     def __init__(self) -> None:
-        self.capabilities: dict[str, Series] = {}
-        self.agents: dict[str, Series] = {}
-        self.totals = Series()
+        self.calls = self.succeeded = self.answers = self.faults = self.retries = 0
+        self.rejections = self.fallbacks = self.inflight = 0
+        self.seqs: deque[int] = deque(maxlen=WINDOW)
+        self.took: deque[float] = deque(maxlen=WINDOW)
 
-    def _all(self, capability: str, agent: str | None) -> tuple[Series, ...]:
-        cap = self.capabilities.get(capability)
-        if cap is None:
-            cap = self.capabilities[capability] = Series()
-        if agent is None:
-            return cap, self.totals
-        by_agent = self.agents.get(agent)
-        if by_agent is None:
-            by_agent = self.agents[agent] = Series()
-        return cap, by_agent, self.totals
+
+_COUNTED = ("calls", "succeeded", "answers", "faults", "retries", "rejections", "fallbacks",
+            "inflight")
+
+
+def _recent(records: Iterable[_Record]) -> Iterator[float]:
+    """The latencies of ``records`` together, newest first (each record's are in order)."""
+    tails = [zip(reversed(r.seqs), reversed(r.took), strict=True) for r in records if r.seqs]
+    if len(tails) == 1:
+        return (took for _, took in tails[0])
+    return (took for _, took in heapq.merge(*tails, key=lambda pair: pair[0], reverse=True))
+
+
+def _series(records: list[_Record]) -> Series:
+    """What ``records`` add up to: counters summed, the last ``WINDOW`` latencies of all."""
+    out = Series()
+    for name in _COUNTED:
+        setattr(out, name, sum(getattr(r, name) for r in records))
+    newest = list(itertools.islice(_recent(records), WINDOW))
+    out.latencies.fill(reversed(newest))
+    return out
+
+
+class Metrics:
+    """Counters per (capability, agent): one record updated per event, so an attempt's end
+    costs one look-up and a few increments; per capability, per agent and in total they are
+    added up when read (``capabilities``, ``agents``, ``totals``, ``snapshot``), with the
+    same figures as three separately kept series would give."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str | None], _Record] = {}
+        self._of_agent: dict[str, list[_Record]] = {}  # an agent's records (its view's P95)
+        self._seq = 0
+
+    def _of(self, capability: str, agent: str | None) -> _Record:
+        rec = self._records.get((capability, agent))
+        if rec is None:
+            rec = self._records[(capability, agent)] = _Record()
+            if agent is not None:
+                self._of_agent.setdefault(agent, []).append(rec)
+        return rec
 
     # ------------------------------------------------------------ counting (gateway)
 
     def dispatched(self, capability: str, agent: str) -> None:
-        for s in self._all(capability, agent):
-            s.calls += 1
-            s.inflight += 1
+        rec = self._records.get((capability, agent)) or self._of(capability, agent)
+        rec.calls += 1
+        rec.inflight += 1
 
     def ended(self, capability: str, agent: str, outcome: str, seconds: float) -> None:
         """One attempt ended with ``outcome`` (ok | answer | anything else is a fault)."""
-        for s in self._all(capability, agent):
-            s.inflight -= 1
-            if outcome == "ok":
-                s.succeeded += 1
-                s.latencies.add(seconds)
-            elif outcome == "answer":
-                s.answers += 1
-            elif outcome not in ("caller_deadline", "cancelled"):
-                s.faults += 1
+        rec = self._records.get((capability, agent)) or self._of(capability, agent)
+        rec.inflight -= 1
+        if outcome == "ok":
+            rec.succeeded += 1
+            self._seq += 1
+            rec.seqs.append(self._seq)
+            rec.took.append(seconds)
+        elif outcome == "answer":
+            rec.answers += 1
+        elif outcome not in ("caller_deadline", "cancelled"):
+            rec.faults += 1
 
     def retried(self, capability: str, agent: str | None) -> None:
-        for s in self._all(capability, agent):
-            s.retries += 1
+        self._of(capability, agent).retries += 1
 
     def rejected(self, capability: str) -> None:
-        for s in self._all(capability, None):
-            s.rejections += 1
+        self._of(capability, None).rejections += 1
 
     def fell_back(self, capability: str) -> None:
         """A task of ``capability`` was answered by its fallback."""
-        for s in self._all(capability, None):
-            s.fallbacks += 1
+        self._of(capability, None).fallbacks += 1
 
     # ------------------------------------------------------------ reading
 
+    def _by(self, at: int) -> dict[str, Series]:
+        grouped: dict[str, list[_Record]] = {}
+        for key, rec in self._records.items():
+            name = key[at]
+            if name is not None:
+                grouped.setdefault(name, []).append(rec)
+        return {name: _series(recs) for name, recs in grouped.items()}
+
+    @property
+    def capabilities(self) -> dict[str, Series]:
+        """Per capability (every capability with a record), built now."""
+        return self._by(0)
+
+    @property
+    def agents(self) -> dict[str, Series]:
+        """Per agent name (every agent with a record), built now."""
+        return self._by(1)
+
+    @property
+    def totals(self) -> Series:
+        """Everything together, built now."""
+        return _series(list(self._records.values()))
+
     def p95_ms(self, agent: str) -> float | None:
-        series = self.agents.get(agent)
-        return None if series is None else series.quantile(0.95)
+        records = self._of_agent.get(agent)
+        return None if records is None else _series(records).quantile(0.95)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything, JSON-able: the ``Metrics`` object of docs/admin-feed.md."""

@@ -80,14 +80,20 @@ class Breaker:
             else:
                 self.state, self.opened_at, self.rested = BreakerState.OPEN, now, True
             return self.state
-        self.outcomes.append(ok)
-        while len(self.outcomes) > self.window:
-            self.outcomes.popleft()
-        if self.state is BreakerState.CLOSED and len(self.outcomes) >= self.min_calls:
+        outcomes = self.outcomes
+        outcomes.append(ok)
+        while len(outcomes) > self.window:
+            outcomes.popleft()
+        n = len(outcomes)
+        # A success cannot raise the fault rate, so it can trip a closed breaker only as the
+        # call that brings the window to ``min_calls`` (below that nothing trips): the rate
+        # is worked out on faults and at that one count, not on every success.
+        if (not ok or n == self.min_calls) and n >= self.min_calls \
+                and self.state is BreakerState.CLOSED:
             rate = self.fault_rate()
             if rate >= self.threshold:
                 self.state, self.opened_at = BreakerState.OPEN, now
-                self.tripped_rate, self.tripped_calls = rate, len(self.outcomes)
+                self.tripped_rate, self.tripped_calls = rate, n
         return self.state
 
     def reset(self) -> None:
@@ -142,13 +148,14 @@ def completion_timeout(latency_ms: float | None, window: LatencyWindow, override
     - not declared, with that history: max(P95 × 1.5, ``rule.floor``)."""
     if override is not None:
         return override
+    # (The window's own quantile and its deque's length: this runs on every attempt.)
     if latency_ms is None:
-        if len(window) < rule.samples:
+        if len(window.samples) < rule.samples:
             return rule.default
-        p95 = window.p95()
+        p95 = window.quantile(0.95)
         return rule.default if p95 is None else max(p95 * 1.5, rule.floor)
     declared = latency_ms / 1000.0 * 1.2
-    p95 = window.p95()
+    p95 = window.quantile(0.95)
     return declared if p95 is None else max(declared, p95 * 1.5)
 
 

@@ -27,7 +27,6 @@ The weighted score also multiplies by each agent's 7-day reliability (``AgentRec
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -37,33 +36,12 @@ from reach.core import names, reasons, warmup
 from reach.core import tags as tagging
 from reach.core.agents import FULL, HELD, READY, AgentRecord, Declared, Group, routable
 from reach.core.overrides import Overrides
+from reach.core.permissions import Permissions as Permissions  # (re-exported: trust.py)
 from reach.core.resilience import BreakerState
 from reach.core.schemas import Validator, check
 from reach.errors import InvalidParams, NoRoute, Unauthorized, Unavailable
 
 STRATEGIES = ("weighted", "least_load", "lowest_latency", "round_robin", "random")
-
-
-@dataclass(frozen=True, slots=True)
-class Permissions:
-    """Which caller may use which capability: globs like ``sales.*`` or ``scope:read``.
-
-    ``rules=None`` lets everyone use everything. A ``"*"`` entry applies to callers without one.
-    """
-
-    rules: Mapping[str, tuple[str, ...]] | None = None
-
-    def allows(self, caller: str, capability: str, scope: str) -> bool:
-        if self.rules is None:
-            return True
-        patterns = self.rules.get(caller, self.rules.get("*", ()))
-        for pattern in patterns:
-            if pattern.startswith("scope:"):
-                if pattern[6:] in (scope, "*"):
-                    return True
-            elif fnmatch.fnmatchcase(capability, pattern):
-                return True
-        return False
 
 
 class Saturated(Exception):
@@ -72,8 +50,7 @@ class Saturated(Exception):
 
     def __init__(self, level: float, shed: bool = False) -> None:
         super().__init__("all candidates saturated")
-        self.level = level
-        self.shed = shed
+        self.level, self.shed = level, shed
 
 
 @dataclass(slots=True)
@@ -84,7 +61,7 @@ class Router:
     rng: random.Random = field(default_factory=random.Random)
     # Up to this many ready agents (plus those excluded), each is scored; past it, ``sample``
     # drawn at random are (two choices already spread load almost as well as all of them).
-    exact: int = 32
+    exact: int = 8
     sample: int = 2
     # Priority headroom: below ``shed_below``, a task may use an agent's slots only up to
     # ``ceil(max_concurrency × high_water)``; the rest is kept for higher priorities.
@@ -121,8 +98,9 @@ class Router:
         reason = ""
         seen: dict[Validator, str | None] = {}
         untagged: list[Group] = []
+        allows = None if self.permissions.rules is None else self.permissions.allows  # open
         for group in _indexed(capability, declaring).groups.values():
-            if not self.permissions.allows(caller, capability, group.scope):
+            if allows and not allows(caller, capability, group.scope):
                 continue
             scope_ok = True
             if tags and not tagging.matches(group.tags, tags):
@@ -166,7 +144,7 @@ class Router:
         ``declaring`` is normally the registry's ``Declared`` index; any other mapping is
         indexed for this one call (which costs a pass over it). With ``tags``, only groups
         declaring them are candidates (fail-over and hedges pass the same tags)."""
-        index = _indexed(capability, declaring)
+        index = declaring if isinstance(declaring, Declared) else _indexed(capability, declaring)
         groups = self._fit(capability, params, caller, index, tags)
         if self.overrides.pins:  # pinned: every other agent is left out, as if excluded
             exclude = exclude | self.overrides.excluded(
@@ -218,8 +196,9 @@ class Router:
         params."""
         fit: list[Group] = []
         seen: dict[Validator, bool] = {}
+        allows = None if self.permissions.rules is None else self.permissions.allows  # open
         for group in index.groups.values():
-            if not self.permissions.allows(caller, capability, group.scope):
+            if allows and not allows(caller, capability, group.scope):
                 continue
             if tags and not tagging.matches(group.tags, tags):
                 continue
@@ -245,13 +224,13 @@ class Router:
             self._turn[capability] = cursor + 1
         drawn: list[AgentRecord] = []
         misses = 0
+        extra = found.extra
+        total += len(extra)
         while len(drawn) < want:
-            extra = found.extra
-            total = sum(len(g.ready.items) for g in shelves) + len(extra)
             if not total:
                 break
             if cursor is None:
-                at = self.rng.randrange(total)
+                at = int(self.rng.random() * total)  # (randrange: 3 calls more)
             else:
                 at, cursor = cursor % total, cursor + 1
             if at < len(extra):
@@ -263,8 +242,9 @@ class Router:
                     record = group.ready.items[at]
                     if found.check(group, record):
                         drawn.append(record)
-                    else:
+                    else:  # it may have moved shelves, or joined ``extra``: count them again
                         misses += 1
+                        total = sum(len(g.ready.items) for g in shelves) + len(extra)
                     break
                 at -= len(group.ready.items)
             # Excluded or stale agents keep being drawn: past a few, score everyone (which
@@ -330,8 +310,7 @@ class _Found:
 
     def __init__(self, now: float, exclude: frozenset[str], limited: bool,
                  high_water: float) -> None:
-        self.now = now
-        self.exclude = exclude
+        self.now, self.exclude = now, exclude
         self.limited = limited  # below shed_below: an agent's slots past high_water are not
         self.high_water = high_water  # for this pick
         self.extra: list[AgentRecord] = []  # breaker not closed, yet letting calls through

@@ -13,8 +13,9 @@ largest one, not the 99th): a timeout built on it errs long, not short.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -28,10 +29,11 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 
 class Window:
-    """The last ``size`` samples; percentiles sort them once per change, when first read.
+    """The last ``size`` samples, also kept in order: a percentile is one index, whenever read.
 
-    Adding is an append (the oldest sample falls out); reading after a change sorts a copy,
-    which later reads reuse until the next ``add``.
+    Adding bisects the new sample into the ordered copy and the oldest out of it (past
+    ``size``): two moves inside one list, never a sort. The completion timeout reads a P95
+    on every attempt, so sorting on read (as this did) re-sorted after every success.
     """
 
     __slots__ = ("samples", "_sorted")
@@ -40,7 +42,7 @@ class Window:
         if size < 1:
             raise ValueError(f"a window holds at least one sample, not {size!r}")
         self.samples: deque[float] = deque(maxlen=size)
-        self._sorted: list[float] | None = None
+        self._sorted: list[float] = []
 
     @property
     def size(self) -> int:
@@ -54,17 +56,21 @@ class Window:
 
     def add(self, sample: float) -> None:
         """Keep ``sample``; past ``size`` samples the oldest is dropped."""
-        self.samples.append(sample)
-        self._sorted = None
+        samples, ordered = self.samples, self._sorted
+        if len(samples) == samples.maxlen:
+            del ordered[bisect_left(ordered, samples[0])]
+        samples.append(sample)
+        insort(ordered, sample)
+
+    def fill(self, oldest_first: Iterable[float]) -> None:
+        """Add many samples at once (oldest first): one sort, not one bisect each."""
+        self.samples.extend(oldest_first)
+        self._sorted = sorted(self.samples)
 
     def quantile(self, q: float) -> float | None:
         """The ``q`` quantile of the samples kept (see ``percentile``); None while empty."""
         ordered = self._sorted
-        if ordered is None:
-            if not self.samples:
-                return None
-            ordered = self._sorted = sorted(self.samples)
-        return percentile(ordered, q)
+        return percentile(ordered, q) if ordered else None
 
 
 DAY = 86_400.0
@@ -77,7 +83,7 @@ class DayRate:
     bounded memory whatever the traffic). Days are ``floor(now / length)``; a day's counts
     drop out once ``days`` newer days have begun."""
 
-    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_until")
+    __slots__ = ("days", "length", "stamp", "ok", "bad", "_trust", "_until", "_sure")
 
     def __init__(self, days: int = 7, length: float = DAY) -> None:
         if days < 1 or length <= 0:
@@ -90,6 +96,9 @@ class DayRate:
         # Until when ``_trust`` holds: the end of the day it was worked out for; no call yet:
         # full trust for ever; -inf after an add (stale at any clock reading, even below 0).
         self._until = math.inf
+        # ``_trust`` is 1.0 from MIN_CALLS or more calls at TRUSTED or better: a success the
+        # same day leaves it so (it only raises the rate), so it need not be worked out again.
+        self._sure = False
 
     def add(self, ok: bool, now: float) -> None:
         """Count one judged call: a success (``ok``) or a fault."""
@@ -99,6 +108,8 @@ class DayRate:
             self.stamp[i], self.ok[i], self.bad[i] = day, 0, 0
         if ok:
             self.ok[i] += 1
+            if self._sure and now < self._until:
+                return
         else:
             self.bad[i] += 1
         self._until = -math.inf
@@ -124,7 +135,9 @@ class DayRate:
         if now < self._until:
             return self._trust
         day = now // self.length
-        self._trust = reliability(*self.counts(now))
+        ok, bad = self.counts(now)
+        self._trust = reliability(ok, bad)
+        self._sure = self._trust == 1.0 and ok + bad >= MIN_CALLS
         self._until = (day + 1) * self.length
         return self._trust
 

@@ -162,36 +162,43 @@ class Dispatcher:
 
     def _record(self, task: Task, record: AgentRecord, attempt: Attempt,
                 verdict: policy.Verdict, took: float, window: LatencyWindow) -> None:
-        """Write one attempt's end into the attempt, breaker, windows and metrics."""
+        """Write one attempt's end into the attempt, breaker, windows and metrics. What only
+        a feature in use reads is skipped otherwise: the probes' slow-call hook for an agent
+        nobody probes, the smoothed latency without the lowest-latency strategy, the
+        breaker's announcement when it did not move."""
         cap = task.envelope.capability
         ended = self.clock.wall()
         if attempt.ended_at is None:  # else set when it answered (_answer)
             attempt.ended_at = ended
-        attempt.outcome = verdict.name  # stored as its plain value (see Attempt)
-        self.metrics.ended(cap, record.name,
-                           "caller_deadline" if not verdict.judged else verdict.name, took)
-        if self.call_ended is not None and verdict.judged:
+        attempt.outcome = name = verdict.name  # stored as its plain value (see Attempt)
+        judged = verdict.judged
+        self.metrics.ended(cap, record.name, name if judged else "caller_deadline", took)
+        if judged and record.probe is not None and self.call_ended is not None:
             self.call_ended(record, record.capabilities[cap].spec.latency_ms, took,
                             verdict.outcome is Outcome.TIMEOUT)
+        healthy = verdict.healthy
+        breaker = record.breaker
         if verdict.outcome is Outcome.OK:
             window.add(took)
-            self.observed[record.agent_id] = policy.smoothed(
-                self.observed.get(record.agent_id), took)
-        elif not verdict.judged:
+            if self.router.strategy == "lowest_latency":  # the only reader of ``observed``
+                self.observed[record.agent_id] = policy.smoothed(
+                    self.observed.get(record.agent_id), took)
+        elif not judged:
             attempt.error = verdict.error
-            record.breaker.probing = False  # neither success nor fault for the breaker
+            breaker.probing = False  # neither success nor fault for the breaker
             return
-        elif not verdict.healthy:
+        elif not healthy:
             record.faults += 1
             attempt.error = verdict.error
-        before = record.breaker.state
-        record.breaker.record(verdict.healthy, ended)
-        record.outcome(cap, verdict.healthy, ended)  # the 7-day record routing weighs
-        self.book.breaker_moved(record, before)
+        before = breaker.state
+        moved = breaker.record(healthy, ended) is not before
+        record.outcome(cap, healthy, ended)  # the 7-day record routing weighs
+        if moved:
+            self.book.breaker_moved(record, before)
         health = self.health.get(cap)
         if health is None:
             health = self.health[cap] = deque(maxlen=HEALTH_WINDOW)
-        health.append(verdict.healthy)
+        health.append(healthy)
 
     def _answer(self, task: Task, attempt: Attempt, result: Any) -> None:
         """A result arrived: record it, and let the gateway answer the caller now, before

@@ -45,19 +45,39 @@ async def refuse(ws: ServerConnection, err: ReachError) -> None:
 class LoopLag:
     """How late the event loop runs a timer: a sign it has more work than it can do at once
     (then the heaviest callers are read more slowly, see ``CallerSession._backlog``). This
-    is the real loop's lag, not the coordinator's clock: a fake clock has no loop to lag."""
+    is the real loop's lag, not the coordinator's clock: a fake clock has no loop to lag.
+
+    It ticks every ``period`` for as long as it is watched, so a tick is two plain loop
+    callbacks (a timer, then one hop through the ready queue), not a task sleeping: no
+    future, no coroutine step and no new timer object per tick beyond the loop's own."""
 
     def __init__(self) -> None:
         self.lag = 0.0  # seconds
 
     async def watch(self, period: float = 0.005) -> None:
+        """Keep ``lag`` until cancelled."""
         loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + period
-            await asyncio.sleep(period)
-            late = loop.time() - due
+        handle: asyncio.Handle | None = None
+
+        def fired(due: float) -> None:
+            nonlocal handle
+            # One hop through the ready queue, as a sleeping task's wake-up took: the lag
+            # counts the loop turn that runs due callbacks, as it always did.
+            handle = loop.call_soon(measure, due)
+
+        def measure(due: float) -> None:
+            nonlocal handle
+            now = loop.time()
+            late = now - due
             # Up at once, down gently: one quiet turn does not end a flood.
             self.lag = late if late > self.lag else self.lag * 0.5 + late * 0.5
+            handle = loop.call_at(now + period, fired, now + period)
+
+        handle = loop.call_at(loop.time() + period, fired, loop.time() + period)
+        try:
+            await loop.create_future()  # never set: the watch ends by cancellation
+        finally:
+            handle.cancel()
 
 
 class Session:

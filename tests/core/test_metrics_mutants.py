@@ -79,3 +79,29 @@ def test_a_fallback_answer_counts_once_for_its_capability_and_the_totals() -> No
     assert snap["capabilities"]["c.get"]["fallbacks"] == 2
     assert snap["capabilities"]["b.get"]["fallbacks"] == 1
     assert snap["totals"]["fallbacks"] == 3
+
+
+def test_each_view_covers_its_own_last_thousand_successes_across_agents() -> None:
+    """Kept once per (capability, agent), the windows still read as three separate ones
+    would: the capability's and the totals' last 1000 span both agents, in the order the
+    calls ended; each agent's, its own."""
+    m = Metrics()
+    for _ in range(WINDOW):
+        m.dispatched("c.get", "fast")
+        m.ended("c.get", "fast", "ok", 0.001)
+    for _ in range(WINDOW // 2):
+        m.dispatched("c.get", "slow")
+        m.ended("c.get", "slow", "ok", 0.5)
+    m.dispatched("d.put", "fast")
+    m.ended("d.put", "fast", "ok", 0.002)
+    snap = m.snapshot()
+    cap = snap["capabilities"]["c.get"]
+    assert (cap["calls"], cap["p50_ms"], cap["p90_ms"]) == (1500, 500.0, 500.0)
+    assert snap["capabilities"]["d.put"]["p99_ms"] == 2.0
+    assert snap["agents"]["fast"]["p50_ms"] == 1.0 and snap["agents"]["fast"]["calls"] == 1001
+    assert (snap["agents"]["slow"]["p50_ms"], m.p95_ms("slow"), m.p95_ms("none")) == (
+        500.0, 500.0, None)
+    total = snap["totals"]
+    # The last 1000 of all: the d.put call, 500 slow, 499 fast (the oldest fast ones out).
+    assert (total["calls"], total["succeeded"], total["p50_ms"]) == (1501, 1501, 500.0)
+    assert total["p90_ms"] == 500.0 and Series().view()["p50_ms"] is None

@@ -303,3 +303,17 @@ def test_pacer_accept_does_not_move_a_wait_already_set():
     assert pacer.wait(10.0) == pytest.approx(0.03)
     pacer.rejected(1.0, now=20.0)  # from the halved delay: 0.015 × 2 × 1.5
     assert pacer.wait(20.0) == pytest.approx(0.045)
+
+
+def test_a_success_that_fills_the_window_to_min_calls_can_trip_the_breaker():
+    """Four faults are too few to judge; the fifth call, a success, makes 4 of 5 failed: the
+    breaker opens on that success. Past min_calls, successes alone never open it."""
+    b = Breaker(window=10, min_calls=5, threshold=0.5)
+    for t in range(4):
+        b.record(False, float(t))
+    assert b.state is BreakerState.CLOSED
+    assert b.record(True, 4.0) is BreakerState.OPEN
+    assert (b.tripped_calls, b.tripped_rate, b.opened_at) == (5, 0.8, 4.0)
+    calm = Breaker(window=10, min_calls=5, threshold=0.5)
+    for t, ok in enumerate([True, True, True, False, False, True, True, True, True]):
+        assert calm.record(ok, float(t)) is BreakerState.CLOSED

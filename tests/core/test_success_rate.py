@@ -105,6 +105,21 @@ def test_trust_is_worked_out_again_after_an_add_and_on_a_new_day():
     assert rate.trust(NOW + 7 * DAY) == 1.0  # a week later: nothing left, full trust
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.floats(0, 2 * DAY), st.booleans()), max_size=200),
+       st.sampled_from([0, 2, 200]))
+def test_trust_read_between_adds_is_always_the_rate_of_the_moment(steps, every):
+    """However adds and reads interleave (a success does not always make trust stale: from
+    20 calls at 99 % or better it stays 1.0), a read equals ``reliability`` of the counts.
+    ``every``: each ``every``-th call is a fault as well (0: only those drawn)."""
+    rate, now = DayRate(), 0.0
+    for i, (ok, gap, read) in enumerate(steps):
+        now += gap / 50
+        rate.add(ok and not (every and i % every == 0), now)
+        if read:
+            assert rate.trust(now) == reliability(*rate.counts(now))
+
+
 # ---------------------------------------------------------------- on the record
 
 
