@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reach.core import schemas
+from reach.core import schema_codegen, schemas
 from reach.core.schemas import SchemaError, check, compile_schema
 
 
@@ -24,7 +24,7 @@ def test_a_number_too_large_for_the_arithmetic_is_a_reason_not_a_crash() -> None
 def test_a_regex_compiled_outside_re2_makes_the_schema_fail_closed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # As if a fastjsonschema version compiled a pattern itself (Python's re: backtracking).
-    monkeypatch.delattr(schemas._Bounded, "generate_pattern")
+    monkeypatch.delattr(schema_codegen.Bounded, "generate_pattern")
     with pytest.raises(SchemaError, match="unsupported regexes"):
         compile_schema(obj(code={"type": "string", "pattern": "^cov-[a-z]+$"}))
 
