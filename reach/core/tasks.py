@@ -179,10 +179,12 @@ class Task:
     history: list[tuple[str, float, str]] = field(default_factory=list)
     updated_at: float = 0.0
     fallback: dict[str, Any] | None = None  # set when its result is a fallback (its label)
+    # The envelope's, copied once: read ~16 times per call (book, sessions, store), where a
+    # property was a Python call each time. An envelope's task id never changes.
+    task_id: str = field(init=False)
 
-    @property
-    def task_id(self) -> str:
-        return self.envelope.task_id
+    def __post_init__(self) -> None:
+        self.task_id = self.envelope.task_id
 
     @property
     def terminal(self) -> bool:
