@@ -16,21 +16,24 @@ class LoopClock:
     (``Reach.start(clock=)``). On the hot path (several reads per call): ``wall`` is the
     wall-time function itself, ``now`` the loop's own ``time``, bound at first use."""
 
-    __slots__ = ("wall", "_loop")
+    __slots__ = ("wall", "now", "_loop")
 
     def __init__(self, wall: Callable[[], float] = time.time) -> None:
         self.wall = wall
         self._loop: asyncio.AbstractEventLoop | None = None
+        # ``now`` is the loop's own ``time`` once a loop is running (one call, not three);
+        # until then it finds the loop.
+        self.now: Callable[[], float] = self._first_now
 
     def _bound(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
         if loop is None or loop.is_closed():
             loop = self._loop = asyncio.get_running_loop()
+            self.now = loop.time
         return loop
 
-    def now(self) -> float:
-        loop = self._loop
-        return (loop if loop is not None else self._bound()).time()
+    def _first_now(self) -> float:
+        return self._bound().time()
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
         return self._bound().call_at(when, fn)
