@@ -105,3 +105,16 @@ def test_each_view_covers_its_own_last_thousand_successes_across_agents() -> Non
     # The last 1000 of all: the d.put call, 500 slow, 499 fast (the oldest fast ones out).
     assert (total["calls"], total["succeeded"], total["p50_ms"]) == (1501, 1501, 500.0)
     assert total["p90_ms"] == 500.0 and Series().view()["p50_ms"] is None
+
+
+def test_a_view_keeps_the_newest_successes_not_the_slowest() -> None:
+    """An agent's thousand slow calls, then another's thousand fast ones: the capability's
+    window holds the fast ones only (the newest), however slow the older ones were."""
+    m = Metrics()
+    for name, took in (("old", 0.9), ("new", 0.001)):
+        for _ in range(WINDOW):
+            m.dispatched("c.get", name)
+            m.ended("c.get", name, "ok", took)
+    snap = m.snapshot()
+    assert snap["capabilities"]["c.get"]["p99_ms"] == snap["totals"]["p99_ms"] == 1.0
+    assert snap["agents"]["old"]["p50_ms"] == 900.0
