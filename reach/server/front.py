@@ -33,6 +33,7 @@ from reach.errors import (
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
+from reach.server.front_asgi import ASGIApp, mount_asgi
 from reach.server.front_edge import Edge
 from reach.server.front_models import (
     CallQuery,
@@ -94,6 +95,17 @@ class FrontDoor:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self.port = 0
+
+    def mount(self, prefix: str, asgi_app: ASGIApp) -> None:
+        """Serve an ASGI app (the MCP or A2A SDK's) at ``prefix`` on this door, before
+        ``start``: same port, gate, edge, tokens and body limits as REST; its lifespan runs
+        in ``start``/``stop`` (front_asgi)."""
+        s = self.services.settings
+        allowed = s.http_allowed_hosts
+        if allowed is None:
+            allowed = ("127.0.0.1:*", "localhost:*", "[::1]:*", f"{s.host}:*")
+        mount_asgi(self.app, prefix, asgi_app, authorize=lambda r: self._who(r)[0],
+                   allowed_hosts=allowed, body_timeout=s.http_body_timeout)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); returns the port bound."""
