@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                             "docs/http-api.md")
     serve.add_argument("--no-http", action="store_true",
                        help="no REST front door: websocket callers only")
+    serve.add_argument("--mcp", action="store_true",
+                       help="serve MCP at /mcp on the REST port (docs/mcp.md; needs "
+                            "agent-reach[mcp])")
     serve.add_argument("--store", default="sqlite:///reach.db",
                        help="database URL: sqlite:///file.db (default reach.db; one "
                             "coordinator per file), sqlite:// (in memory, gone at exit) or "
@@ -208,7 +211,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             retry_budget=args.retry_budget, auto_replay=args.auto_replay,
             metrics_public=args.metrics_public, json_logs=args.json_logs,
             tokens=rules(args.tokens_file, str), permissions=rules(args.permissions_file, list),
-            serves=rules(args.serves_file, list), insecure=args.insecure,
+            serves=rules(args.serves_file, list), insecure=args.insecure, mcp=args.mcp,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
             otel_endpoint=args.otel_endpoint,
@@ -303,6 +306,8 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     if reach.http_url is not None:
         _say(f"reach: REST front door at {reach.http_url} (OpenAPI at "
              f"{reach.http_url}/openapi.json; docs/http-api.md)")
+    if reach.mcp_url is not None:
+        _say(f"reach: MCP (Streamable HTTP) at {reach.mcp_url} (docs/mcp.md)")
     http = reach.url.replace("ws://", "http://", 1)
     _say(f"reach: metrics at {http}/metrics; dashboard: "
          f"reach-dash --url {reach.url} --token {reach.admin_token}")

@@ -89,6 +89,7 @@ class Settings:
     # Host headers the apps mounted on the HTTP port (MCP, A2A) answer (DNS-rebinding
     # protection; "name:*" = any port). None: loopback names and ``host``, any port
     http_allowed_hosts: tuple[str, ...] | None = None
+    mcp: bool = False  # serve MCP at /mcp on the HTTP port (docs/mcp.md; extra agent-reach[mcp])
     ping_interval: float | None = 20.0  # websocket keepalive; a peer silent past
     ping_timeout: float | None = 20.0  # interval + timeout is closed (None: no pings)
     max_outbox_bytes: int = 16 << 20  # unsent bytes per connection before it is closed (slow)

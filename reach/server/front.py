@@ -174,7 +174,7 @@ class FrontDoor:
 
     # ------------------------------------------------------------ driving the gateway
 
-    async def _admit(self, request: SubmitRequest,
+    async def admit(self, request: SubmitRequest,
                      sink: Callable[[str, int, Any], None] | None = None
                      ) -> tuple[Task, bool]:
         """Accept a task and return once it is stored: (task, duplicate). As the caller
@@ -196,7 +196,7 @@ class FrontDoor:
                                   f"retry") from None
         return task, admission.duplicate
 
-    async def _finished(self, task: Task, timeout: float | None) -> Task:
+    async def finished(self, task: Task, timeout: float | None) -> Task:
         """The task once it is terminal; ``timeout`` (plus a grace for the gateway's own
         answer) bounds the wait, then 504 with the task id to ask about later."""
         if task.terminal:
@@ -267,11 +267,11 @@ class FrontDoor:
     async def _run(self, request: web.Request, req: SubmitRequest, timeout: float | None
                    ) -> web.StreamResponse:
         if "text/event-stream" in request.headers.get("Accept", ""):
-            task, _ = await self._admit(req, self.chunks.sink)
+            task, _ = await self.admit(req, self.chunks.sink)
             self._forget_when_done(task)
             return await self._stream(request, task)
-        task, _ = await self._admit(req)
-        return self._answer(await self._finished(task, timeout))
+        task, _ = await self.admit(req)
+        return self._answer(await self.finished(task, timeout))
 
     async def submit(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/tasks``: 202 once the task is stored; ``Idempotency-Key`` honoured."""
@@ -281,7 +281,7 @@ class FrontDoor:
                             body.priority, body.timeout, body.max_retries,
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
                             tags=body.tags, fallback=body.fallback)
-        task, duplicate = await self._admit(req, self.chunks.sink)
+        task, duplicate = await self.admit(req, self.chunks.sink)
         self._forget_when_done(task)
         env = task.envelope
         status_url = f"/v1/tasks/{env.task_id}"

@@ -26,7 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    MutableMapping,
+    Sequence,
+)
 from typing import Any
 
 from aiohttp import web
@@ -39,9 +46,10 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Coroutine[Any, Any, None]]
 Authorize = Callable[[web.Request], str]
 ASGI = {"version": "3.0", "spec_version": "2.3"}
+LEFT_GRACE = 5.0  # seconds an app has to finish once its peer has left
 HOP = frozenset({"transfer-encoding", "connection", "keep-alive"})
 
 
@@ -186,8 +194,10 @@ class _Exchange:
             self.response = started
         elif kind == "http.response.body":
             response = self.response
-            if response is None or self.done:
-                raise RuntimeError("http.response.body out of order")
+            if self.done:
+                return  # (a trailing empty body after the last one: nothing to write)
+            if response is None:
+                raise RuntimeError("http.response.body before http.response.start")
             chunk = bytes(message.get("body", b""))
             more = bool(message.get("more_body", False))
             if not response.prepared:
@@ -201,9 +211,21 @@ class _Exchange:
                 await response.write_eof()
 
     async def run(self, app: ASGIApp, scope: Scope) -> web.StreamResponse:
+        # The app runs in its own task: a peer that leaves is an ``http.disconnect`` for it
+        # (ASGI's rule), not a cancellation in the middle of its bookkeeping (the MCP SDK
+        # discards a session whose opening request was cancelled after it was answered).
+        task = asyncio.create_task(app(scope, self.receive, self.send))
         try:
-            await app(scope, self.receive, self.send)
-        except (ConnectionResetError, asyncio.CancelledError):
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self.ended.set()
+            try:
+                async with asyncio.timeout(LEFT_GRACE):
+                    await asyncio.shield(task)
+            except BaseException:
+                task.cancel()
+            raise
+        except ConnectionResetError:
             raise
         except Exception:
             log.exception("the app under %s failed", scope["root_path"])
