@@ -155,6 +155,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="how long to send work (default 10; the demo exits soon after)")
     demo.add_argument("--plain", action="store_true",
                       help="print a final summary only (no live table)")
+    mcp = sub.add_parser("mcp", help="a stdio MCP server relaying to a coordinator's /mcp",
+                         description="For MCP hosts that spawn servers as commands (docs/mcp.md).")
+    mcp.add_argument("--url", required=True, help="the coordinator's MCP URL, http://HOST:PORT/mcp")
+    mcp.add_argument("--token", default=os.environ.get("REACH_TOKEN"),
+                     help="the caller's token (default: $REACH_TOKEN)")
     from reach.cli_admin import register  # agents, dead-letters, replay, ... (docs: README)
     register(sub)
     return parser
@@ -165,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "run", None) is not None:  # an operator's command (reach.cli_admin)
         from reach.cli_admin import run
         return run(args)
+    if args.command == "mcp":
+        from reach.server.mcp_stdio import run as relay  # the mcp extra, only when asked for
+        asyncio.run(relay(args.url, args.token))
+        return 0
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -50,7 +50,7 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
-class _ReachServer(Server[Any]):
+class ReachServer(Server[Any]):
     """The low-level server with ``tools.listChanged`` announced to 2025 sessions (the SDK's
     HTTP path would otherwise announce it off)."""
 
@@ -81,7 +81,7 @@ class McpDoor:
         self.services = front.services
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
-        self.server = _ReachServer("agent-reach", version=__version__,
+        self.server = ReachServer("agent-reach", version=__version__,
                                    on_list_tools=self.list_tools, on_call_tool=self.call_tool,
                                    on_subscriptions_listen=self.listen)
         allowed = list(s.http_allowed_hosts or ("127.0.0.1:*", "localhost:*", "[::1]:*",
