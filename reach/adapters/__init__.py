@@ -15,10 +15,12 @@ from reach.adapters.config import AgentsFileError, load_agents, parse_agents
 from reach.adapters.process import ProcessAgent
 
 __all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "HttpAgent",
-           "NatsAgent", "ProcessAgent", "Undelivered", "load_agents", "parse_agents"]
+           "McpServer", "NatsAgent", "ProcessAgent", "Undelivered", "load_agents",
+           "parse_agents"]
 
 if TYPE_CHECKING:
     from reach.adapters.http import HttpAgent
+    from reach.adapters.mcp import McpServer
     from reach.adapters.nats import NatsAgent
 
 
@@ -35,4 +37,9 @@ def __getattr__(name: str) -> Any:
 
         globals()["HttpAgent"] = HttpAgent
         return HttpAgent
+    if name == "McpServer":  # the mcp extra
+        from reach.adapters.mcp import McpServer
+
+        globals()["McpServer"] = McpServer
+        return McpServer
     raise AttributeError(f"module 'reach.adapters' has no attribute {name!r}")

@@ -1,0 +1,53 @@
+"""MCP servers as Reach capabilities: a server written with the official SDK (stdio, a real
+subprocess), attached with ``McpServer``, called through ``Client``, and killed mid-call."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FAST
+
+from reach import Client, Reach, TaskError
+from reach.adapters import McpServer
+from reach.errors import InvalidParams, TaskFailed
+
+SERVER = str(Path(__file__).with_name("weather_server.py"))
+
+
+async def test_tools_become_capabilities_called_through_reach(tmp_path: Path) -> None:
+    async with Reach.start(**FAST) as reach:
+        view = await reach.attach(McpServer(
+            "weather", command=[sys.executable, SERVER, str(tmp_path / "marker")]))
+        assert view["kind"] == "mcp"
+        specs = {s.name: s for s in reach.adapters["weather"].specs}
+        assert set(specs) == {"weather.forecast", "weather.flaky", "weather.book",
+                              "weather.refuse"}
+        assert specs["weather.forecast"].idempotent and specs["weather.forecast"].scope == "read"
+        assert specs["weather.book"].scope == "write" and not specs["weather.book"].idempotent
+        assert specs["weather.forecast"].params["required"] == ["city"]
+        async with Client.connect(reach.url, "tester") as client:
+            assert await client.call("weather.forecast", {"city": "Oslo"}) == {
+                "city": "Oslo", "temp": 21}
+            with pytest.raises(InvalidParams):  # Reach checks the tool's input schema
+                await client.call("weather.forecast", {"town": "Oslo"})
+            with pytest.raises(TaskError) as refused:
+                await client.call("weather.refuse", {"order": "o-1"})
+            assert "no such order" in str(refused.value)
+
+
+async def test_a_server_killed_mid_call_is_retried_if_idempotent_else_dead_lettered(
+        tmp_path: Path) -> None:
+    async with Reach.start(**{**FAST, "max_retries": 3}) as reach:
+        await reach.attach(McpServer(
+            "weather", command=[sys.executable, SERVER, str(tmp_path / "marker")]))
+        async with Client.connect(reach.url, "tester") as client:
+            # the first call kills the server; the retry reaches the restarted one
+            assert await client.call("weather.flaky", {"city": "Rome"}, timeout=20) == {
+                "city": "Rome", "survived": True}
+            assert (tmp_path / "marker").exists()
+            with pytest.raises(TaskFailed) as lost:
+                await client.call("weather.book", {"room": "r1"}, timeout=20)
+            assert not isinstance(lost.value, TaskError)
+        assert any(t["capability"] == "weather.book" for t in reach.dead_letters())
