@@ -3,6 +3,7 @@ subprocess), attached with ``McpServer``, called through ``Client``, and killed 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -51,3 +52,35 @@ async def test_a_server_killed_mid_call_is_retried_if_idempotent_else_dead_lette
                 await client.call("weather.book", {"room": "r1"}, timeout=20)
             assert not isinstance(lost.value, TaskError)
         assert any(t["capability"] == "weather.book" for t in reach.dead_letters())
+
+
+async def test_a_streamable_http_server_s_list_changed_updates_the_capabilities() -> None:
+    """Upstream: a coordinator serving MCP (the SDK's low-level Server); downstream: another
+    attaching it by URL. An agent joining upstream adds a tool; downstream follows."""
+    from conftest import serve
+
+    from reach import Agent
+
+    async with Reach.start(**FAST, mcp=True) as upstream, Reach.start(**FAST) as reach:
+        assert upstream.mcp_url is not None
+        first = Agent("first", reconnect_base=0.02)
+
+        @first.capability("hello.say", idempotent=True)
+        async def hello(name: str) -> dict[str, str]:
+            return {"hello": name}
+        await first.connect(upstream.url)
+        second = serve(Agent("second", reconnect_base=0.02))
+        try:
+            await reach.attach(McpServer("up", url=upstream.mcp_url))
+            async with Client.connect(reach.url, "tester") as client:
+                assert await client.call("up.hello.say", {"name": "a"}) == {"hello": "a"}
+                await second.connect(upstream.url)
+                for _ in range(200):  # the update arrives within the debounce and a round trip
+                    if "up.echo.run" in reach.registry.index:
+                        break
+                    await asyncio.sleep(0.01)
+                assert await client.call("up.echo.run", {"x": 1}) == {"echo": {"x": 1}}
+                assert await client.call("up.hello.say", {"name": "b"}) == {"hello": "b"}
+        finally:
+            await second.close(drain=0.2)
+            await first.close(drain=0.2)
