@@ -105,7 +105,11 @@ class Reach(OperatorSurface):
         if s.mcp:
             if self.front is None:
                 raise ValueError("mcp=True needs the HTTP port (http_port must not be None)")
-            from reach.server.mcp_door import McpDoor  # the mcp extra, only when asked for
+            try:
+                from reach.server.mcp_door import McpDoor  # the mcp extra, when asked for
+            except ImportError as exc:
+                raise ImportError(f"mcp=True needs the MCP SDK: pip install "
+                                  f"'agent-reach[mcp]' ({exc})") from None
             self.mcp = McpDoor(self.front)
         if s.json_logs:
             self.events.listen(log_json)
