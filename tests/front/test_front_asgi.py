@@ -91,3 +91,33 @@ async def test_the_door_s_tokens_host_check_and_body_limit_apply(door: Any) -> N
         async with http.get(url + "/healthz") as r:
             assert r.status in (200, 503)
             assert "status" in await r.json()
+
+
+async def test_an_app_that_fails_or_says_nothing_is_a_500_and_one_without_lifespan_is_served(
+        ) -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            raise RuntimeError("no lifespan here")
+        if scope["path"].endswith("/boom"):
+            raise RuntimeError("the app failed")
+        if scope["path"].endswith("/silent"):
+            return
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.body", "body": b""})  # (a stray one: ignored)
+
+    async with Reach.start(**FAST) as reach:
+        front = FrontDoor(reach.channel.services)
+        front.mount("/plain", app)
+        await front.start("127.0.0.1", 0)
+        try:
+            url = f"http://127.0.0.1:{front.port}/plain"
+            async with aiohttp.ClientSession() as http:
+                async with http.get(url + "/ok") as r:
+                    assert r.status == 204
+                for path in ("/boom", "/silent"):
+                    async with http.get(url + path) as r:
+                        assert r.status == 500
+                        assert (await r.json())["code"] == "reach_error"
+        finally:
+            await front.stop()

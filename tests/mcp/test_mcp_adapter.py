@@ -84,3 +84,18 @@ async def test_a_streamable_http_server_s_list_changed_updates_the_capabilities(
         finally:
             await second.close(drain=0.2)
             await first.close(drain=0.2)
+
+
+@pytest.mark.parametrize("kw", [{}, {"url": "http://x/mcp", "command": ["x"]},
+                                {"command": "python server.py"}, {"command": []}])
+def test_an_mcp_server_needs_one_url_or_one_command_list(kw: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="agent 'w'"):
+        McpServer("w", **kw)  # type: ignore[arg-type]
+
+
+async def test_an_unreachable_mcp_server_is_not_attached() -> None:
+    async with Reach.start(**FAST) as reach:
+        with pytest.raises(ValueError, match="could not reach the MCP server"):
+            await reach.attach(McpServer("gone", url="http://127.0.0.1:9/mcp",
+                                         connect_timeout=0.5))
+        assert "gone" not in reach.adapters
