@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                             "docs/http-api.md")
     serve.add_argument("--no-http", action="store_true",
                        help="no REST front door: websocket callers only")
+    serve.add_argument("--mcp", action="store_true",
+                       help="serve MCP at /mcp on the REST port (docs/mcp.md; needs "
+                            "agent-reach[mcp])")
     serve.add_argument("--store", default="sqlite:///reach.db",
                        help="database URL: sqlite:///file.db (default reach.db; one "
                             "coordinator per file), sqlite:// (in memory, gone at exit) or "
@@ -152,6 +155,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="how long to send work (default 10; the demo exits soon after)")
     demo.add_argument("--plain", action="store_true",
                       help="print a final summary only (no live table)")
+    mcp = sub.add_parser("mcp", help="a stdio MCP server relaying to a coordinator's /mcp",
+                         description="For MCP hosts that spawn servers as commands (docs/mcp.md).")
+    mcp.add_argument("--url", required=True, help="the coordinator's MCP URL, http://HOST:PORT/mcp")
+    mcp.add_argument("--token", default=os.environ.get("REACH_TOKEN"),
+                     help="the caller's token (default: $REACH_TOKEN)")
     from reach.cli_admin import register  # agents, dead-letters, replay, ... (docs: README)
     register(sub)
     return parser
@@ -162,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "run", None) is not None:  # an operator's command (reach.cli_admin)
         from reach.cli_admin import run
         return run(args)
+    if args.command == "mcp":
+        from reach.server.mcp_stdio import run as relay  # the mcp extra, only when asked for
+        asyncio.run(relay(args.url, args.token))
+        return 0
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -208,7 +220,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             retry_budget=args.retry_budget, auto_replay=args.auto_replay,
             metrics_public=args.metrics_public, json_logs=args.json_logs,
             tokens=rules(args.tokens_file, str), permissions=rules(args.permissions_file, list),
-            serves=rules(args.serves_file, list), insecure=args.insecure,
+            serves=rules(args.serves_file, list), insecure=args.insecure, mcp=args.mcp,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
             otel_endpoint=args.otel_endpoint,
@@ -303,6 +315,8 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
     if reach.http_url is not None:
         _say(f"reach: REST front door at {reach.http_url} (OpenAPI at "
              f"{reach.http_url}/openapi.json; docs/http-api.md)")
+    if reach.mcp_url is not None:
+        _say(f"reach: MCP (Streamable HTTP) at {reach.mcp_url} (docs/mcp.md)")
     http = reach.url.replace("ws://", "http://", 1)
     _say(f"reach: metrics at {http}/metrics; dashboard: "
          f"reach-dash --url {reach.url} --token {reach.admin_token}")

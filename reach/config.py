@@ -86,6 +86,10 @@ class Settings:
     # apply there too, each port counting its own; docs/security.md "The REST front door")
     http_body_timeout: float = 30.0  # seconds a REST request's body has to arrive in full
     http_idle_timeout: float = 75.0  # seconds a REST connection may idle between requests
+    # Host headers the apps mounted on the HTTP port (MCP, A2A) answer (DNS-rebinding
+    # protection; "name:*" = any port). None: loopback names and ``host``, any port
+    http_allowed_hosts: tuple[str, ...] | None = None
+    mcp: bool = False  # serve MCP at /mcp on the HTTP port (docs/mcp.md; extra agent-reach[mcp])
     ping_interval: float | None = 20.0  # websocket keepalive; a peer silent past
     ping_timeout: float | None = 20.0  # interval + timeout is closed (None: no pings)
     max_outbox_bytes: int = 16 << 20  # unsent bytes per connection before it is closed (slow)

@@ -101,6 +101,16 @@ class Reach(OperatorSurface):
         self.registry.listen(self.ops.agent_changed)
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
+        self.mcp: Any = None  # the MCP door (docs/mcp.md), on the front door's port
+        if s.mcp:
+            if self.front is None:
+                raise ValueError("mcp=True needs the HTTP port (http_port must not be None)")
+            try:
+                from reach.server.mcp_door import McpDoor  # the mcp extra, when asked for
+            except ImportError as exc:
+                raise ImportError(f"mcp=True needs the MCP SDK: pip install "
+                                  f"'agent-reach[mcp]' ({exc})") from None
+            self.mcp = McpDoor(self.front)
         if s.json_logs:
             self.events.listen(log_json)
         self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)
@@ -279,6 +289,12 @@ class Reach(OperatorSurface):
         """How many tasks this coordinator is driving now: what ``stop()`` drains (for up to
         ``drain_timeout`` seconds), said by ``reach serve`` at Ctrl-C."""
         return self.gateway.in_flight
+
+    @property
+    def mcp_url(self) -> str | None:
+        """The MCP Streamable HTTP endpoint, "http://HOST:PORT/mcp" (None without mcp=True)."""
+        base = self.http_url
+        return None if self.mcp is None or base is None else base + "/mcp"
 
     @property
     def started_at(self) -> float:

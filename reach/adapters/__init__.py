@@ -17,18 +17,21 @@ if TYPE_CHECKING:
     from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
     from reach.adapters.config import AgentsFileError, load_agents, parse_agents
     from reach.adapters.http import HttpAgent
+    from reach.adapters.mcp import McpServer
     from reach.adapters.nats import NatsAgent
     from reach.adapters.process import ProcessAgent
 
 __all__ = ["Adapter", "AdapterAnswer", "AdapterFault", "AgentsFileError", "HttpAgent",
-           "NatsAgent", "ProcessAgent", "Undelivered", "load_agents", "parse_agents"]
+           "McpServer", "NatsAgent", "ProcessAgent", "Undelivered", "load_agents",
+           "parse_agents"]
 # Each name loads on first use (PEP 562): importing ``reach.adapters.http`` runs this file
 # first, which must not run the adapters that import it; and ``NatsAgent`` needs nats-py, an
-# optional extra (building one without it says how to install it), ``HttpAgent`` aiohttp.
+# optional extra (building one without it says how to install it), ``McpServer`` the mcp
+# extra, ``HttpAgent`` aiohttp.
 _HOME = {"Adapter": "base", "AdapterAnswer": "base", "AdapterFault": "base",
          "Undelivered": "base", "AgentsFileError": "config", "load_agents": "config",
-         "parse_agents": "config", "HttpAgent": "http", "NatsAgent": "nats",
-         "ProcessAgent": "process"}
+         "parse_agents": "config", "HttpAgent": "http", "McpServer": "mcp",
+         "NatsAgent": "nats", "ProcessAgent": "process"}
 
 
 def __getattr__(name: str) -> Any:

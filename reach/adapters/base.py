@@ -140,6 +140,19 @@ class Membership:
             self._registry.heartbeat(self.record, self.clock.wall(), inflight=inflight,
                                      queue_depth=queue_depth, load=load)
 
+    def update(self, link: Any, specs: list[CapabilitySpec]) -> None:
+        """``link``'s agent declares ``specs`` now (an MCP server's tools changed): the same
+        record is registered again with the same link, so counters, breaker and calls in
+        flight stay (docs/protocol.md "Updating a registration")."""
+        record = self.record
+        if record.link is not link:
+            return
+        self._registry.register(
+            agent_id=record.agent_id, name=record.name, version=record.version,
+            max_concurrency=record.max_concurrency, specs=specs, link=link,
+            now=self.clock.wall(), instance=record.instance, kind=record.kind,
+            heartbeat_interval=record.liveness.interval, node=record.node)
+
     def probed(self, link: Any, probe_id: int, ok: bool, detail: str = "") -> None:
         """The health check that carried probe ``probe_id`` ended (``ok``: it passed)."""
         if self.probes is not None:

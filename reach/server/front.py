@@ -33,6 +33,7 @@ from reach.errors import (
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
+from reach.server.front_asgi import ASGIApp, mount_asgi
 from reach.server.front_edge import Edge
 from reach.server.front_models import (
     CallQuery,
@@ -94,6 +95,17 @@ class FrontDoor:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self.port = 0
+
+    def mount(self, prefix: str, asgi_app: ASGIApp) -> None:
+        """Serve an ASGI app (the MCP or A2A SDK's) at ``prefix`` on this door, before
+        ``start``: same port, gate, edge, tokens and body limits as REST; its lifespan runs
+        in ``start``/``stop`` (front_asgi)."""
+        s = self.services.settings
+        allowed = s.http_allowed_hosts
+        if allowed is None:
+            allowed = ("127.0.0.1:*", "localhost:*", "[::1]:*", f"{s.host}:*")
+        mount_asgi(self.app, prefix, asgi_app, authorize=lambda r: self._who(r)[0],
+                   allowed_hosts=allowed, body_timeout=s.http_body_timeout)
 
     async def start(self, host: str, port: int) -> int:
         """Listen on ``host:port`` (0: a free port); returns the port bound."""
@@ -162,7 +174,7 @@ class FrontDoor:
 
     # ------------------------------------------------------------ driving the gateway
 
-    async def _admit(self, request: SubmitRequest,
+    async def admit(self, request: SubmitRequest,
                      sink: Callable[[str, int, Any], None] | None = None
                      ) -> tuple[Task, bool]:
         """Accept a task and return once it is stored: (task, duplicate). As the caller
@@ -184,7 +196,7 @@ class FrontDoor:
                                   f"retry") from None
         return task, admission.duplicate
 
-    async def _finished(self, task: Task, timeout: float | None) -> Task:
+    async def finished(self, task: Task, timeout: float | None) -> Task:
         """The task once it is terminal; ``timeout`` (plus a grace for the gateway's own
         answer) bounds the wait, then 504 with the task id to ask about later."""
         if task.terminal:
@@ -255,11 +267,11 @@ class FrontDoor:
     async def _run(self, request: web.Request, req: SubmitRequest, timeout: float | None
                    ) -> web.StreamResponse:
         if "text/event-stream" in request.headers.get("Accept", ""):
-            task, _ = await self._admit(req, self.chunks.sink)
+            task, _ = await self.admit(req, self.chunks.sink)
             self._forget_when_done(task)
             return await self._stream(request, task)
-        task, _ = await self._admit(req)
-        return self._answer(await self._finished(task, timeout))
+        task, _ = await self.admit(req)
+        return self._answer(await self.finished(task, timeout))
 
     async def submit(self, request: web.Request) -> web.StreamResponse:
         """``POST /v1/tasks``: 202 once the task is stored; ``Idempotency-Key`` honoured."""
@@ -269,7 +281,7 @@ class FrontDoor:
                             body.priority, body.timeout, body.max_retries,
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
                             tags=body.tags, fallback=body.fallback)
-        task, duplicate = await self._admit(req, self.chunks.sink)
+        task, duplicate = await self.admit(req, self.chunks.sink)
         self._forget_when_done(task)
         env = task.envelope
         status_url = f"/v1/tasks/{env.task_id}"

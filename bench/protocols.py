@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""MCP (and, later, A2A) through Reach beside the same thing served bare, in one run.
+
+    python bench/protocols.py            # 300 calls per row, median of 3 rounds
+    python bench/protocols.py --quick    # a smoke run
+
+Each protocol is one ``Pair``: a bare server and the same work through Reach, driven by the
+official client of that protocol with the same caller code, sequentially (one call in
+flight: the per-call cost each hop adds). The ratio is through-Reach time over bare time.
+
+    mcp-bare    mcp.Client ──Streamable HTTP──▶ MCPServer (uvicorn), tool ``echo``
+    mcp-reach   mcp.Client ──Streamable HTTP──▶ Reach /mcp ──ws──▶ Agent, capability ``echo``
+
+To add a protocol (A2A), write an ``async def <name>_pair(calls) -> Row`` and add it to PAIRS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+PAYLOAD: dict[str, Any] = {"data": "x" * 200}
+
+
+@dataclass
+class Row:
+    protocol: str
+    bare_s: float  # seconds per call, bare
+    reach_s: float  # seconds per call, through Reach
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _mcp_calls(url: str, tool: str, calls: int) -> float:
+    from mcp import Client
+    async with Client(url, mode="legacy") as client:
+        await client.call_tool(tool, PAYLOAD)  # warm
+        start = time.perf_counter()
+        for _ in range(calls):
+            await client.call_tool(tool, PAYLOAD)
+        return (time.perf_counter() - start) / calls
+
+
+async def mcp_pair(calls: int, rounds: int) -> Row:
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    from reach import Agent, Reach
+
+    bare = MCPServer("bare")
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # (MCPServer logs every session at INFO)
+    logging.getLogger("reach").setLevel(logging.ERROR)
+
+    @bare.tool()
+    def echo(data: str) -> dict[str, str]:
+        return {"data": data}
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(bare.streamable_http_app(), host="127.0.0.1",
+                                           port=port, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        async with Reach.start(mcp=True) as reach:
+            agent = Agent("echo")
+
+            @agent.capability("echo", idempotent=True)
+            async def echo_cap(data: str) -> dict[str, str]:
+                return {"data": data}
+            await agent.connect(reach.url)
+            assert reach.mcp_url is not None
+            bare_t, reach_t = [], []
+            for _ in range(rounds):  # interleaved: drift hits both rows alike
+                bare_t.append(await _mcp_calls(f"http://127.0.0.1:{port}/mcp", "echo", calls))
+                reach_t.append(await _mcp_calls(reach.mcp_url, "echo", calls))
+            await agent.close()
+    finally:
+        server.should_exit = True
+        await serving
+    return Row("mcp tools/call", statistics.median(bare_t), statistics.median(reach_t))
+
+
+PAIRS: list[Callable[[int, int], Awaitable[Row]]] = [mcp_pair]
+
+
+async def main(calls: int, rounds: int) -> None:
+    rows = [await pair(calls, rounds) for pair in PAIRS]
+    print(f"{'protocol':<18}{'bare µs/call':>14}{'reach µs/call':>15}{'ratio':>8}")
+    for r in rows:
+        print(f"{r.protocol:<18}{r.bare_s * 1e6:>14.0f}{r.reach_s * 1e6:>15.0f}"
+              f"{r.reach_s / r.bare_s:>8.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    a = parser.parse_args()
+    asyncio.run(main(20 if a.quick else a.calls, 1 if a.quick else a.rounds))
