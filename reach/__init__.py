@@ -9,9 +9,9 @@ The names are loaded when first used (PEP 562): an agent's or a caller's process
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from reach._lazy import exports
 from reach._version import __version__ as __version__
 from reach.errors import (
     InvalidParams,
@@ -67,13 +67,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reach' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # once loaded, a plain module attribute
-    return value
+__getattr__ = exports(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

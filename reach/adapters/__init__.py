@@ -10,8 +10,9 @@ and traces, and ``reach.agents()`` shows it labelled with its ``kind``.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reach._lazy import exports
 
 if TYPE_CHECKING:
     from reach.adapters.base import Adapter, AdapterAnswer, AdapterFault, Undelivered
@@ -34,10 +35,4 @@ _HOME = {"Adapter": "base", "AdapterAnswer": "base", "AdapterFault": "base",
          "NatsAgent": "nats", "ProcessAgent": "process"}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'reach.adapters' has no attribute {name!r}")
-    value = getattr(import_module(f"reach.adapters.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, {name: "." + home for name, home in _HOME.items()})

@@ -17,8 +17,9 @@ it must not run the modules that import that submodule.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reach._lazy import exports
 
 if TYPE_CHECKING:
     from reach.cluster.feed import Feed
@@ -31,10 +32,4 @@ _HOME = {"Feed": "feed", "Node": "node", "PeerConnection": "link", "PeerLink": "
          "Peers": "peers", "new_node_id": "node"}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'reach.cluster' has no attribute {name!r}")
-    value = getattr(import_module(f"reach.cluster.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, {name: "." + home for name, home in _HOME.items()})
