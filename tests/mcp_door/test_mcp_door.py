@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import FAST, mcp_client, serve
 from mcp.shared.exceptions import MCPError
+from mcp_door.conftest import FAST, mcp_client, serve
 
 from reach import Agent, Reach
 

@@ -7,9 +7,9 @@ import os
 import sys
 
 import pytest
-from conftest import FAST, serve
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from mcp_door.conftest import FAST, serve
 
 from reach import Agent, Reach
 

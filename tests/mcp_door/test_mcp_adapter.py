@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST
+from mcp_door.conftest import FAST
 
 from reach import Client, Reach, TaskError
 from reach.adapters import McpServer
@@ -57,7 +57,7 @@ async def test_a_server_killed_mid_call_is_retried_if_idempotent_else_dead_lette
 async def test_a_streamable_http_server_s_list_changed_updates_the_capabilities() -> None:
     """Upstream: a coordinator serving MCP (the SDK's low-level Server); downstream: another
     attaching it by URL. An agent joining upstream adds a tool; downstream follows."""
-    from conftest import serve
+    from mcp_door.conftest import serve
 
     from reach import Agent
 
