@@ -21,7 +21,7 @@ from pydantic_core import from_json
 from reach.core.trust import Trust
 from reach.errors import ProtocolError, ReachError, Unauthorized
 from reach.server.front_models import PROBLEM_TYPE, Headers, Problem
-from reach.wire.numbers import finite, nonfinite_path
+from reach.wire.numbers import finite, may_hold_nonfinite, nonfinite_path
 
 PROBLEM_JSON = "application/problem+json"
 OPEN_CALLER = "http"  # the caller name in open mode when X-Reach-Caller is not given
@@ -144,7 +144,7 @@ def loads(raw: bytes) -> Any:
         body = from_json(raw, allow_inf_nan=False)
     except ValueError as exc:
         raise bad_json(str(exc)) from None
-    if not finite(body):
+    if may_hold_nonfinite(raw) and not finite(body):  # the walk only when the text asks
         where = nonfinite_path(body) or "the body"
         raise HttpProblem(ProtocolError(
             f"the request body holds a number out of a double's range at {where} (such as "

@@ -344,8 +344,9 @@ def parse(raw: str | bytes) -> Any:
     ``InvalidParams`` for a well-formed submit whose params are not an object).
 
     Nothing else escapes: bounded in depth (``MAX_DEPTH``), in CPU (one linear decode, one
-    walk of a free payload's containers for NaN and infinite numbers (reach.wire.numbers), and
-    on the error path one more decode that skips everything but ``v``, ``type`` and ``id``)."""
+    regex search of the text for what could be a NaN or infinite number and, only when it
+    finds one, a walk of the free payload's containers (reach.wire.numbers), and on the
+    error path one more decode that skips everything but ``v``, ``type`` and ``id``)."""
     if not starts_object(raw):
         # Not an object: validating it would only build the whole value to report it.
         raise not_an_object(raw)
