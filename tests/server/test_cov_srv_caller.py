@@ -197,7 +197,7 @@ async def test_a_caller_leaving_with_requests_unanswered_cancels_their_work(
     async def slow_get(task_id: str) -> Any:  # a database that takes its time
         reading.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # never waited out: the session's close cancels it
         except asyncio.CancelledError:
             cancelled.append(task_id)
             raise

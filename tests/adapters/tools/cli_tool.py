@@ -54,10 +54,11 @@ def main() -> None:
         sys.stdout.write("x" * int(args[0]))
     elif mode == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the grandchild
+        # never waited out: the test kills this process group
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         with open(args[0], "w") as f:
             f.write(f"{os.getpid()} {child.pid}")
-        time.sleep(60)
+        time.sleep(60)  # never waited out: the adapter kills the group
     else:
         sys.exit(f"unknown mode {mode!r}")
 
