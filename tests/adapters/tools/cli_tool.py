@@ -54,8 +54,8 @@ def main() -> None:
         sys.stdout.write("x" * int(args[0]))
     elif mode == "hang":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the grandchild
-        # never waited out: the test kills this process group
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        sleeper = "import time; time.sleep(60)"  # never waited out: the group is killed
+        child = subprocess.Popen([sys.executable, "-c", sleeper])
         with open(args[0], "w") as f:
             f.write(f"{os.getpid()} {child.pid}")
         time.sleep(60)  # never waited out: the adapter kills the group
