@@ -5,15 +5,19 @@
     python bench/intent.py --quick      # smoke run (fewer timing rounds)
     python bench/intent.py --failures   # also list the dev half's failures (for tuning)
 
-1. Accuracy on the labelled set (bench/intent_catalogue.toml: 24 capabilities declared as an
-   agent author would; bench/intent_phrasings.toml: 272 phrasings in Chinese, English and
-   both, 32 of them asking for something no capability does). Per split (dev: may be tuned
-   on; held-out: never looked at while tuning): top-1 accuracy over the phrasings a
-   capability fits, the share of all phrasings routed to a wrong capability, the share left
-   unrouted, and how many of the out-of-catalogue ones were rightly refused. The baseline,
+1. Accuracy on the labelled set (bench/intent_catalogue.toml: 47 capabilities declared as an
+   agent author would, many of them near neighbours; bench/intent_phrasings.toml: 524
+   phrasings in Chinese, English and both, typos included, 58 of them asking for something
+   no capability does). Per split (dev: the thresholds are calibrated on it,
+   bench/intent_calibrate.py; held-out: never looked at while tuning): top-1 accuracy over
+   the phrasings a capability fits, the share of all phrasings routed to a wrong
+   capability, the share left unrouted, and how many of the out-of-catalogue ones were
+   rightly refused. The baseline,
    measured in the same run, is the matcher reach had before (bench/intent_baseline.py),
    given the same catalogue the registry gave it (intents and description per capability).
-2. Cost of one ``resolve`` at 20 and 500 capabilities (the real catalogue, then synthetic
+2. Learning from choices: one round of choices on the held-out half (a refusal that offered
+   the right capability teaches it), then a second pass over it.
+3. Cost of one ``resolve`` at 20 and 500 capabilities (the real catalogue, then synthetic
    capabilities of the same shape), every phrasing in turn, against the baseline; and what
    building the index costs (once per catalogue change, ``IndexCache``).
 
@@ -40,9 +44,12 @@ from intent_set import DEV, HELD_OUT, Case, Tally, cases, catalogue, evaluate  #
 from report import check, header  # noqa: E402
 
 from reach.core import intent  # noqa: E402
+from reach.core.intent_learn import Learned, Phrase, teaches  # noqa: E402
 
-TARGET_TOP1 = 0.90
+TARGET_TOP1 = 0.80       # lexical, held-out (issue 30)
 TARGET_WRONG = 0.02
+TARGET_LEARNED = 0.95    # held-out top-1 after one round of choices
+TARGET_RESOLVE_US = 1000.0  # one resolve at 500 capabilities
 SIZES = (20, 500)
 
 Route = Callable[[str], "str | None"]
@@ -79,6 +86,40 @@ def accuracy(failures: bool) -> dict[tuple[str, str], Tally]:
     print("  top-1: routed to the right capability, of the phrasings a capability fits; wrong "
           "route and abstain: of all phrasings")
     return out
+
+
+def taught(entries: list[intent.Entry], book: Learned) -> list[intent.Entry]:
+    """The catalogue as the registry gives it once ``book`` is learned: each capability's
+    learned phrases join its declared intents (reach.core.registry.Registry.catalogue)."""
+    extra = book.by_capability()
+    return [replace(e, intents=(*e.intents, *extra.get(e.name, ()))) for e in entries]
+
+
+def learning() -> tuple[Tally, Tally, int]:
+    """One round of choices on the held-out half, then a second pass over it. In the first
+    pass, a person whose request was refused picks the right capability when the refusal
+    offered it (a candidate or a suggestion; ``intent_learn.teaches``), and only then: a
+    wrong route offers nothing to pick, and a refusal that did not list the right one
+    teaches nothing. The second pass routes with what was learned."""
+    entries = catalogue()
+    held = [c for c in cases() if c.split == HELD_OUT]
+    index, book = intent.build(entries), Learned()
+    before = evaluate(lambda text: intent.resolve(text, index).capability, held)
+    for case in held:
+        decision = intent.resolve(case.text, index)
+        if case.expect is not None and teaches(decision, case.expect):
+            book.add(Phrase(case.text, case.expect, 0.0, "bench"))
+    learned = intent.build(taught(entries, book))
+    after = evaluate(lambda text: intent.resolve(text, learned, book.route).capability, held)
+    print(f"\nlearning from choices (held-out half): {len(book)} phrases learned from "
+          f"refusals that offered the right capability")
+    print(f"  {'pass':<22}  {'top-1':>6}  {'wrong route':>11}  {'abstain':>7}  "
+          f"{'nothing fits: refused':>21}")
+    print(f"  {'-' * 22}  {'-' * 6}  {'-' * 11}  {'-' * 7}  {'-' * 21}")
+    for name, t in (("first", before), ("after one round", after)):
+        print(f"  {name:<22}  {t.top1:>6.1%}  {t.wrong_rate:>11.1%}  {t.abstain_rate:>7.1%}  "
+              f"{t.outside_abstained:>10} of {t.outside:<7}")
+    return before, after, len(book)
 
 
 def synthetic(count: int, real: list[intent.Entry], seed: int = 13) -> list[intent.Entry]:
@@ -162,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header("bench/intent.py", {"unicodedata": unicodedata.unidata_version}))
     print()
     tallies = accuracy(args.failures)
+    _, after, _ = learning()
     times = cost(args.quick)
     print("\ntargets")
     for split in (DEV, HELD_OUT):
@@ -170,9 +212,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"{t.top1:.1%}", t.top1 >= TARGET_TOP1))
         print(check(f"wrong route, {split}", f"routed to a wrong capability ≤ {TARGET_WRONG:.0%}",
                     f"{t.wrong_rate:.1%}", t.wrong_rate <= TARGET_WRONG))
+        print(check(f"nothing fits, {split}", "every such phrasing refused",
+                    f"{t.outside_abstained} of {t.outside}", t.outside_abstained == t.outside))
+    print(check("top-1 after choices, held-out", f"after one round ≥ {TARGET_LEARNED:.0%}",
+                f"{after.top1:.1%}", after.top1 >= TARGET_LEARNED))
+    print(check("wrong route after choices, held-out", f"≤ {TARGET_WRONG:.0%}",
+                f"{after.wrong_rate:.1%}", after.wrong_rate <= TARGET_WRONG))
     new, old = times[SIZES[-1]]
     print(check(f"resolve at {SIZES[-1]}", "cheaper than the baseline (new / old < 1)",
                 f"{new / old:.3f}", new < old))
+    print(check(f"resolve at {SIZES[-1]}", f"≤ {TARGET_RESOLVE_US:.0f} µs a request",
+                f"{new:.1f} µs", new <= TARGET_RESOLVE_US))
     return 0
 
 

@@ -1,8 +1,12 @@
 """The labelled intent set (bench/intent_catalogue.toml, bench/intent_phrasings.toml) and how
 a matcher is scored on it; shared by bench/intent.py and tests/core/test_intent_set.py.
 
-A phrasing's split is fixed by its position in its list (see the phrasings file): even
-positions (0, 2, ...) are the dev half, odd ones the held-out half.
+A phrasing's split is fixed by its position in its list (see the phrasings file): the lists
+alternate Chinese and English, so phrasings go to a half in pairs — positions 0–1 of the
+first list (``abstain``) to dev, 2–3 to held-out, and so on, each next list starting with the
+other half — and both halves hold both languages. (Until 2026-12-05 even positions were dev
+and odd ones held-out, which put nearly all Chinese in dev and English in held-out:
+thresholds calibrated on one language were scored on the other.)
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ def cases() -> list[Case]:
     data = tomllib.loads((HERE / "intent_phrasings.toml").read_text("utf-8"))
     lists: list[tuple[str | None, list[str]]] = [(None, data["abstain"])]
     lists += list(data["route"].items())
-    return [Case(text, expect, DEV if i % 2 == 0 else HELD_OUT)
-            for expect, texts in lists for i, text in enumerate(texts)]
+    return [Case(text, expect, DEV if (i // 2 + n) % 2 == 0 else HELD_OUT)
+            for n, (expect, texts) in enumerate(lists) for i, text in enumerate(texts)]
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""MCP (and, later, A2A) through Reach beside the same thing served bare, in one run.
+"""MCP and A2A through Reach beside the same thing served bare, in one run.
 
     python bench/protocols.py            # 300 calls per row, median of 3 rounds
     python bench/protocols.py --quick    # a smoke run
@@ -10,8 +10,14 @@ flight: the per-call cost each hop adds). The ratio is through-Reach time over b
 
     mcp-bare    mcp.Client ──Streamable HTTP──▶ MCPServer (uvicorn), tool ``echo``
     mcp-reach   mcp.Client ──Streamable HTTP──▶ Reach /mcp ──ws──▶ Agent, capability ``echo``
+    a2a-bare    a2a Client ──JSON-RPC──▶ a2a-sdk DefaultRequestHandler (uvicorn), an executor
+    a2a-reach   a2a Client ──JSON-RPC──▶ Reach /a2a ──ws──▶ Agent, capability ``echo``
 
-To add a protocol (A2A), write an ``async def <name>_pair(calls) -> Row`` and add it to PAIRS.
+Both A2A rows send the same message (a data part ``{"capability": "echo", "params": ...}``,
+non-streaming) and get a completed task with the echo as a data artifact.
+
+To add a protocol, write an ``async def <name>_pair(calls, rounds) -> Row`` and add it to
+PAIRS.
 """
 
 from __future__ import annotations
@@ -95,7 +101,101 @@ async def mcp_pair(calls: int, rounds: int) -> Row:
     return Row("mcp tools/call", statistics.median(bare_t), statistics.median(reach_t))
 
 
-PAIRS: list[Callable[[int, int], Awaitable[Row]]] = [mcp_pair]
+async def _a2a_calls(url: str, calls: int) -> float:
+    import httpx
+    from a2a.client import ClientConfig, create_client
+    from a2a.helpers import new_data_message
+    from a2a.types import Role, SendMessageRequest
+    from a2a.types import a2a_pb2 as pb
+
+    ask = {"capability": "echo", "params": PAYLOAD}
+    async with httpx.AsyncClient(timeout=30) as http:
+        client = await create_client(url, ClientConfig(httpx_client=http, streaming=False))
+        async with client:
+            async def one() -> Any:
+                message = new_data_message(ask, role=Role.ROLE_USER)
+                async for event in client.send_message(SendMessageRequest(message=message)):
+                    last = event
+                return last
+            warm = await one()  # both answer a completed task with the echo as its artifact
+            assert warm.task.status.state == pb.TASK_STATE_COMPLETED and warm.task.artifacts, warm
+            start = time.perf_counter()
+            for _ in range(calls):
+                await one()
+            return (time.perf_counter() - start) / calls
+
+
+def _bare_a2a_app(url: str) -> Any:
+    """A bare a2a-sdk agent: the SDK's request handler, in-memory task store and an executor
+    that answers each message with a completed task holding its data as an artifact."""
+    from a2a.helpers import get_data_parts, new_data_artifact
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore
+    from a2a.types import a2a_pb2 as pb
+    from starlette.applications import Starlette
+
+    class Echo(AgentExecutor):
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            assert context.message is not None
+            [data] = get_data_parts(context.message.parts)
+            await event_queue.enqueue_event(pb.Task(
+                id=context.task_id, context_id=context.context_id,
+                status=pb.TaskStatus(state=pb.TASK_STATE_COMPLETED),
+                artifacts=[new_data_artifact("result", data["params"])]))
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            raise NotImplementedError
+
+    card = pb.AgentCard(
+        name="bare", description="echo", version="1",
+        supported_interfaces=[pb.AgentInterface(url=url, protocol_binding="JSONRPC",
+                                                protocol_version="1.0")],
+        capabilities=pb.AgentCapabilities(streaming=False),
+        default_input_modes=["application/json"], default_output_modes=["application/json"],
+        skills=[pb.AgentSkill(id="echo", name="echo", description="echo", tags=["echo"])])
+    handler = DefaultRequestHandler(Echo(), InMemoryTaskStore(), card)
+    return Starlette(routes=[*create_agent_card_routes(card),
+                             *create_jsonrpc_routes(handler, "/")])
+
+
+async def a2a_pair(calls: int, rounds: int) -> Row:
+    import uvicorn
+
+    from reach import Agent, Reach
+
+    logging.getLogger("reach").setLevel(logging.ERROR)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request at INFO)
+    port = _free_port()
+    bare_url = f"http://127.0.0.1:{port}"
+    server = uvicorn.Server(uvicorn.Config(_bare_a2a_app(bare_url), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        async with Reach.start(a2a=True) as reach:
+            agent = Agent("echo")
+
+            @agent.capability("echo", idempotent=True)
+            async def echo_cap(data: str) -> dict[str, str]:
+                return {"data": data}
+            await agent.connect(reach.url)
+            assert reach.a2a_url is not None
+            bare_t, reach_t = [], []
+            for _ in range(rounds):  # interleaved: drift hits both rows alike
+                bare_t.append(await _a2a_calls(bare_url, calls))
+                reach_t.append(await _a2a_calls(reach.a2a_url, calls))
+            await agent.close()
+    finally:
+        server.should_exit = True
+        await serving
+    return Row("a2a SendMessage", statistics.median(bare_t), statistics.median(reach_t))
+
+
+PAIRS: list[Callable[[int, int], Awaitable[Row]]] = [mcp_pair, a2a_pair]
 
 
 async def main(calls: int, rounds: int) -> None:

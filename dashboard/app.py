@@ -41,15 +41,16 @@ from .views.base import TableView
 from .views.capabilities import CapabilitiesView
 from .views.filter_box import FilterBox
 from .views.letters import DeadLettersView
+from .views.phrases import PhrasesView
 from .views.status import Link, StatusLine
 from .views.traces import TracesView
 
 TABS: dict[str, tuple[str, type[TableView]]] = {
     "agents": ("Agents", AgentsView), "traces": ("Traces", TracesView),
     "breakers": ("Breakers", BreakersView), "dead-letters": ("Dead letters", DeadLettersView),
-    "capabilities": ("Capabilities", CapabilitiesView),
+    "capabilities": ("Capabilities", CapabilitiesView), "phrases": ("Phrases", PhrasesView),
 }
-"""Tab id → title and view; keys 1-5 in this order."""
+"""Tab id → title and view; keys 1-6 in this order."""
 REPLAY_WAIT_S = 30.0
 """How long one replay command waits for the replayed task's outcome."""
 BULK_REPLAY_WAIT_S = 10.0
@@ -88,11 +89,12 @@ class ReachDashboard(App[None]):
     TITLE = "reach-dash"
     BINDINGS: ClassVar[list[BindingType]] = [
         # One footer entry for the five tab keys: the tab bar names the tabs.
-        Binding("1", "show_tab('agents')", "Tabs", key_display="1-5"),
+        Binding("1", "show_tab('agents')", "Tabs", key_display="1-6"),
         Binding("2", "show_tab('traces')", "Traces", show=False),
         Binding("3", "show_tab('breakers')", "Breakers", show=False),
         Binding("4", "show_tab('dead-letters')", "Dead letters", show=False),
         Binding("5", "show_tab('capabilities')", "Capabilities", show=False),
+        Binding("6", "show_tab('phrases')", "Phrases", show=False),
         Binding("g", "goto", "Go to id"),
         Binding("slash", "filter", "Filter"),
         Binding("question_mark", "help", "Keys"),
@@ -398,6 +400,49 @@ class ReachDashboard(App[None]):
             return
         self.report(*replay_outcome(task_ids, results))
 
+    # ------------------------------------------------------------ learned phrases
+
+    @on(PhrasesView.Read)
+    @work(exclusive=True, group="phrases")
+    async def read_phrases(self) -> None:
+        """Read intent routing's learned phrases (the feed does not carry them)."""
+        view = self.query_one(PhrasesView)
+        try:
+            result = await self.command("phrases", {})
+            phrases = [admin.Phrase.model_validate(p) for p in result["phrases"]]
+        except CommandFailed as exc:
+            return view.failed(f"learned phrases: {exc.message}")
+        except (FeedError, TimeoutError) as exc:
+            return view.failed(f"learned phrases not read: {exc or 'timed out'}")
+        except (ValidationError, KeyError, TypeError):
+            return view.failed("learned phrases: not a phrases reply")
+        self.model.set_phrases(phrases)
+        view.show(self.model)
+
+    @on(PhrasesView.Forget)
+    def forget_asked(self, message: PhrasesView.Forget) -> None:
+        text, capability = message.text, message.capability
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.forget_phrase(text, capability)
+
+        self.push_screen(ConfirmScreen(f"Forget “{text}” → {capability}? The request is "
+                                       "routed by evidence again."), answered)
+
+    @work(group="commands")
+    async def forget_phrase(self, text: str, capability: str) -> None:
+        try:
+            result = await self.command("forget_phrase", {"text": text})
+        except (FeedError, TimeoutError) as exc:
+            self.report(f"forget “{text}” failed: {exc or 'timed out'}", error=True)
+            return
+        if isinstance(result, dict) and result.get("forgotten"):
+            self.report(f"forgot “{text}” → {capability}")
+        else:
+            self.report(f"nothing was learned for “{text}” (already forgotten?)")
+        self.read_phrases()
+
     # ------------------------------------------------------------ keys
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -416,7 +461,10 @@ class ReachDashboard(App[None]):
 
     @on(TabbedContent.TabActivated)
     def tab_activated(self) -> None:
-        self.current_view.table.focus()
+        view = self.current_view
+        view.table.focus()
+        if isinstance(view, PhrasesView):
+            self.read_phrases()
 
     def action_filter(self) -> None:
         """Open the filter box for the current tab, holding that tab's filter."""

@@ -85,6 +85,9 @@ class Model:
         self.frames = 0
         self.found: set[str] = set()
         """Traces the operator went to by id (``g``): kept past the newest 200."""
+        self.phrases: dict[str, admin.Phrase] | None = None
+        """Intent routing's learned phrases by key, as last read with the ``phrases`` command
+        (the feed does not carry them); None until read."""
 
     # ------------------------------------------------------------ merging
 
@@ -149,6 +152,10 @@ class Model:
         self.traces[summary.trace_id] = summary
         self.found.add(summary.trace_id)
 
+    def set_phrases(self, phrases: list[admin.Phrase]) -> None:
+        """What the ``phrases`` command answered: the whole list, replacing the last one."""
+        self.phrases = {p.key or p.text: p for p in phrases}
+
     def _trim_traces(self) -> None:
         if len(self.traces) <= TRACE_LIMIT + len(self.found):
             return
@@ -189,6 +196,10 @@ class Model:
         names = sorted(set(serving) | set(self.metrics.capabilities))
         return [CapabilityView(name, self.metrics.capabilities.get(name),
                                tuple(serving.get(name, ()))) for name in names]
+
+    def phrases_newest_first(self) -> list[admin.Phrase]:
+        """The learned phrases last read, newest first; empty before they are read."""
+        return sorted((self.phrases or {}).values(), key=lambda p: (-p.learned_at, p.text))
 
     def totals(self) -> admin.Series | None:
         """The coordinator-wide metrics series; None until a frame has carried one."""

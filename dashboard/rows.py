@@ -372,3 +372,23 @@ def capability_row(cap: CapabilityView, at: float) -> Row:
         fields={"capability": cap.name, "agent": served.plain,
                 "breaker": " ".join(a.breaker for a in cap.agents)},
     )
+
+
+# ---------------------------------------------------------------- learned phrases
+
+PHRASE_COLUMNS = (
+    Column("phrase", "Phrase", shrink=24), Column("capability", "Routes to", shrink=14,
+                                                  name=True),
+    Column("caller", "Taught by", shrink=10), Column("age", "Learned"),
+)
+
+
+def phrase_row(phrase: admin.Phrase, at: float) -> Row:
+    """A learned phrase; its age is against the feed's clock, like every other age."""
+    return Row(
+        key=phrase.key or phrase.text,
+        cells=(Text(phrase.text), Text(phrase.capability), Text(phrase.caller or DASH),
+               Text(f"{age(at - phrase.learned_at)} ago", justify="right")),
+        fields={"phrase": phrase.text, "capability": phrase.capability,
+                "caller": phrase.caller},
+    )

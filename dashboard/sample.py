@@ -182,6 +182,18 @@ def snapshot() -> JSON:
             "dead_letters": [dict(d) for d in DEAD_LETTERS], "metrics": dict(METRICS)}
 
 
+PHRASES = [
+    {"text": "has the refund for 1182 gone through", "key": "has the refund for 1182 gone through",
+     "capability": "refund.status", "learned_at": AT - 5400.0, "caller": "support-bot"},
+    {"text": "where is my refund at", "key": "where is my refund at",
+     "capability": "refund.status", "learned_at": AT - 3300.0, "caller": "support-bot"},
+    {"text": "move 40 units to the north warehouse", "key": "move 40 units to the north warehouse",
+     "capability": "stock.transfer", "learned_at": AT - 720.0, "caller": "ops-console"},
+]
+"""What intent routing learned from choices (the ``phrases`` command; oldest first). English
+only: librsvg draws no CJK without a CJK font, and the pictures are checked with it."""
+
+
 def sample_reply(action: str, args: JSON) -> Any:
     """Answers the scripted feed gives: timelines for the sample traces, views for the rest."""
     if action == "trace":
@@ -198,6 +210,12 @@ def sample_reply(action: str, args: JSON) -> Any:
         return next((d for d in DEAD_LETTERS if d["task_id"] == args.get("task_id")), {})
     if action == "replay_filter":
         return {"replayed": [d["task_id"] for d in DEAD_LETTERS]}
+    if action == "phrases":
+        return {"phrases": [dict(p) for p in PHRASES]}
+    if action == "forget_phrase":
+        found = next((p for p in PHRASES if p["text"] == args.get("text")), None)
+        return {"forgotten": True, **found} if found else {"forgotten": False,
+                                                           "text": args.get("text")}
     if action in ("drain", "undrain", "reset_breaker"):
         return next((a for a in AGENTS if args.get("agent") in (a["name"], a["agent_id"])), {})
     raise CommandFailed("invalid_params", f"unknown action {action!r}")

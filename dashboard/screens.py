@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 KEYS = (
-    ("1 2 3 4 5", "Agents · Traces · Breakers · Dead letters · Capabilities"),
+    ("1 2 3 4 5 6", "Agents · Traces · Breakers · Dead letters · Capabilities · Phrases"),
     ("g", "go to a task or trace by its id (or its first 6+ characters)"),
     ("/", "filter this table (words, field:value); enter keeps, esc clears"),
     ("  fields", "agent state breaker capability error caller root trace task"),
@@ -26,6 +26,8 @@ KEYS = (
     ("R", "Dead letters: replay every letter the filter shows"),
     ("e", "Dead letters: replay the selected letter with params you edit (timeout=S too)"),
     ("d", "Dead letters: discard the selected letter, with the reason it can never succeed"),
+    ("x", "Phrases: forget the selected learned phrase (routed by evidence again)"),
+    ("r", "Phrases: read the learned phrases again"),
     ("?", "this help"),
     ("q", "quit"),
 )

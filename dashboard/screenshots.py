@@ -20,11 +20,12 @@ from pathlib import Path
 from .app import TABS, ReachDashboard
 from .feed import FeedConnection, FeedError, connect
 from .sample import ScriptedFeed, connector
+from .views.phrases import PhrasesView
 from .views.traces import TracesView
 
 SIZE = (120, 36)
 SHOTS = {"agents.svg": "1", "traces.svg": "2", "breakers.svg": "3", "dead-letters.svg": "4",
-         "capabilities.svg": "5"}
+         "capabilities.svg": "5", "phrases.svg": "6"}
 
 
 class ScreenshotFailed(Exception):
@@ -50,6 +51,8 @@ async def write(directory: Path) -> list[Path]:
             await pilot.pause()
             if key == "2":
                 await wait_for_waterfall(app)
+            if key == "6":
+                await wait_for_phrases(app)
             path = directory / name
             path.write_text(stable(app.export_screenshot(title=f"reach-dash — {name[:-4]}")))
             written.append(path)
@@ -61,6 +64,16 @@ async def wait_for_waterfall(app: ReachDashboard, timeout: float = 5.0) -> None:
     waterfall = app.query_one(TracesView).waterfall
     async with asyncio.timeout(timeout):
         while waterfall.timeline is None:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+
+
+async def wait_for_phrases(app: ReachDashboard, timeout: float = 5.0) -> None:
+    """The Phrases picture shows the learned phrases, read when the tab opens (or why they
+    could not be read)."""
+    view = app.query_one(PhrasesView)
+    async with asyncio.timeout(timeout):
+        while app.model.phrases is None and not view.problem:
             await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
 
@@ -94,6 +107,8 @@ async def live(url: str, token: str, out: Path, *, tab: str = "agents",
                 await pilot.pause()
                 if tab == "traces" and app.model.traces:
                     await wait_for_waterfall(app, timeout)
+                if tab == "phrases":
+                    await wait_for_phrases(app, timeout)
         except TimeoutError:
             raise ScreenshotFailed(f"no snapshot from {url} within {timeout:g}s") from None
         await pilot.pause()

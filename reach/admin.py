@@ -292,6 +292,17 @@ class Admin:
         result: dict[str, Any] = await self.command("discard", task_id=task_id, reason=reason)
         return result
 
+    async def phrases(self, capability: str | None = None) -> list[dict[str, Any]]:
+        """What intent routing learned from callers' choices (of ``capability``)."""
+        args = {} if capability is None else {"capability": capability}
+        result: dict[str, Any] = await self.command("phrases", **args)
+        return list(result["phrases"])
+
+    async def forget_phrase(self, text: str) -> dict[str, Any]:
+        """Stop routing this request by the phrase learned for it."""
+        result: dict[str, Any] = await self.command("forget_phrase", text=text)
+        return result
+
     async def drain(self, name: str) -> dict[str, Any]:
         """Route no new work to agent ``name`` (or agent_id); its in-flight work finishes."""
         result: dict[str, Any] = await self.command("drain", agent=name)

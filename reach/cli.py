@@ -43,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--mcp", action="store_true",
                        help="serve MCP at /mcp on the REST port (docs/mcp.md; needs "
                             "agent-reach[mcp])")
+    serve.add_argument("--intent-model", action="store_true",
+                       help="route intents with a bundled multilingual model fused with the "
+                            "words (docs/intent.md; needs agent-reach[intent])")
+    serve.add_argument("--a2a", action="store_true",
+                       help="serve A2A at /a2a on the REST port (docs/a2a.md; needs "
+                            "agent-reach[a2a])")
     serve.add_argument("--store", default="sqlite:///reach.db",
                        help="database URL: sqlite:///file.db (default reach.db; one "
                             "coordinator per file), sqlite:// (in memory, gone at exit) or "
@@ -221,6 +227,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             metrics_public=args.metrics_public, json_logs=args.json_logs,
             tokens=rules(args.tokens_file, str), permissions=rules(args.permissions_file, list),
             serves=rules(args.serves_file, list), insecure=args.insecure, mcp=args.mcp,
+            intent_model=args.intent_model,
+            a2a=args.a2a,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
             otel_endpoint=args.otel_endpoint,
@@ -317,6 +325,9 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
              f"{reach.http_url}/openapi.json; docs/http-api.md)")
     if reach.mcp_url is not None:
         _say(f"reach: MCP (Streamable HTTP) at {reach.mcp_url} (docs/mcp.md)")
+    if reach.a2a_url is not None:
+        _say(f"reach: A2A at {reach.a2a_url} (card at {reach.a2a_url}/.well-known/"
+             f"agent-card.json; docs/a2a.md)")
     http = reach.url.replace("ws://", "http://", 1)
     _say(f"reach: metrics at {http}/metrics; dashboard: "
          f"reach-dash --url {reach.url} --token {reach.admin_token}")

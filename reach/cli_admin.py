@@ -129,6 +129,13 @@ def register(sub: Any) -> None:
     p = command("undrain", "let a drained agent receive work again",
                 "Undrain an agent (by name or agent_id).", _undrain)
     p.add_argument("name", help="the agent's name or agent_id")
+    p = command("phrases", "list (or forget) what intent routing learned from choices",
+                "The phrases callers taught intent routing by choosing a suggested "
+                "capability, oldest first; --forget TEXT stops routing that request by it "
+                '(--json: {"phrases": [Phrase...]}, or the forgotten one).', _phrases)
+    p.add_argument("--capability", default=None, help="only this capability's")
+    p.add_argument("--forget", default=None, metavar="TEXT",
+                   help="forget the phrase learned for this request (any case and spacing)")
     p = command("call", "call a capability and print its result as JSON",
                 "Call CAPABILITY with the JSON object PARAMS as a caller would, and print the "
                 "result as JSON on stdout; on failure the error's code and message go to "
@@ -358,6 +365,26 @@ async def _undrain(args: argparse.Namespace) -> None:
         _print_json(view)
     else:
         print(f"undrained {view.get('name', args.name)}: {view.get('state', '')}")
+
+
+async def _phrases(args: argparse.Namespace) -> int:
+    async with _admin(args) as admin:
+        if args.forget is not None:
+            gone = await admin.forget_phrase(args.forget)
+            if args.json:
+                _print_json(gone)
+            elif gone["forgotten"]:
+                print(f"forgot {gone['text']!r} → {gone.get('capability')}")
+            else:
+                print(f"nothing learned for {args.forget!r}")
+            return 0 if gone["forgotten"] else 1
+        phrases = await admin.phrases(args.capability)
+    if args.json:
+        _print_json({"phrases": phrases})
+    else:
+        table("Learned phrases", ["Phrase", "Capability", "Caller"],
+              [[p["text"], p["capability"], p["caller"]] for p in phrases], "none learned")
+    return 0
 
 
 async def _call(args: argparse.Namespace) -> None:

@@ -90,6 +90,10 @@ class Settings:
     # protection; "name:*" = any port). None: loopback names and ``host``, any port
     http_allowed_hosts: tuple[str, ...] | None = None
     mcp: bool = False  # serve MCP at /mcp on the HTTP port (docs/mcp.md; extra agent-reach[mcp])
+    # route intents with the model fused in (docs/intent.md; extra agent-reach[intent])
+    intent_model: bool = False
+    a2a: bool = False  # serve A2A at /a2a on the HTTP port (docs/a2a.md; extra agent-reach[a2a])
+    a2a_push_private: bool = False  # A2A push notifications may go to private/loopback hosts
     ping_interval: float | None = 20.0  # websocket keepalive; a peer silent past
     ping_timeout: float | None = 20.0  # interval + timeout is closed (None: no pings)
     max_outbox_bytes: int = 16 << 20  # unsent bytes per connection before it is closed (slow)

@@ -52,6 +52,11 @@ class NoRoute(ReachError):
     def candidates(self) -> list[str]:
         return list(self.details.get("candidates", []))
 
+    @property
+    def why(self) -> dict[str, list[str]]:
+        """For an intent: per candidate or suggestion, the request's words that matched it."""
+        return {str(k): list(v) for k, v in dict(self.details.get("why") or {}).items()}
+
 
 class Unavailable(ReachError):
     """The capability is declared, but no healthy, permitted agent can take it now."""

@@ -47,6 +47,7 @@ class Ops:
         self.alerting: Any = None  # reach.server.alerting.Alerting, with alert rules
         self.cluster: Any = None  # reach.membership.ClusterNode, in a cluster
         self.discarded = settling.Discarded(settings.dead_letters_max)  # settled letters
+        self.phrases: Any = None  # reach.phrasebook.PhraseBook: intent routing's learned phrases
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""

@@ -85,6 +85,15 @@ async def _task(ops: Ops, args: dict[str, Any]) -> Any:
     return view
 
 
+async def _phrases(ops: Ops, args: dict[str, Any]) -> Any:
+    cap = args.get("capability")
+    return {"phrases": ops.phrases.phrases(None if cap is None else str(cap))}
+
+
+async def _forget_phrase(ops: Ops, args: dict[str, Any]) -> Any:
+    return await ops.phrases.forget(str(args["text"]))
+
+
 COMMANDS: dict[str, Command] = {
     "replay": _replay,
     "discard": _discard,
@@ -99,5 +108,7 @@ COMMANDS: dict[str, Command] = {
     "trace": _trace,
     "find": _find,
     "task": _task,
+    "phrases": _phrases,
+    "forget_phrase": _forget_phrase,
 }
 """Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""

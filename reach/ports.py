@@ -70,6 +70,13 @@ class Timer(Protocol):
     def cancel(self) -> None: ...
 
 
+class Timers(Protocol):
+    """What arms a deadline: a ``Clock``, or the gateway's one heap of them
+    (``reach.gateway.deadlines.Deadlines``)."""
+
+    def call_at(self, when: float, fn: Callable[[], None]) -> Timer: ...
+
+
 class Clock(Protocol):
     """The coordinator's one time base: ``wall`` for what is recorded (task history, breaker
     and budget windows, events), ``now`` (monotonic) for what is timed (deadlines, backoff,

@@ -38,6 +38,7 @@ from reach.gateway.events import log_json
 from reach.gateway.gateway import Gateway
 from reach.membership import ClusterNode
 from reach.ops import Ops
+from reach.phrasebook import PhraseBook
 from reach.ports import Clock
 from reach.reach_ops import OperatorSurface
 from reach.sdk.opening import Opening
@@ -49,6 +50,7 @@ from reach.server.display import reach_html
 from reach.server.front import FrontDoor
 from reach.server.http import listen
 from reach.server.identities import Identities
+from reach.server.intent_index import IntentIndexer
 from reach.server.logthrottle import LogThrottle
 from reach.server.openfiles import fit_open_files
 from reach.server.services import Services
@@ -86,6 +88,10 @@ class Reach(OperatorSurface):
         self.events = self.gateway.events
         self.ops = Ops(s, self.gateway, self.registry, self.clock, store=self.store)
         self.identities = Identities(self.registry, self.gateway, self.store, self.clock)
+        # Intent routing's learned phrases, kept in the store (reach.phrasebook).
+        self.intent_index = IntentIndexer(self.registry)  # off the loop when big
+        self.ops.phrases = PhraseBook(self.registry, self.store)
+        self.gateway.on_learned = self.ops.phrases.kept
         # Without a configured token the admin feed still needs one: a random one, readable
         # here and printed by `reach serve`, so an open port never means an open admin feed.
         self.admin_token: str = s.admin_token or secrets.token_urlsafe(18)
@@ -94,10 +100,15 @@ class Reach(OperatorSurface):
         self.peers, self.ops.node_id = self.node.peers, self.node.node_id
         self.store.on_lost = self._lost
         self.cluster: ClusterNode | None = None  # the lease and take-over loop, once started
+        self.intent_routing: Any = None  # the model extra (docs/intent.md), when asked for
+        if s.intent_model:
+            from reach.server.intent_routing import ModelRouting
+            self.intent_routing = ModelRouting(self.registry)  # ImportError: names the extra
         self.channel = Channel(Services(
             settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
             clock=self.clock, identities=self.identities, operator=self.ops,
-            admin_token=self.admin_token, node=self.node), self.capacity)
+            admin_token=self.admin_token, node=self.node,
+            intent_routing=self.intent_routing), self.capacity)
         self.registry.listen(self.ops.agent_changed)
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
@@ -111,6 +122,16 @@ class Reach(OperatorSurface):
                 raise ImportError(f"mcp=True needs the MCP SDK: pip install "
                                   f"'agent-reach[mcp]' ({exc})") from None
             self.mcp = McpDoor(self.front)
+        self.a2a: Any = None  # the A2A door (docs/a2a.md), on the front door's port
+        if s.a2a:
+            if self.front is None:
+                raise ValueError("a2a=True needs the HTTP port (http_port must not be None)")
+            try:
+                from reach.server.a2a_door import A2ADoor  # the a2a extra, when asked for
+            except ImportError as exc:
+                raise ImportError(f"a2a=True needs the A2A SDK: pip install "
+                                  f"'agent-reach[a2a]' ({exc})") from None
+            self.a2a = A2ADoor(self.front, self.store)
         if s.json_logs:
             self.events.listen(log_json)
         self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)
@@ -181,6 +202,7 @@ class Reach(OperatorSurface):
             await self.otel.start()
         await self.store.open()
         await self.identities.load()
+        await self.ops.phrases.load()
         for name, caps in (await self.store.declared()).items():
             for cap in caps:
                 try:
@@ -202,6 +224,8 @@ class Reach(OperatorSurface):
             self.gateway.resume(task)
         if unfinished:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
+        if self.a2a is not None:  # the push configs kept for tasks, resumed ones included
+            await self.a2a.pusher.load()
         self._server = await listen(self.channel.services, self.channel)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         if self.front is not None and s.http_port is not None:
@@ -255,6 +279,10 @@ class Reach(OperatorSurface):
             await self._server.wait_closed()
         if self.front is not None:
             await self.front.stop()
+        await self.ops.phrases.flush()
+        await self.intent_index.close()
+        if self.intent_routing is not None:
+            await self.intent_routing.close()
         await self.store.close()
         if self.otel is not None:  # after the drain: the drained tasks' spans are flushed too
             await self.otel.stop()
@@ -295,6 +323,13 @@ class Reach(OperatorSurface):
         """The MCP Streamable HTTP endpoint, "http://HOST:PORT/mcp" (None without mcp=True)."""
         base = self.http_url
         return None if self.mcp is None or base is None else base + "/mcp"
+
+    @property
+    def a2a_url(self) -> str | None:
+        """The A2A base URL, "http://HOST:PORT/a2a": the Agent Card at
+        ``<base>/.well-known/agent-card.json``, JSON-RPC at the base (None without a2a=True)."""
+        base = self.http_url
+        return None if self.a2a is None or base is None else base + "/a2a"
 
     @property
     def started_at(self) -> float:

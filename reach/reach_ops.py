@@ -100,6 +100,17 @@ class OperatorSurface:
         """A task or trace by id, or by a head of one: its trace's summary and timeline."""
         return await self.ops.find(ident)
 
+    def learned_phrases(self, capability: str | None = None) -> list[dict[str, Any]]:
+        """What intent routing learned from callers' choices (of ``capability``), oldest
+        first: each phrase's text, key, capability, when and who taught it."""
+        phrases: list[dict[str, Any]] = self.ops.phrases.phrases(capability)
+        return phrases
+
+    async def forget_phrase(self, text: str) -> dict[str, Any]:
+        """Stop routing this request by a learned phrase (memory and store alike)."""
+        forgotten: dict[str, Any] = await self.ops.phrases.forget(text)
+        return forgotten
+
     async def admin_command(self, action: str, args: dict[str, Any]) -> Any:
         return await self.ops.command(action, args)
 

@@ -209,3 +209,44 @@ async def test_discard_and_replay_with_new_params_from_a_shell(served: Served) -
                                   "--timeout", "5", "--json")
     assert replayed.rc == 0, replayed.err
     assert replayed.json()["result"] == 50
+
+
+async def test_traces_find_trace_bulk_replay_and_phrases_from_a_shell(served: Served) -> None:
+    [letter] = await _dead(served)
+    task_id = letter["task_id"]
+    listed, table = await asyncio.gather(served.reach("tasks", "--json"), served.reach("tasks"))
+    assert listed.rc == 0, listed.err
+    [trace] = [t for t in listed.json()["traces"] if t["root"] == "x.write"]
+    assert trace["state"] == "dead" and trace["caller"] == "planner"
+    assert table.rc == 0 and trace["trace_id"] in table.out and "x.write" in table.out
+
+    found, found_json, timeline, timeline_json = await asyncio.gather(
+        served.reach("find", task_id[:8]), served.reach("find", task_id, "--json"),
+        served.reach("trace", trace["trace_id"]),
+        served.reach("trace", trace["trace_id"], "--json"))
+    assert found.rc == 0, found.err
+    assert f"Trace {trace['trace_id']}" in found.out and "(dead letter)" in found.out
+    assert found_json.json()["task_id"] == task_id and found_json.json()["dead_letter"]
+    assert timeline.rc == 0 and "Hops" in timeline.out and "writer" in timeline.out
+    assert [t["task_id"] for t in timeline_json.json()["tasks"]] == [task_id]
+
+    # Bulk replay: one ID or a filter, not both; params only for one letter; keys checked.
+    misuses = await asyncio.gather(
+        served.reach("replay", task_id, "--all"),
+        served.reach("replay", "--all", "--params", "{}"),
+        served.reach("replay", "--filter", "colour=red"),
+        served.reach("replay", "--filter", "since=yesterday"))
+    for run, said in zip(misuses, ["not both", "change one letter", "KEY=VALUE",
+                                   "epoch seconds"], strict=True):
+        assert run.rc == 2 and said in run.err, run.err
+    bulk = await served.reach("replay", "--filter", "capability=x.write", "--filter",
+                              "since=0")
+    assert bulk.rc == 0, bulk.err
+    assert bulk.out.splitlines() == ["replaying 1 dead letter(s)", f"  {task_id}"]
+
+    phrases, phrases_json, forget = await asyncio.gather(
+        served.reach("phrases"), served.reach("phrases", "--json", "--capability", "x.write"),
+        served.reach("phrases", "--forget", "Never Taught"))
+    assert phrases.rc == 0 and "none learned" in phrases.out
+    assert phrases_json.json() == {"phrases": []}
+    assert forget.rc == 1 and "nothing learned for 'Never Taught'" in forget.out

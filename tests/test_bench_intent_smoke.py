@@ -33,12 +33,15 @@ def test_intent_bench_quick_prints_its_tables_and_targets() -> None:
     accuracy = _rows(lines, ["split", "matcher", "phrasings"])
     assert {(r[0], r[1]) for r in accuracy} == {
         ("dev", "new"), ("dev", "old"), ("held-out", "new"), ("held-out", "old")}, proc.stdout
-    assert all(r[2] == "136" and r[3] == "120" and r[4].endswith("%") for r in accuracy)
+    assert all(r[2] == "262" and r[3] in ("232", "234") and r[4].endswith("%") for r in accuracy)
 
     cost = _rows(lines, ["capabilities", "new", "µs"])
     assert [r[0] for r in cost] == ["20", "500"], proc.stdout
     assert all(len(r) == 6 for r in cost)
 
     targets = lines[lines.index("targets") + 1:]
-    assert len(targets) == 5 and all(ln.endswith(("PASS", "MISS")) for ln in targets)
-    assert sum("held-out" in ln for ln in targets) == 2
+    assert len(targets) == 10 and all(ln.endswith(("PASS", "MISS")) for ln in targets)
+    assert sum("held-out" in ln for ln in targets) == 5
+
+    learning = _rows(lines, ["pass", "top-1", "wrong"])
+    assert [r[0] for r in learning] == ["first", "after"], proc.stdout

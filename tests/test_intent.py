@@ -30,17 +30,18 @@ def _registry() -> Registry:
 
 
 def test_by_intent_routes_a_paraphrase() -> None:
-    assert by_intent(_registry(), "今天的日报帮我做一下") == "report.daily"
+    assert by_intent(_registry(), "生成今天的日报") == "report.daily"
     assert by_intent(_registry(), "the weekly report for the board") == "report.weekly"
 
 
 def test_an_ambiguous_intent_says_what_was_asked_and_both_candidates() -> None:
     with pytest.raises(NoRoute) as err:
-        by_intent(_registry(), "帮我做个报表")
-    assert err.value.message == ('"帮我做个报表" is ambiguous: report.daily or report.weekly? '
-                                 'name one explicitly')
+        by_intent(_registry(), "帮我做个报表 report")
+    assert err.value.message == ('"帮我做个报表 report" is ambiguous: report.daily or '
+                                 'report.weekly? name one explicitly, or choose one for this '
+                                 'intent and it is learned')
     assert err.value.candidates == ["report.daily", "report.weekly"]
-    assert err.value.details["intent"] == "帮我做个报表"
+    assert err.value.details["intent"] == "帮我做个报表 report"
     assert err.value.suggestions[:2] == ["report.daily", "report.weekly"]
 
 
@@ -48,7 +49,8 @@ def test_a_weak_intent_lists_the_closest_and_an_unknown_one_none() -> None:
     with pytest.raises(NoRoute) as weak:
         by_intent(_registry(), "build")  # one word both descriptions use: too little
     assert weak.value.message == ('no capability matches the intent "build" (closest: '
-                                  'report.daily, report.weekly); name one explicitly')
+                                  'report.daily, report.weekly); name one explicitly, or '
+                                  'choose one for this intent and it is learned')
     assert weak.value.suggestions == ["report.daily", "report.weekly"]
     assert weak.value.candidates == []
     with pytest.raises(NoRoute) as none:
@@ -69,11 +71,11 @@ def test_an_intent_without_words_or_too_long_is_invalid_params() -> None:
 
 
 def test_the_message_echoes_a_long_or_multi_line_request_on_one_short_line() -> None:
-    text = "报表\n" + "x" * 300
+    text = "报表 report\n" + "x" * 300
     with pytest.raises(NoRoute) as err:
         by_intent(_registry(), text)
     first = err.value.message.split(" is ambiguous")[0]
-    assert first == '"报表 ' + "x" * 77 + '…"'
+    assert first == '"报表 report ' + "x" * 70 + '…"'
     assert err.value.details["intent"] == text
 
 
@@ -91,13 +93,13 @@ async def test_call_intent_end_to_end(reach_cluster: Cluster) -> None:
     await reach_cluster.add_agent("weekly", {"report.weekly": weekly},
                                   **REPORTS["report.weekly"])
     client = await reach_cluster.client()
-    assert await client.call_intent("今天的日报帮我做一下", {"day": "mon"}) == "daily mon"
+    assert await client.call_intent("生成今天的日报", {"day": "mon"}) == "daily mon"
     assert await client.call_intent("put together the weekly report") == "weekly this"
     with pytest.raises(NoRoute) as ambiguous:
-        await client.call_intent("帮我做个报表", {})
+        await client.call_intent("帮我做个报表 report", {})
     assert ambiguous.value.candidates == ["report.daily", "report.weekly"]
     assert "report.daily or report.weekly" in ambiguous.value.message
-    assert '"帮我做个报表"' in ambiguous.value.message
+    assert '"帮我做个报表 report"' in ambiguous.value.message
 
     # Nothing declares return rates yet; once an agent does, the next request finds it.
     with pytest.raises(NoRoute) as missing:

@@ -1,7 +1,7 @@
 """Adapter agents declared in a TOML file (``reach serve --agents agents.toml``).
 
     [[agent]]
-    kind = "http"                       # http | process | nats
+    kind = "http"                       # http | process | nats | a2a
     name = "legacy-orders"
     url = "http://127.0.0.1:9000"
     health = "/healthz"
@@ -14,11 +14,11 @@
     latency_ms = 200
 
 Each ``[[agent]]`` table holds the keyword arguments of its kind's class (``HttpAgent``,
-``ProcessAgent``, ``NatsAgent``), so the file and the code say the same thing. ``${NAME}`` in
-a string is the environment variable NAME, so secrets stay out of the file (``$$`` is a
-literal ``$``, e.g. in a shell command line). Every mistake is
-reported with the file, the line of its ``[[agent]]`` table and what to change, before the
-coordinator starts.
+``ProcessAgent``, ``NatsAgent``, ``A2AAgent``), so the file and the code say the same thing.
+``${NAME}`` in a string is the environment variable NAME, so secrets stay out of the file
+(``$$`` is a literal ``$``, e.g. in a shell command line). Every mistake is reported with
+the file, the line of its ``[[agent]]`` table and what to change, before the coordinator
+starts.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ from typing import Any
 from reach.adapters.base import Adapter
 from reach.envvars import expand
 
-# kind → (module, class), imported only when a file uses the kind (nats is an extra)
+# kind → (module, class), imported only when a file uses the kind (nats, a2a are extras)
 KINDS: dict[str, tuple[str, str]] = {
     "http": ("reach.adapters.http", "HttpAgent"),
     "process": ("reach.adapters.process", "ProcessAgent"),
     "nats": ("reach.adapters.nats", "NatsAgent"),
+    "a2a": ("reach.adapters.a2a", "A2AAgent"),
 }
 _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*agent[ \t]*\]\]", re.M)
 

@@ -21,19 +21,23 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from reach.core import names
-from reach.core.intent_text import features
+from reach.core.intent_text import features, words
 
 # The longest request looked at, in characters (the wire's limit on ``submit.intent``).
 MAX_TEXT = 2000
 # Evidence the best capability needs: one word (or Chinese bigram) that no other capability
 # uses scores 1.0; one shared by many scores less (``Index.rarity``).
-FLOOR = 0.8
-# How far the best must lead the runner-up, as a share of the best's score.
-MARGIN = 0.35
+FLOOR = 2.4
+# The evidence only the best has, over what only the runner-up has (``distinct``): it needs
+# at least ``LEAD`` of its own, and the runner-up's own may be at most (1 - MARGIN) of it.
+LEAD = 1.0
+MARGIN = 1.0
 # Evidence a capability needs to be suggested when nothing is routed.
 SUGGEST = 0.25
 # How many suggestions a refusal lists at most.
-SUGGESTIONS = 3
+SUGGESTIONS = 4
+# How many of the request's words a refusal shows per suggestion (``Decision.why``).
+WHY_WORDS = 4
 
 # How much a feature counts, by the field of the declaration it was found in.
 SATURATE = 1.0
@@ -61,21 +65,31 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What ``resolve`` decided: the capability (None unless ``MATCH``), the two candidates of
-    an ambiguous request, and the closest capabilities, best first."""
+    an ambiguous request, and the closest capabilities, best first. A refusal says ``why``
+    each candidate or suggestion came up: the request's own words that matched it.
+    ``learned``: routed by a phrase a caller taught (``intent_learn``), not by evidence."""
 
     outcome: Outcome
     capability: str | None = None
     candidates: tuple[str, ...] = ()
     suggestions: tuple[str, ...] = ()
     scores: tuple[tuple[str, float], ...] = field(default=(), compare=False)
+    why: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)
+    learned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Index:
-    """The catalogue, inverted: feature → [(capability number, weight)]."""
+    """The catalogue, inverted: feature → [(capability number, weight)]; ``numbers`` is
+    capability name → its number."""
 
     names: tuple[str, ...]
     postings: dict[str, list[tuple[int, float]]]
+    numbers: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.numbers:
+            self.numbers.update((name, n) for n, name in enumerate(self.names))
 
     def __len__(self) -> int:
         return len(self.names)
@@ -137,11 +151,17 @@ def score(wanted: dict[str, float], index: Index) -> dict[int, float]:
     return out
 
 
-def resolve(text: str, index: Index) -> Decision:
-    """Route ``text``: the best capability when it has ``FLOOR`` of evidence and leads the
-    runner-up by ``MARGIN``; else why not, with candidates and suggestions."""
+def resolve(text: str, index: Index,
+            learned: Callable[[str], str | None] | None = None) -> Decision:
+    """Route ``text``: the capability ``learned`` has for it (a phrase a caller taught), if
+    still in the index; else the best capability when it has ``FLOOR`` of evidence and leads
+    the runner-up by ``MARGIN``; else why not, with candidates, suggestions and ``why``."""
     if len(text) > MAX_TEXT:
         return Decision(Outcome.TOO_LONG)
+    if learned is not None:
+        chosen = learned(text)
+        if chosen is not None and chosen in index.numbers:
+            return Decision(Outcome.MATCH, capability=chosen, learned=True)
     wanted = features(text)
     if not wanted:
         return Decision(Outcome.EMPTY)
@@ -151,12 +171,61 @@ def resolve(text: str, index: Index) -> Decision:
     shown = tuple((name, round(s, 4)) for name, s in top)
     suggestions = tuple(name for name, s in top if s >= SUGGEST)
     if not top or top[0][1] < FLOOR:
-        return Decision(Outcome.WEAK, suggestions=suggestions, scores=shown)
+        return Decision(Outcome.WEAK, suggestions=suggestions, scores=shown,
+                        why=explain(text, wanted, index, suggestions))
     best, runner = top[0], top[1] if len(top) > 1 else ("", 0.0)
-    if runner[1] > best[1] * (1 - MARGIN):
-        return Decision(Outcome.AMBIGUOUS, candidates=(best[0], runner[0]),
-                        suggestions=suggestions, scores=shown)
+    if runner[0]:
+        own, other = distinct(wanted, index, index.numbers[best[0]], index.numbers[runner[0]])
+        if own < LEAD or other > own * (1 - MARGIN):
+            candidates = (best[0], runner[0])
+            return Decision(Outcome.AMBIGUOUS, candidates=candidates, suggestions=suggestions,
+                            scores=shown, why=explain(text, wanted, index, tuple(
+                                dict.fromkeys(candidates + suggestions))))
     return Decision(Outcome.MATCH, capability=best[0], suggestions=suggestions, scores=shown)
+
+
+def distinct(wanted: dict[str, float], index: Index, best: int, runner: int
+             ) -> tuple[float, float]:
+    """The evidence only one of two capabilities has: (the best's, the runner-up's), each
+    summed over the request's features the other does not use. Near neighbours share their
+    head words ("refund" in refund.issue and refund.status); what tells them apart is the
+    rest, so that is what a lead is measured on."""
+    own = other = 0.0
+    postings = index.postings
+    for feat, weight in wanted.items():
+        mine = theirs = 0.0
+        for number, w in postings.get(feat, ()):
+            if number == best:
+                mine = w
+            elif number == runner:
+                theirs = w
+        if mine and not theirs:
+            own += weight * mine
+        elif theirs and not mine:
+            other += weight * theirs
+    return own, other
+
+
+def explain(text: str, wanted: dict[str, float], index: Index,
+            capabilities: Iterable[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Per capability, the words of ``text`` that matched it, strongest first (at most
+    ``WHY_WORDS``; a Chinese character is not shown again inside a shown word). Only a
+    refusal pays for this."""
+    said = words(text)
+    out = []
+    for cap in capabilities:
+        number = index.numbers.get(cap)
+        hits = []
+        for feat, own in wanted.items():
+            for n, weight in index.postings.get(feat, ()):
+                if n == number:
+                    hits.append((-own * weight, said.get(feat, feat)))
+        shown: list[str] = []
+        for _, word in sorted(hits):
+            if word not in shown and not any(word in w for w in shown):
+                shown.append(word)
+        out.append((cap, tuple(shown[:WHY_WORDS])))
+    return tuple(out)
 
 
 _UNBUILT = object()  # the key of a cache that has built nothing: no key equals it
@@ -165,7 +234,11 @@ _UNBUILT = object()  # the key of a cache that has built nothing: no key equals 
 class IndexCache:
     """One catalogue's index, kept while its key (the registry's catalogue version) holds:
     the index is built on the first request after a change, not on every request, and a
-    rebuild weighs again only the capabilities whose declarations changed."""
+    rebuild weighs again only the capabilities whose declarations changed.
+
+    An edge that rebuilds on a worker thread calls ``prepare`` there (it only reads what the
+    cache holds) and ``install`` back on the loop; meanwhile ``get(stale_ok=True)`` answers
+    with the index it has."""
 
     __slots__ = ("_index", "_key", "_weights")
     _index: Index
@@ -174,11 +247,30 @@ class IndexCache:
         self._key: Hashable = _UNBUILT
         self._weights: dict[Entry, dict[str, float]] = {}
 
-    def get(self, key: Hashable, entries: Callable[[], Iterable[Entry]]) -> Index:
+    @property
+    def built(self) -> bool:
+        """Whether an index was built yet (before, ``get`` builds one whatever ``stale_ok``)."""
+        return self._key is not _UNBUILT
+
+    @property
+    def key(self) -> Hashable:
+        """The key of the index held (a value no key equals before the first build)."""
+        return self._key
+
+    def get(self, key: Hashable, entries: Callable[[], Iterable[Entry]],
+            stale_ok: bool = False) -> Index:
         if key != self._key:
-            current = list(entries())
-            known = self._weights
-            self._weights = {e: known.get(e) or weights(e) for e in current}
-            self._index = build(current, self._weights)
-            self._key = key
+            if stale_ok and self._key is not _UNBUILT:
+                return self._index
+            self.install(key, *self.prepare(list(entries())))
         return self._index
+
+    def prepare(self, current: list[Entry]) -> tuple[dict[Entry, dict[str, float]], Index]:
+        """The weights and index of ``current``, reusing the weights of entries that did not
+        change; changes nothing here."""
+        known = self._weights
+        fresh = {e: known.get(e) or weights(e) for e in current}
+        return fresh, build(current, fresh)
+
+    def install(self, key: Hashable, fresh: dict[Entry, dict[str, float]], index: Index) -> None:
+        self._weights, self._index, self._key = fresh, index, key

@@ -119,3 +119,30 @@ def features(text: str) -> dict[str, float]:
                 add(pair, BIGRAM * FUNCTION)
     return out
 
+
+
+def words(text: str) -> dict[str, str]:
+    """Each feature of ``text`` (as ``features`` finds it) → the words a person would
+    recognise it by: an English stem or prefix → the word as written (folded), a Chinese
+    n-gram → itself. Only for explaining a decision (``intent.Decision.why``), never on the
+    routing path."""
+    out: dict[str, str] = {}
+    folded = fold(text)
+    for word in _LATIN.findall(folded):
+        if word in _STOP or word.isdigit() or len(word) < 2:
+            continue
+        if not word.isalpha():
+            out.setdefault(word, word)
+            continue
+        out.setdefault(stem(word), word)
+        if len(word) >= 5:
+            out.setdefault("~" + word[:4], word)
+    for feat in features(text):
+        out.setdefault(feat, feat)
+    return out
+
+
+def phrase_key(text: str) -> str:
+    """What makes two requests the same request: case, width, punctuation and spacing
+    aside ("Stock level?" and "stock  level" are one key)."""
+    return " ".join("".join(c if c.isalnum() else " " for c in fold(text)).split())

@@ -3,7 +3,9 @@
 The gateway's driver asks, awaits, applies; every rule of DESIGN.md's "Agent faults vs
 answers" and "retries" rows is decided here, from plain values, so each is a unit test:
 
-- a delivery never acknowledged fails over to another candidate at once;
+- a delivery never acknowledged fails over to another candidate at once, but work that is
+  not idempotent only on proof that it never arrived: a link that went away after the invoke
+  left sends it back to that agent alone (its key cache knows it), never to a second one;
 - a fault, lost connection or completion timeout after the ack is retried only for idempotent
   capabilities, with backoff, within the task's ``max_retries`` and a hop cap;
 - a ``TaskError`` answer is final and not the agent's fault;
@@ -44,6 +46,9 @@ class Verdict:
     judged: bool           # False: neither success nor fault (the caller's deadline cut it)
     error: str | None      # the attempt's error text
     full: bool = False     # refused for want of a free slot (at the agent's holder node)
+    # No ack came, but no proof of non-delivery either: the link went away after the invoke
+    # left, so the agent may have started it (the SDK acknowledges a write before it starts)
+    uncertain: bool = False
 
     @property
     def finished(self) -> bool:
@@ -59,6 +64,8 @@ _NAMES = {o: o.value for o in Outcome}  # Enum.value is a descriptor: slow on a 
 _OK = Verdict(Outcome.OK, True, True, None)
 _ANSWER = Verdict(Outcome.ANSWER, True, True, None)
 _UNDELIVERED = Verdict(Outcome.UNDELIVERED, False, True, "not acknowledged")
+_LOST_UNACKED = Verdict(Outcome.UNDELIVERED, False, True,
+                        "connection lost before the agent acknowledged", uncertain=True)
 _LOST = Verdict(Outcome.LOST, False, True, "connection lost")
 _TIMEOUT = Verdict(Outcome.TIMEOUT, False, True, "completion timeout")
 _CALLER_DEADLINE = Verdict(Outcome.TIMEOUT, False, False, "the caller's deadline passed")
@@ -68,7 +75,8 @@ _FULL = Verdict(Outcome.UNDELIVERED, True, False, "no free slot at the agent's n
 
 def classify(kind: str, payload: Any, *, acked: bool, caller_bound: bool) -> Verdict:
     """Judge how an attempt ended. ``kind`` is what the link reported (ok | error | lost |
-    timeout | undelivered | full); ``caller_bound``: the caller's deadline was shorter than the
+    timeout | undelivered | unsent | full; ``unsent``: the work never left, it had no link or
+    the link refused it); ``caller_bound``: the caller's deadline was shorter than the
     capability's own completion timeout."""
     if kind == "ok":
         return _OK
@@ -80,7 +88,9 @@ def classify(kind: str, payload: Any, *, acked: bool, caller_bound: bool) -> Ver
             return _ANSWER
         return Verdict(Outcome.FAULT, False, True, str(error.get("message")))
     if kind == "lost":
-        return _LOST if acked else _UNDELIVERED
+        return _LOST if acked else _LOST_UNACKED
+    if kind == "unsent":
+        return _UNDELIVERED
     if kind == "timeout":
         return _CALLER_DEADLINE if caller_bound else _TIMEOUT
     if kind == "undelivered":  # an adapter says why in its own words (connection refused…)
@@ -123,6 +133,13 @@ class FailOver:
 
 
 @dataclass(frozen=True, slots=True)
+class GoBack:
+    """Send the task again to the agent that may have it, and to no other: its key cache
+    answers a second invoke of the same key with the first run's outcome. For work that is
+    not idempotent and whose agent's link went away before it acknowledged."""
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Wait up to ``seconds`` for the agents to change, then look again."""
 
@@ -138,7 +155,8 @@ class Finish:
     retryable: bool = False
 
 
-Step = Retry | FailOver | Wait | Finish
+Step = Retry | FailOver | GoBack | Wait | Finish
+_GO_BACK = GoBack()
 _SUCCEEDED = Finish(TaskState.SUCCEEDED)
 _ANSWERED = Finish(TaskState.FAILED)
 _FREE_FAILOVER = FailOver(free=True)
@@ -209,6 +227,8 @@ def after_attempt(verdict: Verdict, tries: Tries, *, idempotent: bool,
     if verdict.outcome is Outcome.ANSWER:
         return _ANSWERED
     if verdict.outcome is Outcome.UNDELIVERED:
+        if verdict.uncertain and not idempotent:  # at most once: it may be running there
+            return _GO_BACK
         # Never acknowledged: fail over while another candidate is left; once every one was
         # tried, it costs a retry like any other failure.
         if others_left and tries.may_hop():

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from reach.core import intent, names
+from reach.core import intent, intent_learn, names
 from reach.core.agents import AgentRecord, Capability, Declared
 from reach.core.liveness import Liveness, LivenessPolicy, bounded_interval, deadline, judge
 from reach.core.results import compile_returns
@@ -61,6 +61,9 @@ class Registry:
         # descriptions) changes: the intent matcher's index is kept until it does.
         self.catalogue_version = 0
         self._intents = intent.IndexCache()
+        self.learned = intent_learn.Learned()  # phrases callers taught (edge-persisted)
+        self.intent_rebuild: Callable[[], None] | None = None  # an edge's, off the loop
+        self.intent_off_loop_at = 64  # capabilities from which it is used (intent_index)
 
     # ------------------------------------------------------------ membership
 
@@ -339,8 +342,10 @@ class Registry:
 
     def catalogue(self) -> list[intent.Entry]:
         """Every capability as intent routing sees it: the intents, tags and descriptions of
-        all the agents declaring it, merged (each once, in the order first declared)."""
+        all the agents declaring it, merged (each once, in the order first declared), then
+        the phrases callers taught it (``learned``)."""
         out = []
+        taught = self.learned.by_capability() if len(self.learned) else {}
         for cap, agents in self.index.items():
             phrases: dict[str, None] = {}
             tags: dict[str, None] = {}
@@ -351,13 +356,36 @@ class Registry:
                 tags.update(dict.fromkeys(spec.tags))
                 if spec.description:
                     texts[spec.description] = None
+            phrases.update(dict.fromkeys(taught.get(cap, ())))
             out.append(intent.Entry(cap, tuple(phrases), "\n".join(texts), tuple(tags)))
         return out
 
+    @property
+    def intent_key(self) -> tuple[int, int]:
+        """What the intent index depends on: the catalogue's and the learned phrases'
+        versions."""
+        return self.catalogue_version, self.learned.version
+
+    @property
+    def intent_cache(self) -> intent.IndexCache:
+        return self._intents
+
     def intent_index(self) -> intent.Index:
-        """The intent matcher's index of ``catalogue()``, built again only after
-        ``catalogue_version`` moved."""
-        return self._intents.get(self.catalogue_version, self.catalogue)
+        """The intent matcher's index of ``catalogue()``, built again after ``intent_key``
+        moved, when a request needs it (a registration flood builds nothing). From
+        ``intent_off_loop_at`` capabilities ``intent_rebuild`` builds it off the loop, and
+        the request is routed with the index before the change meanwhile."""
+        cache, key, rebuild = self._intents, self.intent_key, self.intent_rebuild
+        off_loop = rebuild is not None and cache.key != key and cache.built and \
+            len(self.index) >= self.intent_off_loop_at
+        if off_loop:
+            rebuild()  # type: ignore[misc]
+        return cache.get(key, self.catalogue, stale_ok=off_loop)
+
+    def resolve_intent(self, text: str) -> intent.Decision:
+        """Route free text over this registry's catalogue and learned phrases."""
+        learned = self.learned
+        return intent.resolve(text, self.intent_index(), learned.route if len(learned) else None)
 
 
 def _said(caps: dict[str, Capability]) -> dict[str, tuple[object, ...]]:

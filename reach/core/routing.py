@@ -79,6 +79,16 @@ class Router:
         if not 0.0 < self.high_water <= 1.0:
             raise ValueError(f"high_water must be in (0, 1], not {self.high_water!r}")
 
+    def may_call(self, caller: str, declaring: Callable[[str], Declared]
+                 ) -> Callable[[str], bool] | None:
+        """Whether ``caller`` may call a capability (some group of the agents ``declaring``
+        it lets it); None when no call rules are configured (everyone may call anything)."""
+        if self.permissions.rules is None:
+            return None
+        allows = self.permissions.allows
+        return lambda cap: any(allows(caller, cap, g.scope)
+                               for g in declaring(cap).groups.values())
+
     def admit(self, capability: str, params: dict[str, object], caller: str,
               declaring: Mapping[str, AgentRecord],
               known: names.NameIndex | Iterable[str],

@@ -96,6 +96,7 @@ class SubmitRequest:
     hedge: bool | None = None
     tags: Mapping[str, str | bool] | None = None  # only agents declaring them (core.tags)
     fallback: dict[str, Any] | None = None  # this call's fallback (reach.core.fallback)
+    routed: bool = False  # ``capability`` was found for ``intent`` by the coordinator itself
 
 
 @dataclass(slots=True)

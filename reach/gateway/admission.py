@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from reach.core import intent as intents
+from reach.core import intent_learn as learning
 from reach.core import tags as tagging
 from reach.core.agents import Declared
 from reach.core.registry import Registry
@@ -66,16 +68,33 @@ def any_tagged(declaring: Declared, tags: tagging.Wanted) -> bool:
                for g in declaring.groups.values() if tagging.matches(g.tags, tags))
 
 
-def by_intent(registry: Registry, text: str) -> str:
+# What a refusal that offers capabilities adds: choosing one teaches the phrase (chosen()).
+TEACH = ", or choose one for this intent and it is learned"
+
+
+def by_intent(registry: Registry, text: str, may: Callable[[str], bool] | None = None) -> str:
     """The capability an intent names, or why not: ``InvalidParams`` for a request with no
     words (or past ``intent.MAX_TEXT``), ``NoRoute`` with ``candidates`` when two capabilities
-    fit about as well, ``NoRoute`` with ``suggestions`` when none fits well enough."""
+    fit about as well, ``NoRoute`` with ``suggestions`` when none fits well enough.
+
+    ``may`` (when call rules are configured) says which capabilities the caller may call: a
+    refusal names no other, and a match on one it may not call is refused like a request
+    nothing fits (its name is not told)."""
     if not text.strip():
         raise InvalidParams("name a capability or state an intent")
-    decision = intents.resolve(text, registry.intent_index())
+    return decided(text, registry.resolve_intent(text), may)
+
+
+def decided(text: str, decision: intents.Decision,
+            may: Callable[[str], bool] | None = None) -> str:
+    """The capability ``decision`` routes ``text`` to, or the refusal it means (``by_intent``;
+    the model's fused decisions too, reach.server.intent_routing)."""
+    if may is not None:
+        decision = _visible(decision, may)
     said, suggestions = _echo(text), list(decision.suggestions)
     if decision.capability is not None:
         return decision.capability
+    why = {"why": {cap: list(shown) for cap, shown in decision.why}} if decision.why else {}
     if decision.outcome is intents.Outcome.TOO_LONG:
         raise InvalidParams(f"the intent is {len(text)} characters, more than "
                             f"{intents.MAX_TEXT}; say it in fewer words or name a capability")
@@ -84,12 +103,41 @@ def by_intent(registry: Registry, text: str) -> str:
                             f"or state an intent")
     if decision.outcome is intents.Outcome.AMBIGUOUS:
         first, second = decision.candidates
-        raise NoRoute(f"{said} is ambiguous: {first} or {second}? name one explicitly",
+        raise NoRoute(f"{said} is ambiguous: {first} or {second}? name one explicitly{TEACH}",
                       intent=text, candidates=list(decision.candidates),
-                      suggestions=suggestions)
+                      suggestions=suggestions, **why)
     closest = f" (closest: {', '.join(suggestions)})" if suggestions else ""
-    raise NoRoute(f"no capability matches the intent {said}{closest}; name one explicitly",
-                  intent=text, suggestions=suggestions)
+    raise NoRoute(f"no capability matches the intent {said}{closest}; name one explicitly"
+                  f"{TEACH if suggestions else ''}", intent=text, suggestions=suggestions, **why)
+
+
+def _visible(decision: intents.Decision, may: Callable[[str], bool]) -> intents.Decision:
+    """``decision`` as a caller who may call only what ``may`` allows sees it."""
+    if decision.capability is not None and may(decision.capability):
+        return decision
+    candidates = decision.candidates if all(may(c) for c in decision.candidates) else ()
+    suggestions = tuple(c for c in decision.suggestions if may(c))
+    why = tuple((c, w) for c, w in decision.why if c in candidates or c in suggestions)
+    if decision.outcome is intents.Outcome.MATCH or (decision.candidates and not candidates):
+        return intents.Decision(intents.Outcome.WEAK, suggestions=suggestions, why=why)
+    return replace(decision, candidates=candidates, suggestions=suggestions, why=why)
+
+
+def chosen(registry: Registry, text: str, capability: str, caller: str, now: float,
+           then: Callable[[learning.Phrase], None] | None = None) -> learning.Phrase | None:
+    """A caller named ``capability`` together with the intent ``text``: when routing the
+    text would have refused and offered that capability, learn the phrase (``registry.
+    learned``), tell ``then`` (the store keeps it) and return it; else None."""
+    if not text.strip() or len(text) > learning.MAX_PHRASE:
+        return None
+    decision = registry.resolve_intent(text)
+    if not learning.teaches(decision, capability):
+        return None
+    phrase = learning.Phrase(text, capability, now, caller)
+    registry.learned.add(phrase)
+    if then is not None:
+        then(phrase)
+    return phrase
 
 
 def _echo(text: str, limit: int = 80) -> str:

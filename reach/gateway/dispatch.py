@@ -34,6 +34,7 @@ from reach.core.schemas import Validator
 from reach.core.tasks import Attempt, Outcome, Task, TaskState
 from reach.errors import Unavailable
 from reach.gateway.clock import within
+from reach.gateway.deadlines import Deadlines
 from reach.gateway.delivery import Delivery
 from reach.ports import Clock, TaskStore, Work
 
@@ -85,6 +86,7 @@ class Dispatcher:
         self.call_ended: Callable[[AgentRecord, float | None, float, bool], None] | None = None
         self.timeouts = TimeoutRule(settings.default_timeout, settings.timeout_floor,
                                     settings.timeout_samples)
+        self.deadlines = Deadlines(clock)  # every attempt's ack and completion deadlines
 
     async def attempt(self, task: Task, record: AgentRecord, deadline: float | None,
                       kept: float | None = None) -> Ended:
@@ -117,7 +119,8 @@ class Dispatcher:
             clock, self.settings.ack_timeout, completion,
             lambda seq, data: book.emit_chunk(tid, seq, data), lambda: self._acknowledged(task),
             (lambda result: self._answer(task, attempt, result)) if returns is None else
-            (lambda result: self._checked(task, attempt, record, returns, result, bad)))
+            (lambda result: self._checked(task, attempt, record, returns, result, bad)),
+            idempotent=cap.spec.idempotent, limit=deadline, timers=self.deadlines)
         record.take(env.capability)  # a slot of the agent and of the capability's bulkhead
         record.calls += 1
         before = record.breaker.state
@@ -140,7 +143,7 @@ class Dispatcher:
                         env.trace_id, env.caller, env.parent_task_id, env.traceparent,
                         None if left is None else left * 1000)
             if link is None or not link.deliver(work, delivery):
-                delivery.resolve("lost")
+                delivery.resolve("unsent")  # proof it never reached the agent
             kind, payload = await delivery.fut
             if bad:
                 kind, payload = "error", bad[0]
@@ -154,7 +157,8 @@ class Dispatcher:
                 record.breaker.probing = False
                 self.metrics.ended(env.capability, record.name, Outcome.CANCELLED.value, 0.0)
             book.slot_freed(record)
-        verdict = policy.classify(kind, payload, acked=delivery.acked, caller_bound=caller_bound)
+        verdict = policy.classify(kind, payload, acked=delivery.flight.acked,
+                                  caller_bound=caller_bound)
         if verdict.full:  # its holder node had no slot: full here too until it reports room
             self.registry.holder_full(record, True)
         self._record(task, record, attempt, verdict, clock.now() - started, window)

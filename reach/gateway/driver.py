@@ -18,12 +18,13 @@ from reach.config import Settings
 from reach.core import policy
 from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
+from reach.core.ends import attempt_error, maybe_ran
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
 from reach.core.resilience import RetryBudget
 from reach.core.routing import Router, Saturated
-from reach.core.tasks import Attempt, Envelope, Outcome, Task, TaskState
-from reach.errors import ReachError, ReachTimeout, Rejected, TaskFailed, Unavailable
+from reach.core.tasks import Attempt, Outcome, Task, TaskState
+from reach.errors import ReachError, ReachTimeout, Rejected, Unavailable
 from reach.gateway.book import TaskBook
 from reach.gateway.clock import within
 from reach.gateway.dispatch import Dispatcher
@@ -110,7 +111,6 @@ class Driver:
             if lost is not None and not self._interrupted(task, tries, lost):
                 return
             while True:
-                tries.hops += 1
                 if deadline is not None and clock.now() >= deadline:
                     self.g.finish(task, S.DEAD, error=ReachTimeout(
                         f"{env.capability!r} did not complete within {env.timeout}s"))
@@ -152,9 +152,12 @@ class Driver:
                         self.metrics.rejected(env.capability)
                         self.g.finish(task, S.FAILED, error=exc)
                         return
+                tries.hops += 1  # a hop is a dispatch (as resumed_tries counts them): a wait
+                # for agents, a breaker or a lost agent's return spends none
                 verdict, payload, attempt, record = await self.dispatch.run(
                     task, record, deadline, kept)
                 if verdict.outcome in (Outcome.LOST, Outcome.UNDELIVERED) and \
+                        not verdict.full and \
                         record.node is not None and attempt.instance is not None and \
                         (back_until is None or clock.now() < back_until):
                     # Lost at an agent another node holds: that node went away with the work
@@ -165,10 +168,7 @@ class Driver:
                     # loss; at once elsewhere if it comes back as a new process), instead of
                     # running a second time at another agent. A loss again on the way back (the
                     # news that the agent moved has not come yet) waits for the agents to change.
-                    if back_until is None:
-                        back_until = clock.now() + self.settings.recovery_grace
-                    else:
-                        await self.wait_for_agents(policy.RECOVERY_POLL)
+                    back_until = await self._back_window(back_until)
                     lost, recovering_until = attempt, back_until
                     continue
                 exclude.add(record.agent_id)
@@ -176,6 +176,16 @@ class Driver:
                 step = policy.after_attempt(
                     verdict, tries, idempotent=spec is not None and spec.spec.idempotent,
                     others_left=self._others_left(env.capability, exclude, env.tags))
+                if isinstance(step, policy.GoBack):
+                    if attempt.instance is None or \
+                            (back_until is not None and clock.now() >= back_until):
+                        self.g.finish(task, S.DEAD, error=maybe_ran(env, attempt))
+                        return
+                    # Its link went away before it acknowledged: back to that agent alone,
+                    # once it reconnects as the same process (its key cache answers).
+                    back_until = await self._back_window(back_until)
+                    lost, recovering_until = attempt, back_until
+                    continue
                 if isinstance(step, policy.FailOver):
                     if step.free:  # the agent was full at its node: a wait, not a hop
                         tries.hops -= 1
@@ -203,6 +213,14 @@ class Driver:
         except Exception as exc:  # a bug here must not leave a caller waiting forever
             if not task.terminal:
                 self.g.finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
+
+    async def _back_window(self, back_until: float | None) -> float:
+        """Until when a task goes back to an agent that may have it: ``recovery_grace`` from
+        the first loss; a loss again on the way back first waits for the agents to change."""
+        if back_until is None:
+            return self.clock.now() + self.settings.recovery_grace
+        await self.wait_for_agents(policy.RECOVERY_POLL)
+        return back_until
 
     def _interrupted(self, task: Task, tries: policy.Tries, lost: Attempt) -> bool:
         """A resumed task whose attempt the restart interrupted: sending it again (to that
@@ -239,8 +257,8 @@ class Driver:
             if left > 0:
                 await self.wait_for_agents(min(policy.RECOVERY_POLL, left))
                 return None, lost, False
-            why = (f"the agent that was running {env.capability!r} when the coordinator "
-                   f"stopped did not come back within {self.settings.recovery_grace}s")
+            why = (f"the agent that was running {env.capability!r} did not come back "
+                   f"within {self.settings.recovery_grace}s")
         if why is None:
             return found, None, False
         if not self._idempotent(env.capability):
@@ -364,37 +382,3 @@ class Driver:
 def _ready(record: AgentRecord, capability: str) -> bool:
     return (record.reachable and capability in record.capabilities
             and record.room(capability))
-
-
-def attempt_error(env: Envelope, attempt: Attempt, payload: Any, record: AgentRecord,
-                  retryable: bool) -> ReachError:
-    """The error a dead-lettered task reports for its last attempt."""
-    if attempt.outcome == Outcome.TIMEOUT:
-        return ReachTimeout(
-            f"{env.capability!r} at agent {record.name!r} did not complete in time"
-            + ("" if retryable else "; not retried: the capability is not idempotent"),
-            agent=record.name)
-    if attempt.outcome == Outcome.FAULT:
-        remote = {**(payload or {}), "agent": record.name}
-        return TaskFailed(str(remote.get("message", "agent fault")), **facts(remote),
-                          remote=remote)
-    if attempt.outcome == Outcome.UNDELIVERED and attempt.error:  # it never got the task
-        return TaskFailed(f"agent {record.name!r} never got the task: {attempt.error}"
-                          + ("" if retryable else "; not retried: not idempotent"),
-                          answer=False, agent=record.name,
-                          remote={"code": attempt.outcome, "agent": record.name})
-    return TaskFailed(f"agent {record.name!r} went away while running the task"
-                      + ("" if retryable else "; not retried: not idempotent"),
-                      answer=False, agent=record.name,
-                      remote={"code": attempt.outcome, "agent": record.name})
-
-
-def facts(remote: dict[str, Any]) -> dict[str, Any]:
-    """A fault's facts at the top of the error's ``details``, where a ``TaskError`` answer has
-    them (``exit_code``, ``type``, ``agent``…), so callers read both the same way; the agent's
-    whole error stays under ``remote``. ``answer`` is false whatever the agent said: the
-    coordinator judged this a fault."""
-    details = remote.get("details")
-    found = {k: v for k, v in details.items() if k != "remote"} \
-        if isinstance(details, dict) else {}
-    return {**found, "answer": False, "agent": remote["agent"]}

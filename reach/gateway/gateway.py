@@ -1,16 +1,15 @@
 """The gateway: accepts tasks durably, routes them, delivers them, and sees each one to an end.
 
-It wires the parts of reach.gateway together and is what the edge (reach.server) talks to:
-``accept`` checks and records a task and starts its ``Driver`` (reach.gateway.driver), which
-asks the policy (reach.core.policy) what to do and has the ``Dispatcher`` carry out attempts
-through each agent's ``ports.AgentLink``; the ``TaskBook`` (reach.gateway.book) keeps what is
-known of every task and who waits on it. No sockets and no SQL here: tasks are kept through
-``ports.TaskStore``, time is ``ports.Clock`` (a ``ManualClock`` drives it in unit tests).
+``accept`` checks and records a task and starts its ``Driver`` (reach.gateway.driver); the
+``Dispatcher`` carries out attempts through each agent's ``ports.AgentLink``; the ``TaskBook``
+keeps what is known of every task and who waits on it. No sockets and no SQL: tasks are kept
+through ``ports.TaskStore``, time is ``ports.Clock`` (a ``ManualClock`` in unit tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 from collections import OrderedDict
@@ -21,6 +20,7 @@ from reach.config import Settings
 from reach.core import names, reasons, traces
 from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
+from reach.core.intent_learn import Phrase
 from reach.core.keys import scoped_key
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
@@ -43,6 +43,7 @@ from reach.gateway.slots import SlotQueue
 from reach.ports import Clock, DuplicateKey, TaskStore
 
 S = TaskState
+log = logging.getLogger("reach.gateway")
 
 
 class Gateway:
@@ -74,6 +75,7 @@ class Gateway:
         self.fallbacks = Fallbacks(settings, clock, self.metrics, self._drivers, self)
         self.accepting = True
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
+        self.on_learned: Callable[[Phrase], None] | None = None  # the wiring keeps phrases
         registry.listen(lambda _record: self.agents_changed())
 
     # The book's maps, as the edge and the operator surface read them.
@@ -100,8 +102,6 @@ class Gateway:
     @property
     def caller_live(self) -> dict[str, int]:
         return self.book.caller_live
-
-    # ------------------------------------------------------------ submit
 
     async def submit(self, request: SubmitRequest) -> tuple[Task, bool]:
         """Accept a task and return once it is committed: (task, duplicate)."""
@@ -148,7 +148,8 @@ class Gateway:
         req, caller = request, request.caller
         if not self.accepting:
             raise Unavailable("the coordinator is shutting down; retry on another one")
-        capability = req.capability or admission.by_intent(self.registry, req.intent or "")
+        capability = req.capability or admission.by_intent(
+            self.registry, req.intent or "", self.router.may_call(caller, self.registry.declaring))
         try:
             cap = names.normalize(capability)
         except ValueError as exc:
@@ -189,6 +190,8 @@ class Gateway:
                 f"caller {caller!r} has {live} unfinished tasks, its limit "
                 f"(max_caller_tasks); wait for some to finish", level=1.0, capability=cap)
         now = self.clock.wall()
+        if req.intent and req.capability and not req.routed:  # a caller chose for its words
+            admission.chosen(self.registry, req.intent, cap, caller, now, self.on_learned)
         self.submitters.note(caller, now)
         task_id = os.urandom(16).hex()
         # A W3C traceparent from the caller names the trace; agents get one naming this task.
@@ -239,7 +242,7 @@ class Gateway:
     check_same_work = staticmethod(admission.check_same_work)
 
     def contended(self, caller: str, within: float = 0.5) -> bool:
-        """Whether a caller other than ``caller`` submitted work in the last ``within`` s."""
+        """Whether another caller than ``caller`` submitted in the last ``within`` s."""
         return self.submitters.contended(caller, self.clock.wall(), within)
 
     # ------------------------------------------------------------ state and events
@@ -271,9 +274,8 @@ class Gateway:
         """The registry gained or lost healthy agents: wake tasks waiting for one."""
         self.driver.wake()
         # As many slot waiters per capability as agents declare it (a slot may have opened at
-        # each), counted per capability: a pass over every agent on every registration made
-        # connecting n agents cost n² (bench/registry.py). Only capabilities with waiters are
-        # looked at: a walk over every capability cost 11,000 look-ups per registration.
+        # each), only for capabilities with waiters: a pass over every agent (or capability)
+        # on every registration made connecting n agents cost n² (bench/registry.py).
         now = self.clock.now()
         for cap in self.slots.capabilities():
             declared = self.registry.index.get(cap)
@@ -297,10 +299,7 @@ class Gateway:
         return self.book.find(task_id)
 
     async def task(self, task_id: str) -> Task | None:
-        found = self.book.find(task_id)
-        if found is None:
-            found = await self.store.get(task_id)
-        return found
+        return self.book.find(task_id) or await self.store.get(task_id)
 
     def outcome(self, task_id: str) -> asyncio.Future[Task] | None:
         """A future that completes with the task once it is terminal (None if not live)."""
@@ -317,8 +316,7 @@ class Gateway:
 
     def answered(self, task: Task, result: Any) -> None:
         """An agent's result arrived: the task succeeds now, in the reader's step, so the
-        caller's answer leaves before the attempt's bookkeeping (breaker, latency windows,
-        metrics), which the driver does next. Any result ends the task."""
+        caller's answer leaves before the attempt's bookkeeping (the driver's, next)."""
         if not task.terminal:
             self.finish(task, S.SUCCEEDED, result=result)
 
@@ -342,7 +340,10 @@ class Gateway:
             note = f"fallback: {task.fallback['kind']} ({task.fallback['reason']})"
         self.move(task, state, note)
         self.book.release(task)  # the answer first (a caller waits on it), the rest after
-        self.store.update(task)
+        try:
+            self.store.update(task)
+        except Exception:  # the task ended all the same: it must not stay live in memory
+            log.exception("writing the end of task %s failed (a restart resumes it)", task.task_id)
         self.book.settle(task)
         if self.audit is not None:
             self.audit.ended(task)
@@ -363,8 +364,9 @@ class Gateway:
         self._spawn(task)
 
     def replay(self, task: Task) -> None:
-        """Run a dead letter again with a fresh retry budget; it leaves the list on success.
-        A replay is meant to do the work: it never ends in a fallback."""
+        """Run a dead letter again: a fresh retry budget, no fallback, and never twice at once."""
+        if task.task_id in self.book.live:
+            raise InvalidParams(f"{task.task_id!r} is being replayed already; see reach.task()")
         task.envelope.fallback = False
         self.move(task, S.PENDING, replay_note(task.error))
         self.book.recent.pop(task.task_id, None)
@@ -394,4 +396,5 @@ class Gateway:
         self.book.fail_waiters(Unavailable(
             "the coordinator stopped before the task ended; it resumes on restart"))
         self.slots.cancel_all()
+        self.dispatch.deadlines.close()
         await self.following.close(Unavailable("the coordinator stopped before the task ended"))

@@ -34,6 +34,7 @@ import inspect
 import logging
 import os
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from reach.core.backoff import Backoff
 from reach.core.schemas import schema_of
-from reach.errors import ReachError
+from reach.errors import ReachError, from_wire
 from reach.sdk.client import Client
 from reach.sdk.connection import unreachable
 from reach.sdk.endpoints import Endpoints, dial_any, spread_for
@@ -99,6 +100,7 @@ class Agent(Serving):
         self._client_lock = asyncio.Lock()
         self._closing = False
         self.online = asyncio.Event()
+        self._updates: deque[asyncio.Future[list[str]]] = deque()  # awaiting update()
 
     # ------------------------------------------------------------ declaring
 
@@ -245,12 +247,51 @@ class Agent(Serving):
             await asyncio.sleep(backoff.delay(failures, self._rng))
             failures += 1
 
+    def _register(self) -> p.Register:
+        return p.Register(name=self.name, token=self.token, version=self.version,
+                          max_concurrency=self.max_concurrency, instance=self.instance,
+                          capabilities=[h.spec for h in self.handlers.values()],
+                          probes=True, heartbeat_interval=self.asked_intervals[0],
+                          probe_interval=self.asked_intervals[1])
+
+    def withdraw(self, name: str) -> None:
+        """Stop declaring capability ``name`` (send it with ``update``); its calls already
+        running finish."""
+        if name not in self.handlers:
+            raise ValueError(f"agent {self.name!r} declares no capability {name!r}; it "
+                             f"declares {', '.join(sorted(self.handlers)) or 'none'}")
+        del self.handlers[name]
+
+    async def update(self, timeout: float = 10.0) -> list[str]:
+        """Tell the coordinator what this agent declares now (capabilities added with
+        ``capability`` or removed with ``withdraw`` since it connected), on the open
+        connection: calls in flight go on, new calls are routed by the new set
+        (docs/protocol.md §15). Returns the capability names registered; a refusal raises
+        the coordinator's error (the agent stays connected with what it had)."""
+        if not self.handlers:
+            raise ValueError(f"agent {self.name!r} would declare no capability; to stop "
+                             f"serving, close() it")
+        if self._out is None or not self.online.is_set():
+            raise RuntimeError(f"agent {self.name!r} is not connected; what it declares is "
+                               f"sent when it connects")
+        answered: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self._updates.append(answered)
+        self._out.post(p.dump(self._register()))
+        return await asyncio.wait_for(answered, timeout)
+
+    def _on_welcome(self, capabilities: list[str], refused: Any) -> None:
+        while self._updates:
+            answered = self._updates.popleft()
+            if answered.done():  # timed out: the next answer is the next update's
+                continue
+            if refused is None:
+                answered.set_result(capabilities)
+            else:
+                answered.set_exception(from_wire(refused.model_dump()))
+            return
+
     async def _session(self, endpoints: Endpoints) -> None:
-        register = p.Register(name=self.name, token=self.token, version=self.version,
-                              max_concurrency=self.max_concurrency, instance=self.instance,
-                              capabilities=[h.spec for h in self.handlers.values()],
-                              probes=True, heartbeat_interval=self.asked_intervals[0],
-                              probe_interval=self.asked_intervals[1])
+        register = self._register()
         # An answer other than welcome is retried, as a lost connection is.
         ws, frame, target = await dial_any(endpoints, register,
                                            max_frame_bytes=self.max_frame_bytes,
@@ -262,6 +303,7 @@ class Agent(Serving):
                 log.warning("agent %s: coordinator %s lost, registered with %s instead",
                             self.name, moved, target)
             self.agent_id = frame.agent_id
+            self._on_welcome(list(frame.capabilities), None)  # an update lost with the link
             self.heartbeat_interval = frame.heartbeat_interval
             self.probe_interval = frame.probe_interval
             self.frame_limit = frame.max_frame_bytes

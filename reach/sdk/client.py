@@ -274,12 +274,15 @@ class Client(Waiters):
 
     async def call_intent(self, text: str, params: dict[str, Any] | None = None, *,
                           timeout: float | None = None, idempotency_key: str | None = None,
-                          priority: int = 5, tags: Mapping[str, str | bool] | None = None
-                          ) -> Any:
+                          priority: int = 5, tags: Mapping[str, str | bool] | None = None,
+                          choose: str | None = None) -> Any:
         """Say what you need in words (Chinese or English); Reach picks the capability.
-        No good match raises ``NoRoute`` listing the closest capabilities."""
+        No confident match raises ``NoRoute`` listing the closest capabilities
+        (``suggestions``, ``candidates``) and the words that matched each (``why``).
+        ``choose`` one of them to call it with the same words: the coordinator learns the
+        phrase, and the same request routes there next time (docs/intent.md)."""
         handle, _ = await self._submit(SubmitRequest(
-            "", params or {}, idempotency_key=idempotency_key, priority=priority,
+            choose or "", params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, intent=text, tags=tags))
         return await handle.result(None if timeout is None else timeout + OUTCOME_GRACE)
 

@@ -98,6 +98,10 @@ class Serving:
     def _post_text(self, text: str) -> None:
         raise NotImplementedError
 
+    def _on_welcome(self, capabilities: list[str], refused: Any) -> None:
+        """A registration update was answered (registered ``capabilities``, or ``refused``
+        with this wire error)."""
+
     async def _get_client(self) -> Client:
         raise NotImplementedError
 
@@ -183,7 +187,12 @@ class Serving:
             work = self._by_task.get(frame.task_id)
             if work is not None:
                 work.cancel()
+        elif isinstance(frame, p.Welcome):  # the answer to an update (Agent.update)
+            self._on_welcome(list(frame.capabilities), None)
         elif isinstance(frame, p.Error):
+            if frame.error.details.get("type") == "register":  # an update refused
+                self._on_welcome([], frame.error)
+                return
             if frame.task_id is not None:
                 # An answer of ours came after the coordinator gave that attempt up (it
                 # timed out, or went elsewhere): nothing to do, the run has ended or is
@@ -220,9 +229,9 @@ class Serving:
             running = outcome
         handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
         if handler is not None and not handler.spec.idempotent:
-            # A write is acknowledged before it starts: were this process to die unacked, the
-            # coordinator takes the work as never delivered and sends it elsewhere, which is
-            # only safe if it really did not start here.
+            # A write is acknowledged before it starts, so the coordinator learns at once that
+            # it may be running here (unacknowledged, it waits, and sends it again only to this
+            # process: at most once, docs/protocol.md §8).
             self._ack(f, conn, running)
         else:  # a quick read answers within the grace, sparing the ack frame
             self._ack_later(loop, f, conn, running)

@@ -36,7 +36,8 @@ log = logging.getLogger("reach.channel")
 _Welcome = p.unchecked(p.Welcome)
 _Invoke = p.unchecked(p.Invoke)
 GIVEN_UP = 1024  # (task, attempt) pairs one session remembers as given up, for late answers
-AGENT_SENDS = ("heartbeat", "ack", "chunk", "result", "error", "deregister", "probe_result")
+AGENT_SENDS = ("heartbeat", "ack", "chunk", "result", "error", "deregister", "probe_result",
+               "register")
 _Probe = p.unchecked(p.Probe)
 
 
@@ -50,6 +51,8 @@ class AgentSession(Session):
         # attempts the gateway stopped waiting for → why, or None once the agent was told
         self.given_up: OrderedDict[tuple[str, int], str | None] = OrderedDict()
         self._closer: asyncio.Task[None] | None = None
+        self._updating: asyncio.Task[None] | None = None  # a registration update (§15)
+        self._probe_every: float | None = None
 
     async def run(self, reg: p.Register) -> None:
         sv = self.services
@@ -96,15 +99,14 @@ class AgentSession(Session):
         # Only agents that said they answer probes are sent them (v1 agents never are).
         probe_every = probes.track(self.record, self, reg.probe_interval) if reg.probes \
             else None
-        self.out.post(p.dump(_Welcome(
-            agent_id=agent_id, heartbeat_interval=self.record.liveness.interval,
-            max_frame_bytes=sv.settings.max_frame_bytes,
-            capabilities=registration.normalized, warnings=registration.warnings,
-            probe_interval=probe_every)))
+        self._probe_every = probe_every
+        self._welcome(registration)
         await sv.identities.remember(registration.record, reg.capabilities)
         try:
             await self._frames(self._on_frame)
         finally:
+            if self._updating is not None:
+                self._updating.cancel()
             for delivery in list(self.pending.values()):
                 delivery.resolve("lost")
             self.pending.clear()
@@ -113,6 +115,53 @@ class AgentSession(Session):
             if record.link is self:
                 sv.registry.disconnected(record, sv.clock.wall())
             await self.out.aclose()
+
+    def _welcome(self, registration: Any) -> None:
+        sv = self.services
+        self.out.post(p.dump(_Welcome(
+            agent_id=self.record.agent_id, heartbeat_interval=self.record.liveness.interval,
+            max_frame_bytes=sv.settings.max_frame_bytes,
+            capabilities=registration.normalized, warnings=registration.warnings,
+            probe_interval=self._probe_every)))
+
+    def _update(self, reg: p.Register) -> None:
+        """A ``register`` frame on an open connection: the agent's capabilities change in
+        place (docs/protocol.md §15). Updates are applied in the order they came."""
+        self._updating = asyncio.get_running_loop().create_task(
+            self._reregister(reg, self._updating), name=f"reach-update {self.record.name}")
+
+    async def _reregister(self, reg: p.Register, before: asyncio.Task[None] | None) -> None:
+        """Check the update as a first registration is checked, then register the same
+        record again with this link: counters, breaker, liveness and the calls in flight
+        stay; new calls are routed by the new set. Answered with ``welcome``, or an
+        ``error`` whose ``details.type`` is ``register`` (the connection stays)."""
+        if before is not None:
+            await asyncio.gather(before, return_exceptions=True)
+        sv, record = self.services, self.record
+        try:
+            if reg.name != record.name:
+                raise InvalidParams(
+                    f"this connection registered agent {record.name!r}, and an update keeps "
+                    f"the name; to serve as {reg.name!r}, open another connection")
+            await self._admit(reg)
+            if record.link is not self:  # replaced by a newer connection meanwhile
+                return
+            registration = sv.registry.register(
+                agent_id=record.agent_id, name=record.name, version=reg.version,
+                max_concurrency=reg.max_concurrency, specs=reg.capabilities, link=self,
+                now=sv.clock.wall(), instance=record.instance,
+                heartbeat_interval=reg.heartbeat_interval)
+        except (SchemaError, ValueError) as exc:
+            self.out.post(error_frame(InvalidParams(f"update refused: {exc}", reason=str(exc),
+                                                    type="register")))
+            return
+        except ReachError as exc:
+            exc.details.setdefault("type", "register")
+            self.out.post(error_frame(exc))
+            return
+        self.record = registration.record
+        self._welcome(registration)
+        await sv.identities.remember(registration.record, reg.capabilities)
 
     async def _admit(self, reg: p.Register) -> None:
         """Everything a registration must pass before it touches the registry: the token, the
@@ -208,6 +257,8 @@ class AgentSession(Session):
             if delivery is not None:
                 delivery.ack()
                 delivery.chunk(frame.seq, frame.data)
+        elif kind == "register":
+            self._update(frame)
         elif kind == "deregister":
             sv.registry.deregister(self.record, sv.clock.wall(), by="agent")
         elif kind == "probe_result":

@@ -143,13 +143,32 @@ class CallerSession(Session):
 
     def _on_submit(self, f: p.Submit) -> None:
         # The common path creates no task of its own: acceptance is posted from the commit's
-        # completion callback. Only a duplicate known solely to the store needs a coroutine.
+        # completion callback. Only a duplicate known solely to the store needs a coroutine,
+        # and a request by intent when the model extra routes it (off the loop).
+        request = SubmitRequest(
+            f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
+            f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent, f.hedge,
+            f.tags, f.fallback)
+        routing = self.services.intent_routing
+        if routing is not None and f.intent and not f.capability:
+            self._spawn(self._route(f, request, routing))
+        else:
+            self._admit(f, request)
+
+    async def _route(self, f: p.Submit, request: SubmitRequest, routing: Any) -> None:
+        gateway = self.services.gateway
+        try:
+            request = await routing.route(request, gateway.router.may_call(
+                self.caller, gateway.registry.declaring))
+        except ReachError as exc:
+            self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
+            return
+        self._admit(f, request)
+
+    def _admit(self, f: p.Submit, request: SubmitRequest) -> None:
         sink = self._chunk_sink(f.id) if f.wait else None
         try:
-            admission = self.services.gateway.accept(SubmitRequest(
-                f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
-                f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent,
-                f.hedge, f.tags, f.fallback), sink)
+            admission = self.services.gateway.accept(request, sink)
         except ReachError as exc:
             self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
             return
@@ -226,14 +245,16 @@ class CallerSession(Session):
         clock = self.services.clock
         now = clock.now()
         self._ack_timer = None
-        while self._deferred and self._deferred[0][0] <= now:
-            _, pending = self._deferred.popleft()
+        deferred = self._deferred
+        while deferred and (deferred[0][0] <= now or deferred[0][1].answered):
+            # (answered ones need no timer: dropped here, not each woken for at its time)
+            _, pending = deferred.popleft()
             if not pending.answered:
                 pending.acked = True
                 self.out.post(p.dump(_Accepted(id=pending.req_id, task_id=pending.task_id,
                                                trace_id=pending.trace_id, duplicate=False)))
-        if self._deferred:
-            self._ack_timer = clock.call_at(self._deferred[0][0], self._ack_due)
+        if deferred:
+            self._ack_timer = clock.call_at(deferred[0][0], self._ack_due)
 
     def _chunk_sink(self, req_id: int) -> Callable[[str, int, Any], None]:
         def sink(task_id: str, seq: int, data: Any) -> None:

@@ -181,6 +181,10 @@ class FrontDoor:
         session does: a duplicate known only to the store is read back and checked to be
         the same work; a failed commit means the task was not accepted."""
         gateway = self.gateway
+        routing = self.services.intent_routing
+        if routing is not None and request.intent and not request.capability:
+            request = await routing.route(request, gateway.router.may_call(
+                request.caller, gateway.registry.declaring))
         admission = gateway.accept(request, sink)
         task = admission.task or await gateway.first_of(
             admission.lookup or "", request.capability, request.idempotency_key)
@@ -260,8 +264,9 @@ class FrontDoor:
         caller, h = self._who(request)
         body: IntentBody = _checked(IntentBody, await self._body(request), "body")
         timeout = body.timeout if body.timeout is not None else h.timeout
-        req = SubmitRequest("", body.params, caller, h.idempotency_key, 5, timeout,
-                            traceparent=h.traceparent, intent=body.intent, tags=body.tags)
+        req = SubmitRequest(body.choose or "", body.params, caller, h.idempotency_key, 5,
+                            timeout, traceparent=h.traceparent, intent=body.intent,
+                            tags=body.tags)
         return await self._run(request, req, timeout)
 
     async def _run(self, request: web.Request, req: SubmitRequest, timeout: float | None

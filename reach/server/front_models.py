@@ -112,6 +112,9 @@ class IntentBody(_In):
     params: Params = Field(default_factory=dict)
     timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT)
     tags: Tags = None
+    choose: CapabilityName | None = Field(
+        default=None, description="the capability chosen from a refusal's suggestions: it "
+        "is called, and the intent routes there next time (docs/intent.md, learned phrases)")
 
 
 class CallQuery(_In):

@@ -9,9 +9,11 @@ counts the rest, so one answer stays bounded however large the fleet.
 
 from __future__ import annotations
 
+from reach.core.liveness import Liveness
 from reach.core.registry import Registry
 from reach.core.trust import Trust
 from reach.server.front_models import AgentOffer, CapabilityList, CapabilityView, Health
+from reach.wire.protocol import CapabilitySpec
 
 MAX_AGENTS = 100  # agents listed per capability
 
@@ -37,6 +39,21 @@ def capabilities(caller: str, registry: Registry, trust: Trust, node: str) -> Ca
                                node=r.node or node)
                     for r in records[:MAX_AGENTS]]))
     return CapabilityList(caller=caller, capabilities=out)
+
+
+def callable_specs(caller: str, registry: Registry, trust: Trust) -> list[CapabilitySpec]:
+    """The declarations of the capabilities ``caller`` may call (the rule above) that an
+    agent can take now: connected, not draining, not offline (what the A2A card lists as
+    skills: a capability whose agents have all left drops off the card at once)."""
+    out = []
+    for name in sorted(registry.index):
+        records = [r for r in registry.index[name].values()
+                   if r.connected and not r.draining and r.state is not Liveness.OFFLINE]
+        if records:
+            spec = records[0].capabilities[name].spec
+            if trust.calls.allows(caller, name, spec.scope):
+                out.append(spec)
+    return out
 
 
 def health(accepting: bool, registry: Registry) -> Health:

@@ -11,9 +11,11 @@ serves both eras: 2025-11-25 sessions (initialize, then a session id) and the st
   breakers, dead letters, traces all apply. The idempotency key is ``_meta``'s
   ``agent-reach/idempotency-key`` or the ``Idempotency-Key`` header. Streaming chunks become
   progress notifications when the request carries a progress token.
+- A 2025 session is its opener's: another caller presenting its id is answered 404
+  (``with_principal``).
 - ``notifications/tools/list_changed``: the registry's tool set is watched (debounced,
   ``DEBOUNCE``); a change is published on the subscription bus (2026 listeners) and sent on
-  every open 2025 session that listed tools.
+  each open 2025 session that listed tools and whose caller may call what changed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -63,6 +67,16 @@ class ReachServer(Server[Any]):
             experimental_capabilities, extensions)
 
 
+def with_principal(scope: Scope) -> Scope:
+    """``scope`` with the front door's caller as the SDK's authenticated user: the session
+    manager binds a 2025 session to the principal that opened it and answers any other
+    caller that presents its id as if the session did not exist (404), so a leaked session
+    id lets nobody else read its notifications or end it."""
+    caller = str(scope.get("reach", {}).get("caller", ""))
+    user = AuthenticatedUser(AccessToken(token="", client_id=caller, scopes=[]))
+    return {**scope, "user": user}
+
+
 def caller_of(ctx: Ctx) -> str:
     """The caller the front door named for this request (front_asgi's ``scope["reach"]``)."""
     request = ctx.request
@@ -93,8 +107,9 @@ class McpDoor:
                 allowed_origins=origins),
             max_request_body_size=s.max_frame_bytes)
         # 2025 sessions, by MCP session id: the latest request's ServerSession (any of a
-        # connection's sends its standalone notifications); one that fails is forgotten
-        self.sessions: dict[str, ServerSession] = {}
+        # connection's sends its standalone notifications) and its caller; one that fails is
+        # forgotten
+        self.sessions: dict[str, tuple[ServerSession, str]] = {}
         self._seen = mcp_tools.fingerprint(self.services.registry)
         self._timer: asyncio.TimerHandle | None = None
         self._running = False
@@ -119,7 +134,7 @@ class McpDoor:
                     self.listen.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
-        await self.manager.handle_request(scope, receive, send)
+        await self.manager.handle_request(with_principal(scope), receive, send)
 
     # ------------------------------------------------------------ tools
 
@@ -128,8 +143,9 @@ class McpDoor:
         self._remember(ctx)  # told when the list changes
         s = self.services
         return types.ListToolsResult(tools=[
-            mcp_tools.tool(spec)
-            for spec in mcp_tools.specs(caller_of(ctx), s.registry, s.trust)])
+            *(mcp_tools.tool(spec)
+              for spec in mcp_tools.specs(caller_of(ctx), s.registry, s.trust)),
+            mcp_tools.intent_tool()])
 
     async def call_tool(self, ctx: Ctx, params: types.CallToolRequestParams
                         ) -> types.CallToolResult:
@@ -138,16 +154,23 @@ class McpDoor:
         meta: dict[str, Any] = dict(ctx.meta or {})
         key = meta.get(mcp_tools.IDEMPOTENCY_META) or _header(ctx, "idempotency-key")
         token = meta.get("progressToken", meta.get("progress_token"))
-        progress = None if token is None else _Progress(ctx.session, token)
-        req = SubmitRequest(params.name, dict(params.arguments or {}), caller,
-                            None if key is None else str(key), 5, None,
-                            traceparent=_header(ctx, "traceparent"))
+        progress = None if token is None else _Progress(ctx.session, token, ctx.request_id)
+        args = dict(params.arguments or {})
+        by_intent = params.name == mcp_tools.INTENT_TOOL
+        name, intent = params.name, None
+        if by_intent:
+            name, intent = str(args.get("choose") or ""), str(args.get("intent") or "")
+            args = dict(args.get("params") or {})
+        req = SubmitRequest(name, args, caller, None if key is None else str(key), 5, None,
+                            traceparent=_header(ctx, "traceparent"), intent=intent)
         try:
             task, _ = await self.front.admit(req, None if progress is None else progress.sink)
             done = await self.front.finished(task, None)
             if progress is not None:
                 await progress.flush()
         except ReachError as exc:
+            if by_intent and exc.code == "no_route":
+                return mcp_tools.refusal(exc.to_wire())
             raise mcp_tools.fault(exc.to_wire()) from None
         except HttpProblem as exc:
             raise mcp_tools.fault(exc.error.to_wire()) from None
@@ -162,7 +185,7 @@ class McpDoor:
         sid = _header(ctx, "mcp-session-id")
         if sid is not None and ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
             self.sessions.pop(sid, None)
-            self.sessions[sid] = ctx.session
+            self.sessions[sid] = (ctx.session, caller_of(ctx))
             while len(self.sessions) > MAX_SESSIONS:  # the oldest unheard-of go first
                 del self.sessions[next(iter(self.sessions))]
 
@@ -174,12 +197,23 @@ class McpDoor:
         self._timer = None
         now = mcp_tools.fingerprint(self.services.registry)
         if now != self._seen:
+            moved = mcp_tools.changed(self._seen, now)
             self._seen = now
-            asyncio.get_running_loop().create_task(self._announce(), name="mcp-list-changed")
+            asyncio.get_running_loop().create_task(self._announce(moved),
+                                                   name="mcp-list-changed")
 
-    async def _announce(self) -> None:
+    async def _announce(self, moved: dict[str, str]) -> None:
+        """Tell of a change: on the 2026 bus, and to each 2025 session whose caller may call
+        a capability that came, went or changed (another caller's tools are none of its
+        business, not even that they changed)."""
         await self.bus.publish(ToolsListChanged())
-        for sid, session in list(self.sessions.items()):
+        calls, concerned = self.services.trust.calls, {}
+        for sid, (session, caller) in list(self.sessions.items()):
+            if caller not in concerned:
+                concerned[caller] = any(calls.allows(caller, name, scope)
+                                        for name, scope in moved.items())
+            if not concerned[caller]:
+                continue
             try:
                 await session.send_tool_list_changed()
             except Exception as exc:  # a closed session: forgotten
@@ -195,11 +229,16 @@ def _header(ctx: Ctx, name: str) -> str | None:
 
 class _Progress:
     """A chunk sink that sends each chunk as a progress notification, in order;
-    ``flush`` waits for those sent so far (the result goes after the last of them)."""
+    ``flush`` waits for those sent so far (the result goes after the last of them). Each is
+    related to its request, so over Streamable HTTP it travels on the request's own stream,
+    ahead of the result (unrelated, it went on the session's GET stream and could come after
+    the result, when a client drops it)."""
 
-    def __init__(self, session: ServerSession, token: str | int) -> None:
+    def __init__(self, session: ServerSession, token: str | int,
+                 request_id: str | int | None = None) -> None:
         self.session = session
         self.token = token
+        self.related = None if request_id is None else str(request_id)
         self.queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
         self.pump: asyncio.Task[None] | None = None
 
@@ -213,7 +252,8 @@ class _Progress:
             seq, chunk = self.queue.get_nowait()
             try:
                 await self.session.send_progress_notification(
-                    self.token, float(seq + 1), message=json.dumps(chunk))
+                    self.token, float(seq + 1), message=json.dumps(chunk),
+                    related_request_id=self.related)
             except Exception as exc:  # the client left: the call goes on
                 log.debug("progress not sent: %r", exc)
 

@@ -38,6 +38,34 @@ def tool(spec: CapabilitySpec) -> types.Tool:
                                           open_world_hint=True))
 
 
+# The one tool that is not a capability: call whatever capability words name (intent routing,
+# docs/intent.md). Capability names are dotted, so an underscore never clashes with one.
+INTENT_TOOL = "reach_intent"
+
+
+def intent_tool() -> types.Tool:
+    """The intent tool: ``intent`` routed to a capability; a refusal lists the closest ones
+    and the words that matched, and ``choose`` picks one (the phrase is then learned)."""
+    return types.Tool(
+        name=INTENT_TOOL,
+        description="Call whatever capability these words describe (Chinese or English). "
+                    "When no capability clearly fits, the answer lists the closest ones "
+                    "(suggestions, candidates) and the words that matched each (why): call "
+                    "again with the same intent and choose set to one of them.",
+        input_schema={"type": "object", "required": ["intent"], "properties": {
+            "intent": {"type": "string", "maxLength": 2000},
+            "params": {"type": "object"},
+            "choose": {"type": "string", "description": "one of a refusal's suggestions"}}},
+        annotations=types.ToolAnnotations(open_world_hint=True))
+
+
+def refusal(error: dict[str, Any]) -> types.CallToolResult:
+    """An intent nobody clearly fits, as a result the model can read and act on."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=str(error.get("message", "")))],
+        structured_content={"error": error}, is_error=True)
+
+
 def specs(caller: str, registry: Registry, trust: Trust) -> list[CapabilitySpec]:
     """The capabilities ``caller`` may call, by name (the REST ``/v1/capabilities`` rule)."""
     out = []
@@ -51,17 +79,28 @@ def specs(caller: str, registry: Registry, trust: Trust) -> list[CapabilitySpec]
     return out
 
 
-def fingerprint(registry: Registry) -> tuple[tuple[str, str], ...]:
+Fingerprint = dict[str, tuple[str, str]]
+"""A tool set as list_changed compares it: capability name → (scope, declaration JSON)."""
+
+
+def fingerprint(registry: Registry) -> Fingerprint:
     """What a tool list depends on (names and declarations): list_changed fires when this
     changes, not on every liveness flutter."""
-    out = []
+    out: Fingerprint = {}
     for name in sorted(registry.index):
         records = list(registry.index[name].values())
         if records:
             spec = records[0].capabilities[name].spec
-            out.append((name, spec.model_dump_json(include={"params", "returns", "scope",
-                                                            "idempotent", "description"})))
-    return tuple(out)
+            out[name] = (spec.scope, spec.model_dump_json(
+                include={"params", "returns", "scope", "idempotent", "description"}))
+    return out
+
+
+def changed(before: Fingerprint, after: Fingerprint) -> dict[str, str]:
+    """The capabilities that came, went or changed declaration between two tool sets, with
+    the scope each had (a caller is told only of those it may call)."""
+    return {name: (after.get(name) or before[name])[0]
+            for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
 
 
 def success(result: Any) -> types.CallToolResult:

@@ -68,6 +68,8 @@ class Services:
     # the cluster (docs/protocol.md §14): this node's id, the token peers must present, the
     # feed of this node's own agents to its peer sessions (None: no peer sessions taken)
     node: Node | None = None
+    # intent routing with the model extra (reach.server.intent_routing.ModelRouting), when on
+    intent_routing: Any = None
 
     @property
     def node_id(self) -> str:

@@ -12,12 +12,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import DBAPIError
 
+from reach.core.intent_learn import Phrase
 from reach.core.tasks import TERMINAL, Task, TaskState
 from reach.ports import DuplicateKey
-from reach.store import postgres
+from reach.store import phrases, postgres, pushes
 from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
@@ -204,6 +205,34 @@ class Store(GroupCommit):
         trace_ids: list[str] = await self._run(q)
         return await self.trace_tasks(trace_ids)
 
+    async def of_caller(self, caller: str, limit: int, *, before: tuple[float, str] | None = None,
+                        trace_id: str | None = None, states: list[str] | None = None,
+                        scan: int = 10_000) -> tuple[list[Task], int]:
+        """The tasks ``caller`` submitted among the newest ``scan`` of the store (by the
+        creation index: bounded work however large the table, no index on callers), newest
+        first: up to ``limit`` older than ``before`` (a (created_at, task_id) cursor), of
+        ``trace_id`` and in ``states`` when given; and how many of them there are in all."""
+        def q() -> tuple[list[Any], int]:
+            recent = select(TASKS).order_by(TASKS.c.created_at.desc()).limit(scan).subquery()
+            c = recent.c
+            where = c.caller == caller
+            if trace_id is not None:
+                where = where & (c.trace_id == trace_id)
+            if states:
+                where = where & c.state.in_(states)
+            with self.engine.connect() as conn:
+                total = conn.execute(select(func.count()).select_from(recent)
+                                     .where(where)).scalar_one()
+                if before is not None:
+                    at, last = before
+                    where = where & ((c.created_at < at)
+                                     | ((c.created_at == at) & (c.task_id < last)))
+                rows = conn.execute(select(recent).where(where).order_by(
+                    c.created_at.desc(), c.task_id.desc()).limit(limit))
+                return list(rows), int(total)
+        rows, total = await self._run(q)
+        return [task_from_row(r) for r in rows], total
+
     async def match(self, prefix: str, limit: int = 2) -> tuple[list[str], list[str]]:
         """Up to ``limit`` task ids and ``limit`` trace ids that start with ``prefix`` (by
         range over the primary key and the trace index, so any database's own index does)."""
@@ -258,6 +287,35 @@ class Store(GroupCommit):
                         for n, caps in rows}
         result: dict[str, list[str]] = await self._run(q)
         return result
+
+    # ------------------------------------------------------------ learned phrases
+
+    async def phrases(self) -> list[Phrase]:
+        """The phrases intent routing learned, oldest first (reach.store.phrases)."""
+        found: list[Phrase] = await self._run(phrases.load, self.engine)
+        return found
+
+    async def keep_phrase(self, phrase: Phrase) -> None:
+        await self._run(phrases.keep, self.engine, phrase)
+
+    async def forget_phrase(self, text: str) -> bool:
+        gone: bool = await self._run(phrases.forget, self.engine, text)
+        return gone
+
+    # ------------------------------------------------------------ push notification configs
+
+    async def push_configs(self, limit: int) -> list[tuple[str, str]]:
+        """(task id, config JSON) of the oldest ``limit`` kept push configs, oldest first
+        (reach.store.pushes)."""
+        found: list[tuple[str, str]] = await self._run(pushes.load, self.engine, limit)
+        return found
+
+    async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
+                               ) -> None:
+        await self._run(pushes.keep, self.engine, task_id, config_id, body, now)
+
+    async def forget_push_config(self, task_id: str, config_id: str) -> None:
+        await self._run(pushes.forget, self.engine, task_id, config_id)
 
     async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
                          max_concurrency: int, now: float) -> None:

@@ -135,6 +135,18 @@ class DeadLetter(_Object):
     discarded: dict[str, Any] | None = None
 
 
+class Phrase(_Object):
+    """One phrase intent routing learned from a caller's choice (the ``phrases`` command;
+    docs/intent.md): the request as written, its match key, the capability chosen, when
+    (epoch seconds) and who taught it."""
+
+    text: str
+    key: str = ""
+    capability: str
+    learned_at: float = 0.0
+    caller: str = ""
+
+
 class Series(_Object):
     calls: int = 0
     succeeded: int = 0

@@ -155,7 +155,7 @@ async def test_a_late_result_is_told_it_came_too_late() -> None:
     """§3 Late answers: a result for an attempt that timed out gets an ``error`` frame with
     code ``timeout``, its task_id and attempt, once; a retry of the same task at the same
     agent is still answered normally."""
-    async with Reach.start(heartbeat_interval=0.1) as reach:
+    async with Reach.start(heartbeat_interval=1.0) as reach:
         worker = await agent(reach.url, "slowpoke", [{**ECHO, "latency_ms": 40}])
         boss = await caller(reach.url)
         await boss.send(submit(1, "conf.echo", max_retries=1))
@@ -177,10 +177,13 @@ async def test_a_late_result_is_told_it_came_too_late() -> None:
 
 
 async def test_a_late_ack_of_an_undelivered_attempt_is_told_so() -> None:
-    """An invoke not acknowledged within the ack timeout is taken as never delivered; an ack
-    that comes later is told (reason ``undelivered``) so the agent can drop the work."""
-    async with Reach.start(heartbeat_interval=0.1, ack_timeout=0.05) as reach:
-        worker = await agent(reach.url, "deaf", [{"name": "conf.write", "latency_ms": 500}])
+    """An invoke of an idempotent capability not acknowledged within the ack timeout is taken
+    as never delivered; an ack that comes later is told (reason ``undelivered``) so the agent
+    can drop the work. (Work that is not idempotent waits for the late ack instead:
+    test_conf_03_at_most_once.py.)"""
+    async with Reach.start(heartbeat_interval=1.0, ack_timeout=0.05) as reach:
+        worker = await agent(reach.url, "deaf", [{"name": "conf.write", "latency_ms": 500,
+                                                  "idempotent": True}])
         boss = await caller(reach.url)
         await boss.send(submit(1, "conf.write", max_retries=0))
         invoke = await worker.expect("invoke")

@@ -61,6 +61,27 @@ async def test_defer_ack_makes_one_frame_for_both(reach: Reach) -> None:
     server.cancel()
 
 
+async def test_a_deferred_ack_still_comes_for_a_slow_task_behind_quick_ones(
+        reach: Reach) -> None:
+    """§4 ``defer_ack``: quick outcomes answered alone do not hold up, nor take away, the
+    ``accepted`` of a slower task submitted after them: it comes once its 50 ms are up."""
+    worker = await agent(reach.url, "sales", [SALES])
+    server = await serve_forever(worker, "quick")
+    holder = await agent(reach.url, "holder", [{"name": "job.hold", "latency_ms": 5000}])
+    boss = await caller(reach.url)
+    for n in range(3):
+        await boss.send(submit(n, "sales.query", {"region": "r"}, defer_ack=True))
+        assert (await boss.outcome(n))["result"] == "quick"
+    await boss.send(submit(9, "job.hold", defer_ack=True))
+    held = await holder.expect("invoke")
+    accepted = await boss.expect("accepted", timeout=1.0)
+    assert accepted["id"] == 9 and accepted["task_id"] == held["task_id"]
+    await answer(holder, held, "slow")
+    assert (await boss.outcome(9))["result"] == "slow"
+    await boss.silent(0.1)  # and no late `accepted` for the quick ones
+    server.cancel()
+
+
 async def test_the_idempotency_key_is_looked_up_before_any_other_check(reach: Reach) -> None:
     """§4 Checks before acceptance, step 4: a used key for the same capability returns the
     first task even with params that fail the schema and with no agent online; for another

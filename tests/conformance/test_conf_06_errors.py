@@ -39,7 +39,8 @@ async def test_protocol_error_details(reach: Reach) -> None:
     await worker.send({"v": 1, "type": "status", "id": 1, "task_id": "x"})
     error = error_of(await worker.recv())
     assert error["details"] == {"type": "status", "expected": [
-        "heartbeat", "ack", "chunk", "result", "error", "deregister", "probe_result"]}
+        "heartbeat", "ack", "chunk", "result", "error", "deregister", "probe_result",
+        "register"]}
 
 
 async def test_invalid_params_details(reach: Reach) -> None:

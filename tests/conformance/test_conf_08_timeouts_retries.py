@@ -26,7 +26,8 @@ async def first_invoke(*peers: Peer) -> tuple[Peer, dict[str, Any]]:
 
 async def test_no_ack_in_time_fails_over_to_another_agent() -> None:
     async with Reach.start(heartbeat_interval=0.1, ack_timeout=0.05) as reach:
-        cap = {"name": "conf.write", "latency_ms": 500}  # not idempotent: fail-over still
+        # idempotent: a late ack of work that is not is waited for (test_conf_03_at_most_once)
+        cap = {"name": "conf.write", "latency_ms": 500, "idempotent": True}
         one = await agent(reach.url, "silent-one", [cap])
         two = await agent(reach.url, "silent-two", [cap])
         boss = await caller(reach.url)

@@ -1,5 +1,6 @@
-"""Intent routing (reach/core/intent.py): the index, the floor and margin, candidates and
-suggestions, the incidents of issue 13, hostile input, and the cache the registry keeps."""
+"""Intent routing (reach/core/intent.py): the index, the floor, the lead and margin on the
+evidence only one capability has, candidates and suggestions, the incidents of issue 13,
+hostile input, and the cache the registry keeps."""
 
 from __future__ import annotations
 
@@ -52,11 +53,23 @@ INDEX = build(FIELD)
     ("今天的日报帮我做一下", "report.daily"),          # a tie with report.weekly
     ("我要做新闻摘要", "news.summarize"),              # no suggestion at all
 ])
-def test_the_incidents_of_issue_13_route_right(text: str, capability: str) -> None:
+def test_the_incidents_of_issue_13_never_go_wrong_and_offer_the_right_one_first(
+        text: str, capability: str) -> None:
+    """Issue 30 put precision first: each routes right, or is refused with the right
+    capability first (a caller that picks it teaches the phrase); none goes elsewhere."""
     decision = resolve(text, INDEX)
-    assert decision.outcome is Outcome.MATCH
-    assert decision.capability == capability
+    assert decision.capability in (None, capability)
+    assert (decision.candidates or decision.suggestions)[0] == capability
     assert decision.suggestions[0] == capability
+
+
+def test_the_runner_up_s_own_evidence_makes_a_refusal() -> None:
+    # 查库存: 库存 is stock.query's alone, but 查 (in 查一下销售额) is sales.query's alone.
+    decision = resolve("查库存", INDEX)
+    assert decision.outcome is Outcome.AMBIGUOUS
+    assert decision.candidates == ("stock.query", "sales.query")
+    assert dict(decision.why) == {"stock.query": ("库存",), "sales.query": ("查",)}
+    assert resolve("库存还剩多少件", INDEX).capability == "stock.query"  # nothing of sales
 
 
 @pytest.mark.parametrize("text, capability", [
@@ -69,16 +82,18 @@ def test_the_incidents_of_issue_13_route_right(text: str, capability: str) -> No
     ("returns 退货率 by channel", "returns.rate"),
 ])
 def test_english_chinese_and_mixed_text(text: str, capability: str) -> None:
-    assert resolve(text, INDEX).capability == capability
+    decision = resolve(text, INDEX)
+    assert decision.capability == capability and decision.suggestions[0] == capability
 
 
 def test_two_capabilities_that_fit_alike_are_candidates_not_a_guess() -> None:
-    decision = resolve("做个报表", INDEX)
+    decision = resolve("生成一份报表 report", INDEX)
     assert decision.outcome is Outcome.AMBIGUOUS and decision.capability is None
     assert decision.candidates == ("report.daily", "report.weekly")
     assert decision.suggestions[:2] == ("report.daily", "report.weekly")
-    english = resolve("make a report", INDEX)
-    assert english.candidates == ("report.daily", "report.weekly")
+    weak = resolve("make a report", INDEX)  # under the floor: suggested, not candidates
+    assert weak.outcome is Outcome.WEAK
+    assert weak.suggestions[:2] == ("report.daily", "report.weekly")
 
 
 def test_weak_evidence_is_refused_with_suggestions() -> None:
@@ -92,7 +107,7 @@ def test_weak_evidence_is_refused_with_suggestions() -> None:
 def test_empty_and_too_long_text_is_not_matched() -> None:
     for text in ("", "   ", "？？？", "!!!", "\x00\x01\x7f", "12345"):
         assert resolve(text, INDEX) == Decision(Outcome.EMPTY), text
-    assert resolve("查库存" * 666 + "查库", INDEX).outcome is Outcome.MATCH    # 2000
+    assert resolve("库存" * 1000, INDEX).outcome is Outcome.MATCH    # 2000
     assert resolve("x" * 2000, INDEX).outcome is Outcome.WEAK
     assert resolve("x" * 2001, INDEX) == Decision(Outcome.TOO_LONG)
 
@@ -110,7 +125,7 @@ def test_hostile_input_is_answered_fast() -> None:
         assert took < 1.0, (text[:10], took)  # generous: a shared machine; typically < 5 ms
     assert resolve("退货" * 5000, big).outcome is Outcome.TOO_LONG
     assert resolve("\x00" * 2000, big).outcome is Outcome.EMPTY
-    assert resolve("报表 " * 400, big).outcome is Outcome.AMBIGUOUS
+    assert resolve("报表 " * 400, big).suggestions[:2] == ("report.daily", "report.weekly")
 
 
 def test_rarity_is_one_for_a_feature_of_one_capability_and_falls_with_use() -> None:
@@ -164,39 +179,53 @@ def _index(**scores: float) -> Index:
     return Index(tuple(scores), {"ww": [(n, s) for n, s in enumerate(scores.values())]})
 
 
+def _two(a: tuple[float, float], b: tuple[float, float]) -> Index:
+    """Capabilities a and b: "ww" gives each its first number, and "xx" (a's alone) and "yy"
+    (b's alone) their second: what only one of them has is what tells them apart."""
+    return Index(("a", "b"), {"ww": [(0, a[0]), (1, b[0])], "xx": [(0, a[1])],
+                              "yy": [(1, b[1])]})
+
+
+FLOOR, LEAD = intent.FLOOR, intent.LEAD
+
+
 def test_the_floor_is_inclusive() -> None:
-    assert resolve("ww", _index(a=0.8)).capability == "a"
-    assert resolve("ww", _index(a=0.7999)).outcome is Outcome.WEAK
-    assert resolve("ww", _index(a=0.7999)).suggestions == ("a",)
+    assert resolve("ww", _index(a=FLOOR)).capability == "a"
+    assert resolve("ww", _index(a=FLOOR - 1e-4)).outcome is Outcome.WEAK
+    assert resolve("ww", _index(a=FLOOR - 1e-4)).suggestions == ("a",)
 
 
-def test_the_margin_a_lead_of_exactly_it_routes() -> None:
-    assert resolve("ww", _index(a=2.0, b=1.3)).capability == "a"             # 35 % ahead
-    decision = resolve("ww", _index(a=2.0, b=1.3001))
+def test_a_lead_is_evidence_the_runner_up_does_not_have() -> None:
+    # Shared evidence alone tells nothing: a tie on "ww" however far apart the totals.
+    decision = resolve("ww", _index(a=FLOOR + 1, b=0.3))
     assert decision.outcome is Outcome.AMBIGUOUS and decision.candidates == ("a", "b")
-    assert resolve("ww", _index(a=2.0, b=2.0)).candidates == ("a", "b")     # a tie: by name
-    assert resolve("ww", _index(b=2.0, a=2.0)).candidates == ("a", "b")
+    assert resolve("ww", _index(b=FLOOR, a=FLOOR)).candidates == ("a", "b")  # a tie: by name
+    # Evidence of its own (at least LEAD) and none for the runner-up: routed.
+    assert resolve("ww xx", _two((FLOOR, LEAD), (1.9, 0.0))).capability == "a"
+    assert resolve("ww xx", _two((FLOOR, LEAD - 1e-4), (1.9, 0.0))).outcome is \
+        Outcome.AMBIGUOUS
+    # The runner-up with any evidence of its own (MARGIN 1.0): refused with both.
+    both = resolve("ww xx yy", _two((FLOOR, 3.0), (0.1, 0.01)))
+    assert both.outcome is Outcome.AMBIGUOUS and both.candidates == ("a", "b")
 
 
 def test_a_single_capability_needs_only_the_floor() -> None:
-    decision = resolve("ww", _index(only=0.9))
+    decision = resolve("ww", _index(only=FLOOR + 0.1))
     assert decision == Decision(Outcome.MATCH, "only", (), ("only",))
-    assert decision.scores == (("only", 0.9),)
+    assert decision.scores == (("only", round(FLOOR + 0.1, 4)),)
     # Scores are shown to four places; the decision uses them whole.
     assert resolve("ww", _index(a=0.123456)).scores == (("a", 0.1235),)
-    assert resolve("ww", _index(a=0.79996)).outcome is Outcome.WEAK
+    assert resolve("ww", _index(a=FLOOR - 4e-5)).outcome is Outcome.WEAK
     assert resolve("ww", _index(a=0.24996)).suggestions == ()
 
 
-def test_suggestions_are_the_best_three_with_enough_evidence() -> None:
+def test_suggestions_are_the_best_four_with_enough_evidence() -> None:
     decision = resolve("ww", _index(a=0.5, b=0.4, c=0.3, d=0.29, e=0.2))
     assert decision.outcome is Outcome.WEAK
-    assert decision.suggestions == ("a", "b", "c")
+    assert decision.suggestions == ("a", "b", "c", "d")
     low = resolve("ww", _index(a=0.7, b=0.25, c=0.2499))
     assert low.suggestions == ("a", "b")
     assert low.scores == (("a", 0.7), ("b", 0.25), ("c", 0.2499))
-    routed = resolve("ww", _index(a=3.0, b=0.5, c=0.4, d=0.3))
-    assert routed.capability == "a" and routed.suggestions == ("a", "b", "c")
 
 
 def test_the_cache_builds_once_per_key_and_reweighs_only_what_changed() -> None:
@@ -215,8 +244,8 @@ def test_the_cache_builds_once_per_key_and_reweighs_only_what_changed() -> None:
     second = cache.get(2, lambda: catalogue(more))
     assert second is not first and calls == [7, 8]
     assert cache._weights[FIELD[0]] is kept           # not weighed again
-    assert resolve("算税", second).capability == "tax.compute"
-    assert resolve("算税", first).capability is None
+    assert resolve("算一下税 tax", second).capability == "tax.compute"
+    assert resolve("算一下税 tax", first).capability is None
     fewer = cache.get(3, lambda: catalogue(FIELD[:2]))
     assert set(cache._weights) == set(FIELD[:2]) and len(fewer) == 2
     assert cache.get(None, lambda: catalogue([])).names == ()    # a None key still builds
@@ -252,7 +281,7 @@ def test_the_registry_index_is_rebuilt_only_when_what_capabilities_say_changes()
     assert reg.catalogue_version == 1
     index = reg.intent_index()
     assert reg.intent_index() is index
-    assert resolve("查库存", index).capability == "stock.query"
+    assert resolve("查一下库存 stock", index).capability == "stock.query"
     assert resolve("算一下税", index).capability is None
     # The same agent coming back saying the same: the index stays.
     _register(reg, "a", _spec("stock.query", intents=["库存"]), version="2")
@@ -281,5 +310,5 @@ def test_a_failed_registration_changes_nothing() -> None:
 
 
 def test_the_module_constants_are_what_the_docs_say() -> None:
-    assert (intent.MAX_TEXT, intent.FLOOR, intent.MARGIN) == (2000, 0.8, 0.35)
-    assert (intent.SUGGEST, intent.SUGGESTIONS) == (0.25, 3)
+    assert (intent.MAX_TEXT, intent.FLOOR, intent.LEAD, intent.MARGIN) == (2000, 2.4, 1.0, 1.0)
+    assert (intent.SUGGEST, intent.SUGGESTIONS) == (0.25, 4)

@@ -51,7 +51,7 @@ def test_success_and_answers_finish() -> None:
 
 
 def test_undelivered_fails_over_while_candidates_remain_then_costs_a_retry() -> None:
-    v = verdict("lost", acked=False)
+    v = verdict("unsent")  # proof: never handed to the agent
     assert policy.after_attempt(v, Tries(2, hops=1), idempotent=False,
                                 others_left=True) == FailOver()
     assert policy.after_attempt(v, Tries(2, hops=1), idempotent=False,
@@ -62,6 +62,23 @@ def test_undelivered_fails_over_while_candidates_remain_then_costs_a_retry() -> 
     capped = Tries(2, hops=Tries(2).max_hops)  # the hop cap stops endless fail-overs
     assert policy.after_attempt(v, capped, idempotent=False,
                                 others_left=True) == Retry(charge=True, anywhere=True)
+
+
+def test_a_link_lost_before_the_ack_goes_back_for_work_that_is_not_idempotent() -> None:
+    """No proof it did not arrive: at most once sends it back to that agent alone; an
+    idempotent capability fails over as for any undelivered attempt."""
+    v = verdict("lost", acked=False)
+    assert (v.outcome, v.uncertain) == (Outcome.UNDELIVERED, True)
+    for tries in (Tries(2, hops=1), Tries(0, hops=Tries(0).max_hops)):
+        assert policy.after_attempt(v, tries, idempotent=False,
+                                    others_left=True) == policy.GoBack()
+    assert policy.after_attempt(v, Tries(2, hops=1), idempotent=True,
+                                others_left=True) == FailOver()
+    for proof in (verdict("unsent"), verdict("undelivered", "connection refused"),
+                  verdict("error", {"code": "unavailable"})):
+        assert not proof.uncertain
+        assert policy.after_attempt(proof, Tries(2, hops=1), idempotent=False,
+                                    others_left=True) == FailOver()
 
 
 @pytest.mark.parametrize("kind", ["timeout", "lost"])

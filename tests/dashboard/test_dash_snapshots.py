@@ -80,3 +80,15 @@ async def steady_goto(pilot: Pilot[Any]) -> None:
 def test_go_to_prompt(snap_compare: Any) -> None:
     assert snap_compare(sample_app(), press=list("a1a1a1"), terminal_size=SIZE,
                         run_before=steady_goto)
+
+
+async def phrases_read(pilot: Pilot[Any]) -> None:
+    await loaded(pilot)
+    await pilot.press("6")
+    app: Any = pilot.app
+    await wait_until(lambda: app.model.phrases is not None)
+    await pilot.pause()
+
+
+def test_phrases_tab(snap_compare: Any) -> None:
+    assert snap_compare(sample_app(), terminal_size=SIZE, run_before=phrases_read)

@@ -100,4 +100,7 @@ async def test_three_agents_failing_at_once_retry_within_budget_and_spread_by_ji
           f"starting within any 2 ms")
     assert len(retry_at) >= 5
     assert spread >= 0.010, retry_at
-    assert busiest <= max(2, len(retry_at) // 2), retry_at
+    # At most two thirds in any 2 ms (without jitter: all of them). Not half: a loop stall on
+    # a loaded machine fires together the timers that came due during it (seen once in a
+    # full run beside other jobs: 8 of 14 within 2 ms, spread over 33 ms).
+    assert busiest <= max(2, 2 * len(retry_at) // 3), retry_at

@@ -146,8 +146,8 @@ async def test_an_answer_is_final_and_not_the_agents_fault(rig: Rig) -> None:
 
 
 async def test_an_unacknowledged_delivery_fails_over_at_once_without_a_retry(rig: Rig) -> None:
-    rig.agent("silent", lambda w: "silent")
-    rig.agent("good", ok)
+    rig.agent("silent", lambda w: "silent", idempotent=True)  # else the late ack is waited
+    rig.agent("good", ok, idempotent=True)                     # for (test_at_most_once.py)
     rig.gateway.router.strategy = "round_robin"
     # Put the silent one first: the router picks by weight; make it the only choice first.
     good = rig.registry.by_name["good"]

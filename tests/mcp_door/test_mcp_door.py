@@ -21,7 +21,8 @@ async def test_tools_are_listed_and_called_through_the_gateway(mode: str) -> Non
         try:
             async with mcp_client(reach.mcp_url, mode=mode) as client:
                 tools = {t.name: t for t in (await client.list_tools()).tools}
-                assert set(tools) == {"echo.run", "orders.cancel", "boom.run", "words.stream"}
+                assert set(tools) == {"echo.run", "orders.cancel", "boom.run", "words.stream",
+                                      "reach_intent"}
                 echo = tools["echo.run"]
                 assert echo.description == "say it back"
                 assert echo.annotations is not None and echo.annotations.idempotent_hint
@@ -82,12 +83,12 @@ async def test_list_changed_when_an_agent_connects() -> None:
                               message_handler=on_message) as client:
             assert client.server_capabilities.tools is not None
             assert client.server_capabilities.tools.list_changed
-            assert (await client.list_tools()).tools == []
+            assert [t.name for t in (await client.list_tools()).tools] == ["reach_intent"]
             agent = serve(Agent("worker", reconnect_base=0.02))
             await agent.connect(reach.url)
             try:
                 await asyncio.wait_for(changed.wait(), 5)
-                assert len((await client.list_tools()).tools) == 4
+                assert len((await client.list_tools()).tools) == 5
             finally:
                 await agent.close(drain=0.2)
 
@@ -103,7 +104,7 @@ async def test_list_changed_on_the_2026_subscription() -> None:
                     async with asyncio.timeout(5):
                         async for _event in sub:
                             break
-                    assert len((await client.list_tools()).tools) == 4
+                    assert len((await client.list_tools()).tools) == 5
                 finally:
                     await agent.close(drain=0.2)
 
@@ -117,7 +118,8 @@ async def test_a_caller_without_permission_sees_no_tool() -> None:
         await agent.connect(reach.url)
         try:
             async with mcp_client(reach.mcp_url, "tok-a", mode="legacy") as alice:
-                assert [t.name for t in (await alice.list_tools()).tools] == ["echo.run"]
+                assert [t.name for t in (await alice.list_tools()).tools] == [
+                    "echo.run", "reach_intent"]
                 with pytest.raises(MCPError) as refused:
                     await alice.call_tool("boom.run", {})
                 assert refused.value.error.data["code"] == "unauthorized"
@@ -147,5 +149,43 @@ async def test_a_retried_tool_call_with_the_same_idempotency_key_runs_once() -> 
                 other = await client.call_tool("count.up", {})
             assert first.structured_content == again.structured_content == {"n": 1}
             assert other.structured_content == {"n": 2} and len(runs) == 2
+        finally:
+            await agent.close(drain=0.2)
+
+
+async def test_the_intent_tool_routes_words_and_a_refusal_can_be_chosen_from() -> None:
+    async with Reach.start(**FAST, mcp=True) as reach:
+        assert reach.mcp_url is not None
+        agent = Agent("ops", reconnect_base=0.02)
+
+        @agent.capability("refund.issue", intents=["给客户退款", "refund the customer"],
+                          tags=["refund"], description="Pay a customer's money back.")
+        async def refund(order: str = "") -> dict[str, Any]:
+            return {"refunded": order}
+
+        @agent.capability("returns.rate", intents=["退货率是多少", "return rate"],
+                          tags=["returns"], description="The share of orders sent back.")
+        async def returns() -> dict[str, Any]:
+            return {"rate": 0.1}
+
+        await agent.connect(reach.url)
+        try:
+            async with mcp_client(reach.mcp_url, mode="legacy") as client:
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                assert tools["reach_intent"].input_schema["required"] == ["intent"]
+                routed = await client.call_tool("reach_intent", {
+                    "intent": "please refund the customer", "params": {"order": "7"}})
+                assert not routed.is_error and routed.structured_content == {"refunded": "7"}
+                words = "customer returned the goods, money please"
+                refused = await client.call_tool("reach_intent", {"intent": words})
+                assert refused.is_error and refused.structured_content is not None
+                error = refused.structured_content["error"]
+                assert error["code"] == "no_route"
+                assert "refund.issue" in error["details"]["why"]
+                chosen = await client.call_tool("reach_intent", {
+                    "intent": words, "choose": "refund.issue", "params": {"order": "8"}})
+                assert chosen.structured_content == {"refunded": "8"}
+                again = await client.call_tool("reach_intent", {"intent": words})
+                assert again.structured_content == {"refunded": ""}
         finally:
             await agent.close(drain=0.2)

@@ -3,6 +3,7 @@
     python tests/procs/fault_agent.py URL NAME [--log FILE] [--min-ms 2] [--max-ms 10]
                                      [--max-concurrency 32] [--fault-rate 0.0] [--seed 0]
                                      [--latency-ms 200] [--connect-for 30]
+                                     [--hog-ms 0 --hog-every-ms 300]
 
 Serves two capabilities with the same handler:
 
@@ -19,6 +20,9 @@ handler begins, then ``done`` or ``fault``), each with one unbuffered ``write`` 
 descriptor, so several processes can share one log and a line survives a SIGKILL right after.
 Duplicates answered from the SDK's idempotency cache never reach the handler and write nothing.
 
+``--hog-ms`` blocks this process's event loop that long every ``--hog-every-ms`` (a CPU-bound
+neighbour in the agent's loop): frames arriving meanwhile are read, and acknowledged, late.
+
 Prints ``ready AGENT_ID`` once registered (a first connection refused is tried again for
 ``--connect-for`` seconds); exits on SIGTERM/SIGINT.
 """
@@ -31,6 +35,7 @@ import os
 import random
 import signal
 import sys
+import time
 from pathlib import Path
 
 # Run from a checkout without installing: make ``import reach`` find this repository.
@@ -51,6 +56,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--connect-for", type=float, default=30.0)
+    parser.add_argument("--hog-ms", type=float, default=0.0)
+    parser.add_argument("--hog-every-ms", type=float, default=300.0)
     return parser.parse_args()
 
 
@@ -102,10 +109,19 @@ async def main() -> None:
                 raise
             await asyncio.sleep(0.1)
     print(f"ready {agent.agent_id}", flush=True)
+    hog = loop.create_task(_hog(args.hog_ms, args.hog_every_ms)) if args.hog_ms > 0 else None
     try:
         await stop.wait()
     finally:
+        if hog is not None:
+            hog.cancel()
         await agent.close(drain=1.0)
+
+
+async def _hog(block_ms: float, every_ms: float) -> None:
+    while True:
+        await asyncio.sleep(every_ms / 1000.0)
+        time.sleep(block_ms / 1000.0)  # on purpose: the loop is busy, nothing is read
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ CODES = {cls.code for cls in (errors.ReachError, errors.NoRoute, errors.Unavaila
                               errors.Rejected, errors.InvalidParams, errors.Unauthorized,
                               errors.TaskFailed, errors.ReachTimeout, errors.ProtocolError)}
 CLOSE_CODES = {1000, 1008, 1009, 4000}
-REPLIES = {"agent": {"error", "invoke", "cancel"},
+# An agent's "welcome" answers a register frame on its open connection (a registration
+# update, docs/protocol.md §15); it is checked off the loop, so it may come after the sentinel.
+REPLIES = {"agent": {"error", "invoke", "cancel", "welcome"},
            "caller": {"error", "accepted", "result", "chunk", "task"}}
 SENTINEL = -(10**15)  # sentinel request ids, far from anything drawn
 EXAMPLES = 150

@@ -1,0 +1,261 @@
+"""A2A push notifications, sent by Reach's own sender.
+
+A config (``CreateTaskPushNotificationConfig``, or ``SendMessage``'s
+``configuration.taskPushNotificationConfig``) names a URL, and optionally a token and
+credentials, for one task the caller may read. When the task ends, Reach POSTs the A2A
+``StreamResponse`` holding the task (as ``GetTask`` shows it) to each of its URLs, with
+``X-A2A-Notification-Token`` (and ``Authorization`` when the config gives credentials),
+as the SDK's sender does. Unlike the SDK's sender (one try), a delivery is retried with
+backoff (``BACKOFF``, up to ``TRIES`` tries) on a network fault, a timeout, a 408, 429 or
+5xx; another answer, or the last failed try, makes it a dead letter: kept (the newest
+``MAX_DEAD``), logged, and sent again by ``replay()``.
+
+SSRF: a URL must be http or https, redirects are not followed, and its host must resolve to
+public addresses only (the SDK's ``validate_push_notification_url``), checked when the config
+is made and again before each try, unless ``Settings.a2a_push_private`` allows private and
+loopback receivers (tests, receivers inside the cluster's network).
+
+Configs are kept in the store (``reach_push_configs``) before they are acknowledged, and in
+memory (at most ``MAX_PER_TASK`` per task and ``MAX_CONFIGS`` in all); a config's row goes once
+its notification is delivered or dead-lettered. After a restart ``load`` takes them up again:
+a task that ended meanwhile is notified then. Dead letters live in memory only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from a2a.utils.push_url_validator import validate_push_notification_url
+from google.protobuf.json_format import (  # type: ignore[import-untyped]
+    MessageToDict,
+    MessageToJson,
+    Parse,
+)
+
+from reach.core.backoff import Backoff
+from reach.core.tasks import Task
+from reach.gateway.gateway import Gateway
+from reach.server import a2a_tasks
+
+log = logging.getLogger("reach.a2a")
+TRIES = 5  # tries per delivery before it is a dead letter
+BACKOFF = Backoff(base=0.2, factor=2.0, cap=10.0, jitter=0.2)  # between tries
+TRY_TIMEOUT = 10.0  # seconds one POST may take
+CLOSE_GRACE = 2.0  # seconds the deliveries under way get at a stop
+MAX_PER_TASK, MAX_CONFIGS, MAX_DEAD = 10, 100_000, 1_000
+RETRIED = frozenset({408, 429})  # and every 5xx
+TOKEN_HEADER = "X-A2A-Notification-Token"
+
+
+class PushConfigStore(Protocol):
+    """Where configs are kept across a restart (``reach.store.store.Store`` has it)."""
+
+    async def push_configs(self, limit: int) -> list[tuple[str, str]]: ...
+
+    async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
+                               ) -> None: ...
+
+    async def forget_push_config(self, task_id: str, config_id: str) -> None: ...
+
+
+@dataclass
+class DeadPush:
+    """A notification that was not delivered: what to send again, and why it failed."""
+
+    config: pb.TaskPushNotificationConfig
+    task: Task
+    reason: str
+
+
+class Pusher:
+    """The push notification configs of one A2A door, and their deliveries (each an owned
+    asyncio task, cancelled by ``close``). ``backoff``, ``try_timeout`` and ``close_grace``
+    are the module's defaults; a test sets them in milliseconds."""
+
+    def __init__(self, gateway: Gateway, allow_private: bool, store: PushConfigStore,
+                 seed: int | None = None) -> None:
+        self.store = store
+        self.backoff, self.try_timeout, self.close_grace = BACKOFF, TRY_TIMEOUT, CLOSE_GRACE
+        self.gateway = gateway
+        self.allow_private = allow_private
+        self.rng = random.Random(seed)
+        self.configs: dict[str, dict[str, pb.TaskPushNotificationConfig]] = {}
+        self.dead: list[DeadPush] = []
+        self.delivered = 0
+        self._count = 0
+        self._sending: set[asyncio.Task[None]] = set()
+        self._session: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------ configs
+
+    async def add(self, config: pb.TaskPushNotificationConfig, task: Task
+                  ) -> pb.TaskPushNotificationConfig:
+        """Keep ``config`` for ``task`` (its id made when it has none) and return it; a task
+        that has ended is notified at once."""
+        await self.check(config.url)
+        mine = self.configs.get(task.task_id, {})
+        out = pb.TaskPushNotificationConfig()
+        out.CopyFrom(config)
+        out.task_id = task.task_id
+        out.id = config.id or uuid.uuid4().hex
+        if out.id not in mine and (len(mine) >= MAX_PER_TASK or self._count >= MAX_CONFIGS):
+            raise InvalidParamsError(f"too many push notification configs (at most "
+                                     f"{MAX_PER_TASK} per task, {MAX_CONFIGS} in all)")
+        # Kept before it is acknowledged: a restart sends what it promised (``load``).
+        await self.store.keep_push_config(task.task_id, out.id, MessageToJson(out), time.time())
+        self._track(out, task)
+        return out
+
+    def _track(self, config: pb.TaskPushNotificationConfig, task: Task) -> None:
+        mine = self.configs.setdefault(task.task_id, {})
+        self._count += config.id not in mine
+        fresh = not mine
+        mine[config.id] = config
+        if task.terminal:
+            self._ended(task)
+        elif fresh and not self.gateway.watch(task.task_id, self._ended):
+            self._forget(task.task_id)  # pragma: no cover — an unfinished task is live
+
+    async def load(self) -> int:
+        """Take up the configs a previous run kept (after its unfinished tasks resumed): an
+        ended task's notifications go now, an unfinished one's when it ends; a config whose
+        task is gone is dropped. How many were taken up."""
+        store, taken = self.store, 0
+        for task_id, body in await store.push_configs(MAX_CONFIGS):
+            config = Parse(body, pb.TaskPushNotificationConfig())
+            task = await self.gateway.task(task_id)
+            if task is None:
+                await store.forget_push_config(task_id, config.id)
+                continue
+            self._track(config, task)
+            taken += 1
+        return taken
+
+    def get(self, task_id: str, config_id: str) -> pb.TaskPushNotificationConfig:
+        found = self.configs.get(task_id, {}).get(config_id)
+        if found is None:
+            raise InvalidParamsError(f"no push notification config {config_id!r} for task "
+                                     f"{task_id!r}")
+        return found
+
+    def of(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:
+        return list(self.configs.get(task_id, {}).values())
+
+    async def delete(self, task_id: str, config_id: str) -> None:
+        mine = self.configs.get(task_id, {})
+        if mine.pop(config_id, None) is not None:
+            self._count -= 1
+        if not mine:
+            self.configs.pop(task_id, None)
+        await self.store.forget_push_config(task_id, config_id)
+
+    def _forget(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:
+        gone = list(self.configs.pop(task_id, {}).values())
+        self._count -= len(gone)
+        return gone
+
+    async def check(self, url: str) -> None:
+        """Refuse a URL Reach will not send to (``InvalidParamsError``)."""
+        if self.allow_private:
+            if not url.startswith(("http://", "https://")):
+                raise InvalidParamsError(f"push notification URL {url!r} is not http(s)",
+                                         data={"code": "invalid_params"})
+        elif not await validate_push_notification_url(url):
+            raise InvalidParamsError(
+                f"push notification URL {url[:200]!r} refused: it must be http(s) and "
+                f"resolve to public addresses only (a2a_push_private allows private and "
+                f"loopback ones)", data={"code": "invalid_params"})
+
+    # ------------------------------------------------------------ sending
+
+    def _ended(self, task: Task) -> None:
+        for config in self._forget(task.task_id):
+            self._spawn(config, task)
+
+    def _spawn(self, config: pb.TaskPushNotificationConfig, task: Task) -> None:
+        sending = asyncio.get_running_loop().create_task(
+            self._deliver(config, task), name=f"a2a-push-{task.task_id}")
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    async def _deliver(self, config: pb.TaskPushNotificationConfig, task: Task) -> None:
+        body = MessageToDict(pb.StreamResponse(task=a2a_tasks.a2a_task(task)))
+        headers = {TOKEN_HEADER: config.token} if config.token else {}
+        auth = config.authentication
+        if config.HasField("authentication") and auth.scheme and auth.credentials:
+            headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
+        await self._try(config, task, body, headers)
+        # Delivered or dead-lettered: its row goes (a delivery cut by a stop keeps it, and
+        # the next start sends it again).
+        try:
+            await self.store.forget_push_config(task.task_id, config.id)
+        except Exception as exc:  # the store is closing: sent again after a restart
+            log.info("push config %s of task %s not forgotten: %r", config.id, task.task_id,
+                     exc)
+
+    async def _try(self, config: pb.TaskPushNotificationConfig, task: Task, body: Any,
+                   headers: dict[str, str]) -> None:
+        reason = ""
+        for attempt in range(TRIES):
+            if attempt:
+                await asyncio.sleep(self.backoff.delay(attempt - 1, self.rng))
+            try:
+                await self.check(config.url)
+                async with self._client().post(
+                        config.url, json=body, headers=headers, allow_redirects=False,
+                        timeout=aiohttp.ClientTimeout(total=self.try_timeout)) as answer:
+                    if answer.status < 300:
+                        self.delivered += 1
+                        return
+                    reason = f"HTTP {answer.status}"
+                    if answer.status < 500 and answer.status not in RETRIED:
+                        break
+            except InvalidParamsError as exc:
+                reason = str(exc)
+                break
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                reason = repr(exc)
+        log.warning("push notification for task %s to %s not delivered after %d tries: %s",
+                    task.task_id, config.url[:200], attempt + 1, reason)
+        self.dead.append(DeadPush(config, task, reason))
+        del self.dead[:-MAX_DEAD]
+
+    def replay(self) -> int:
+        """Send every dead letter again (each with its tries); returns how many."""
+        dead, self.dead = self.dead, []
+        for letter in dead:
+            self._spawn(letter.config, letter.task)
+        return len(dead)
+
+    async def settled(self) -> None:
+        """Once every delivery under way has ended (delivered or dead)."""
+        while self._sending:
+            await asyncio.gather(*list(self._sending), return_exceptions=True)
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        """Give the deliveries under way ``close_grace`` seconds, cancel those left, and
+        close the HTTP client."""
+        try:
+            async with asyncio.timeout(self.close_grace):
+                await self.settled()
+        except TimeoutError:
+            log.warning("%d push notifications cut by the stop", len(self._sending))
+        for sending in list(self._sending):
+            sending.cancel()
+        await asyncio.gather(*list(self._sending), return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()

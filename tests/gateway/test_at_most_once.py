@@ -1,0 +1,199 @@
+"""At most once on a real ``Gateway`` with fake ports (docs/protocol.md §8): work that is not
+idempotent is never handed to a second agent while the first may have it, and nothing that
+ran nowhere is treated as if it might have; plus the end of a task whose last write fails."""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+import pytest
+from test_decisions import Rig, ok, outcomes
+
+from reach.core.tasks import Outcome, Task, TaskState
+from reach.errors import InvalidParams
+from reach.ports import Work
+
+S = TaskState
+
+
+def silent(work: Work) -> str:
+    return "silent"  # never acknowledged (the test answers, or loses the link, later)
+
+
+async def test_a_late_ack_keeps_the_attempt_where_it_is() -> None:
+    rig = Rig(ack_timeout=0.1)
+    try:
+        _, busy = rig.agent("a", silent, latency_ms=1000)
+        task = await rig.submit(max_retries=2)
+        _, idle = rig.agent("b", ok, latency_ms=1000)  # free, and a candidate from now on
+        await rig.clock.advance(0.5)  # five ack timeouts
+        assert idle.delivered == [] and task.state is S.DISPATCHED
+        busy.pending[(task.task_id, 1)].ack()
+        busy.finish(task.task_id, "ok", "once")
+        await rig.clock.settle()
+        assert task.state is S.SUCCEEDED and task.result == "once"
+        assert outcomes(task) == [("a", Outcome.OK)] and idle.delivered == []
+    finally:
+        await rig.close()
+
+
+async def test_an_idempotent_capability_fails_over_at_the_ack_timeout() -> None:
+    rig = Rig(ack_timeout=0.1)
+    try:
+        rig.agent("a", silent, latency_ms=1000, idempotent=True)
+        task = await rig.submit(max_retries=2)
+        rig.agent("b", ok, latency_ms=1000, idempotent=True)
+        done = await rig.outcome(task, within=1.0)
+        assert outcomes(done) == [("a", Outcome.UNDELIVERED), ("b", Outcome.OK)]
+    finally:
+        await rig.close()
+
+
+async def test_never_acknowledged_and_never_answered_it_times_out_and_is_not_re_sent() -> None:
+    rig = Rig(ack_timeout=0.1)
+    try:
+        rig.agent("a", silent, latency_ms=1000)  # completion timeout 1.2 s
+        task = await rig.submit(max_retries=2)
+        await rig.clock.advance(1.1)
+        assert not task.terminal  # the ack timeout alone ends nothing
+        done = await rig.outcome(task)
+        assert done.state is S.DEAD and done.error is not None
+        assert done.error["code"] == "timeout"
+        assert outcomes(done) == [("a", Outcome.TIMEOUT)]
+    finally:
+        await rig.close()
+
+
+async def test_a_link_lost_before_the_ack_goes_back_to_the_same_process() -> None:
+    rig = Rig()
+    try:
+        record, link = rig.agent("a", silent)
+        record.instance = "a-1"
+        task = await rig.submit()
+        _, other = rig.agent("b", ok)
+        link.lose()  # the connection closed: its deliveries are lost, the agent suspected
+        rig.registry.disconnected(record, rig.clock.wall())
+        await rig.clock.advance(0.1)
+        assert other.delivered == [] and not task.terminal
+        back, again = rig.agent("a", ok)  # the same process reconnects
+        back.instance = "a-1"
+        rig.gateway.agents_changed()
+        done = await rig.outcome(task, within=1.0)
+        assert done.state is S.SUCCEEDED and other.delivered == []
+        assert [w.attempt for w in again.delivered] == [2]
+        assert again.delivered[0].idempotency_key == link.delivered[0].idempotency_key
+    finally:
+        await rig.close()
+
+
+async def test_a_link_lost_before_the_ack_of_an_unnamed_process_ends_the_task() -> None:
+    rig = Rig()
+    try:
+        _, link = rig.agent("a", silent)  # registered no instance
+        task = await rig.submit(max_retries=3)
+        _, other = rig.agent("b", ok)
+        link.lose()
+        done = await rig.outcome(task, within=1.0)
+        assert done.state is S.DEAD and done.error is not None
+        assert done.error["code"] == "unavailable"
+        assert "may have started the work" in done.error["message"]
+        assert other.delivered == []
+    finally:
+        await rig.close()
+
+
+async def test_work_that_never_left_fails_over_whatever_its_capability() -> None:
+    """Proof of non-delivery (the link refused the work): the other agent takes it at once,
+    idempotent or not."""
+    rig = Rig()
+    try:
+        rig.agent("a", ok, accepts=False)
+        rig.agent("b", ok)
+        task = await rig.submit()
+        done = await rig.outcome(task)
+        assert done.state is S.SUCCEEDED
+        assert [agent for agent, _ in outcomes(done)][-1] == "b"
+    finally:
+        await rig.close()
+
+
+async def test_a_peer_holder_with_no_free_slot_sends_the_task_elsewhere() -> None:
+    """A holder node's ``full`` is proof the work did not run: the task goes to an agent
+    with room, not back to the full one for ``recovery_grace`` (nor dead-lettered)."""
+    rig = Rig()
+    try:
+        _, held = rig.agent("far", lambda work: ("full", None))
+        far = rig.registry.by_id["id-far"]
+        far.node, far.instance = "B", "far-1"
+        task = await rig.submit()
+        rig.agent("near", ok)
+        done = await rig.outcome(task, within=1.0)
+        assert done.state is S.SUCCEEDED, done.history
+        assert outcomes(done)[-1] == ("near", Outcome.OK)
+        assert len(held.delivered) == 1
+    finally:
+        await rig.close()
+
+
+async def test_a_task_whose_last_write_fails_still_ends_and_leaves_nothing_live(
+        caplog: Any) -> None:
+    rig = Rig()
+    try:
+        rig.agent("a", ok)
+
+        def broken(task: Task) -> None:
+            raise OSError("disk full")
+
+        rig.store.update = broken  # type: ignore[method-assign]
+        task = await rig.submit()
+        assert task.state is S.SUCCEEDED
+        assert rig.gateway.find(task.task_id) is task
+        assert task.task_id not in rig.gateway.live
+        assert rig.gateway.caller_live.get("tester", 0) == 0
+        assert "writing the end of task" in caplog.text
+    finally:
+        await rig.close()
+
+
+async def test_waiting_for_a_lost_agent_spends_no_hops() -> None:
+    """Twenty polls while the agent is away are not twenty tries: once it is back and
+    refuses (proof it did not run), the task still fails over to the free agent."""
+    rig = Rig()
+    try:
+        record, link = rig.agent("a", silent)
+        record.instance = "a-1"
+        task = await rig.submit(max_retries=0)  # 17 hops in all
+        rig.agent("b", ok)
+        link.lose()
+        rig.registry.disconnected(record, rig.clock.wall())
+        await rig.clock.advance(9.6)  # polled every 0.5 s, and woken by each change
+        refused = ("error", {"code": "unavailable", "message": "shutting down"})
+        back, again = rig.agent("a", lambda work: refused)
+        back.instance = "a-1"
+        rig.gateway.agents_changed()
+        done = await rig.outcome(task, within=1.0)
+        assert done.state is S.SUCCEEDED, done.history
+        assert [agent for agent, _ in outcomes(done)] == ["a", "a", "b"]
+    finally:
+        await rig.close()
+
+
+async def test_a_letter_is_not_replayed_twice_at_once() -> None:
+    """Two replays of one dead letter that each read it from the store hold two copies of
+    it; the second is refused while the first runs, rather than a second run of the same
+    task (R13)."""
+    rig = Rig()
+    try:
+        rig.agent("a", lambda work: ("fault", "bad deploy"))
+        task = await rig.submit(max_retries=0)
+        assert task.state is S.DEAD
+        copy = deepcopy(task)  # what a second read of the store's row gives
+        rig.agent("a", lambda work: None)  # fixed: takes it, answers later
+        rig.gateway.replay(task)
+        with pytest.raises(InvalidParams, match="being replayed already"):
+            rig.gateway.replay(copy)
+        await rig.clock.settle()
+        assert rig.gateway.in_flight == 1
+    finally:
+        await rig.close()
