@@ -22,6 +22,7 @@ from reach.errors import ProtocolError, Unavailable
 from reach.server.admin_session import AdminSession
 from reach.server.agent_session import AgentSession, oversize_register
 from reach.server.caller_session import CallerSession
+from reach.server.keepalive import PacedKeepalive
 from reach.server.openfiles import Capacity
 from reach.server.peer_session import PeerSession
 from reach.server.services import Services
@@ -100,7 +101,7 @@ class Channel:
         shared between coordinators)."""
         channel = self
 
-        class Counted(ServerConnection):
+        class Counted(PacedKeepalive):
             def connection_made(self, transport: asyncio.BaseTransport) -> None:
                 super().connection_made(transport)
                 channel.accepted(self)

@@ -14,7 +14,9 @@ import websockets
 
 
 async def main(url: str, caller: str, capability: str, count: int) -> None:
-    async with websockets.connect(url, max_size=None) as ws:
+    # No keepalive of its own: its pings would queue behind its own flood, and a drain longer
+    # than websockets' 20 + 20 s (under coverage on a loaded machine) closed it mid-burst.
+    async with websockets.connect(url, max_size=None, ping_interval=None) as ws:
         await ws.send(json.dumps({"v": 1, "type": "hello", "caller": caller}))
         json.loads(await ws.recv())
         frames = [json.dumps({"v": 1, "type": "submit", "id": i, "capability": capability,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import websockets
-from security.conftest import StallProbe, start_probe
+from security.conftest import StallProbe, echo, start_probe
 from websockets.exceptions import InvalidStatus
 
 from reach import Rejected, TaskError
@@ -234,18 +234,43 @@ async def test_a_burst_of_submits_from_one_caller_does_not_freeze_the_loop(
 async def _burst(cluster: Cluster, probe: StallProbe) -> None:
     attacker = await asyncio.create_subprocess_exec(
         sys.executable, str(PROCS / "burst.py"), cluster.url, "--count", "20000",
-        stdout=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         # ~12 s alone; under coverage on a loaded two-core CI machine it passed 40 s once.
         # The bound is against a hang, not a speed check (the probe measures the loop).
-        out, _ = await asyncio.wait_for(attacker.communicate(), timeout=120)
+        out, err = await asyncio.wait_for(attacker.communicate(), timeout=120)
     finally:
         if attacker.returncode is None:
             attacker.kill()
             await attacker.wait()
+    assert attacker.returncode == 0 and out, (
+        f"the attacker exited {attacker.returncode} before counting its answers: "
+        f"{err.decode(errors='replace')[-2000:]}")
     answers = json.loads(out)
     assert sum(answers.values()) == 20_000 and answers.get("accepted", 0) > 0, answers
     await probe.check(saturated=True)
+
+
+async def test_the_keepalive_does_not_close_a_caller_whose_frames_it_is_still_reading() -> None:
+    """A pong travels behind every frame sent before it, and the session reads a burst only
+    as fast as the store commits it: websockets' own keepalive closed such a caller (1011,
+    "keepalive ping timeout") once the drain outlasted ping interval + timeout (40 s of a
+    burst under coverage). Here pings every 0.2 s: the burst drains for longer than that and
+    its caller stays, while a silent peer is still dropped (the test above)."""
+    cluster = await Cluster.start(ping_interval=0.2, ping_timeout=0.2)
+    try:
+        await cluster.add_agent("bulk", {"bulk.work": echo}, max_concurrency=100)
+        attacker = await asyncio.create_subprocess_exec(
+            sys.executable, str(PROCS / "burst.py"), cluster.url, "--count", "5000",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        started = asyncio.get_running_loop().time()
+        out, err = await asyncio.wait_for(attacker.communicate(), timeout=60)
+        took = asyncio.get_running_loop().time() - started
+        assert attacker.returncode == 0, err.decode(errors="replace")[-2000:]
+        assert sum(json.loads(out).values()) == 5000
+        assert took > 0.4, f"the burst drained in {took:.2f} s: no ping was due during it"
+    finally:
+        await cluster.close()
 
 
 async def test_one_caller_cannot_hold_more_than_its_share_of_unfinished_tasks() -> None:
