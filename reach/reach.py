@@ -261,6 +261,12 @@ class Reach(OperatorSurface):
         if not self.started:
             return
         self.started = False
+        try:
+            await self._stop_parts()
+        finally:  # a part that fails or a stop cancelled midway: the process-wide filter goes
+            self.log_throttle.detach()
+
+    async def _stop_parts(self) -> None:
         self.gateway.accepting = False
         for loop_task in self._loops:
             loop_task.cancel()
@@ -288,7 +294,6 @@ class Reach(OperatorSurface):
             await self.otel.stop()
         if self.audit is not None:  # last: every task's end is recorded before it closes
             await self.audit.stop()
-        self.log_throttle.detach()
 
     async def __aenter__(self) -> Reach:
         await self._open()

@@ -126,6 +126,11 @@ def test_the_kinds_remembered_are_bounded(seen: Seen) -> None:
 
 async def test_a_coordinator_throttles_while_it_runs_and_two_keep_their_own() -> None:
     asyncio_log = logging.getLogger("asyncio")
+    # A throttle some earlier test's coordinator left attached (one never stopped) would
+    # hold back the storm before b's saw it: in a clean-clone run b counted 0, not 19.
+    foreign = [f for f in asyncio_log.filters if isinstance(f, LogThrottle)]
+    for f in foreign:
+        asyncio_log.removeFilter(f)
     a = await Reach.start(http_port=None)
     b = await Reach.start(http_port=None)
     try:
@@ -143,3 +148,21 @@ async def test_a_coordinator_throttles_while_it_runs_and_two_keep_their_own() ->
         await b.stop()
     for name in LOGGERS:
         assert not [f for f in logging.getLogger(name).filters if isinstance(f, LogThrottle)]
+    for f in foreign:
+        asyncio_log.addFilter(f)
+
+
+async def test_a_stop_that_fails_midway_still_takes_its_filter_off() -> None:
+    """The filter is process-wide: a coordinator whose stop raised would leave it on asyncio's
+    logger, holding back every later coordinator's records of the same kind."""
+    reach = await Reach.start(http_port=None)
+
+    async def broken() -> None:
+        raise OSError("disk gone")
+
+    close, reach.store.close = reach.store.close, broken  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="disk gone"):
+        await reach.stop()
+    await close()
+    for name in LOGGERS:
+        assert reach.log_throttle not in logging.getLogger(name).filters
