@@ -116,7 +116,10 @@ async def test_a_hedge_answers_a_slow_read_from_another_agent() -> None:
         agents = []
         for name in ("a", "b"):
             agent = Agent(name, reconnect_base=0.02)
-            agent.capability("x.read", idempotent=True, hedge=True, latency_ms=50)(serve(name))
+            # Declared 250 ms: an ordinary read's completion timeout (1.2 × declared) must
+            # outlast a loaded CI machine under coverage. At 50 ms a warm-up read and its
+            # hedge both timed out at ~75 ms once, and the retry budget was spent.
+            agent.capability("x.read", idempotent=True, hedge=True, latency_ms=250)(serve(name))
             await agent.connect(cluster.url)
             cluster.agents.append(agent)
             agents.append(agent)
@@ -434,7 +437,10 @@ async def test_a_losing_streaming_hedge_leaves_nothing_behind_the_answer() -> No
 
         for name in ("a", "b"):
             agent = Agent(name, reconnect_base=0.02)
-            agent.capability("x.read", idempotent=True, hedge=True, latency_ms=50)(serve(name))
+            # Declared 250 ms: an ordinary read's completion timeout (1.2 × declared) must
+            # outlast a loaded CI machine under coverage. At 50 ms a warm-up read and its
+            # hedge both timed out at ~75 ms once, and the retry budget was spent.
+            agent.capability("x.read", idempotent=True, hedge=True, latency_ms=250)(serve(name))
             await agent.connect(cluster.url)
             cluster.agents.append(agent)
         client = await cluster.client()

@@ -75,9 +75,9 @@ async def test_a_dead_services_checks_back_off_and_log_once(lines: Lines) -> Non
         probe = _view(reach)["probe"]
         assert isinstance(probe, dict)
         sent_before, lines.records[:] = probe["sent"], []
-        cpu = time.process_time()
+        cpu = time.thread_time()  # the loop's thread: where a spinning probe loop burns
         await asyncio.sleep(WATCH)
-        cpu = time.process_time() - cpu
+        cpu = time.thread_time() - cpu
         probe = _view(reach)["probe"]
         assert isinstance(probe, dict)
         sent = probe["sent"] - sent_before
@@ -86,7 +86,9 @@ async def test_a_dead_services_checks_back_off_and_log_once(lines: Lines) -> Non
         assert sent <= WATCH / INTERVAL * 1.5 + 2, f"{sent} probes in {WATCH} s"
         assert sent >= 3, "the dead service is still checked (it may come back)"
         assert lines.records == [], lines.texts()[:5]  # the failure was told already
-        assert cpu < 0.5 * WATCH, f"{cpu:.2f} s of CPU in {WATCH} s"
+        # ~0.05 s here; a spin is the whole second. (process_time, every thread's, read
+        # 0.54 once in the whole suite, from something other than the probes.)
+        assert cpu < 0.75 * WATCH, f"{cpu:.2f} s of CPU in {WATCH} s"
         # the failure was said once, in HTTP words; back on the same port: said once again
         await svc.start()
         await wait_until(lambda: _view(reach)["state"] == "online")
