@@ -303,6 +303,19 @@ class Admin:
         result: dict[str, Any] = await self.command("forget_phrase", text=text)
         return result
 
+    async def push_dead_letters(self) -> list[dict[str, Any]]:
+        """The A2A push notifications that were not delivered, oldest first: task_id,
+        config_id, url, reason, dead_at, capability, caller, state (docs/a2a.md)."""
+        result: dict[str, Any] = await self.command("push_dead_letters")
+        return list(result["push_dead_letters"])
+
+    async def replay_pushes(self, task_id: str | None = None) -> list[str]:
+        """Send the undelivered push notifications again (of ``task_id`` only, when given);
+        returns their tasks' ids. Those that fail again are listed again."""
+        args = {} if task_id is None else {"task_id": task_id}
+        result: dict[str, Any] = await self.command("replay_pushes", **args)
+        return list(result["replayed"])
+
     async def drain(self, name: str) -> dict[str, Any]:
         """Route no new work to agent ``name`` (or agent_id); its in-flight work finishes."""
         result: dict[str, Any] = await self.command("drain", agent=name)

@@ -14,31 +14,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from reach.cli_common import (
+    ADMIN_TOKEN_ENV,
+    CALLER_TOKEN_ENV,
+    DEFAULT_URL,
+    EXIT_CODES,
+    URL_ENV,
+    admin_of,
+    failed,
+    json_arg,
+    print_json,
+    token_of,
+    usage,
+)
+from reach.cli_pushes import register as register_pushes
 from reach.cli_tables import err, ms, table
 from reach.errors import ReachError
-
-DEFAULT_URL = "ws://127.0.0.1:8765"
-URL_ENV, ADMIN_TOKEN_ENV, CALLER_TOKEN_ENV = "REACH_URL", "REACH_ADMIN_TOKEN", "REACH_TOKEN"
-
-EXIT_CODES: dict[str, int] = {
-    "unauthorized": 3,
-    "invalid_params": 4,
-    "no_route": 5,
-    "unavailable": 6,
-    "rejected": 7,
-    "timeout": 8,
-    "task_failed": 9,
-    "protocol_error": 10,
-    "usage": 2,  # a command line this module refuses, as argparse's own
-}
-"""The exit status of a refusal, by its error code (any other code: 1)."""
 
 EPILOG = ("exit status: 0 ok; on an error its code and message go to stderr and the status "
           "says which: " + ", ".join(f"{n} {c}" for c, n in EXIT_CODES.items())
@@ -136,6 +132,7 @@ def register(sub: Any) -> None:
     p.add_argument("--capability", default=None, help="only this capability's")
     p.add_argument("--forget", default=None, metavar="TEXT",
                    help="forget the phrase learned for this request (any case and spacing)")
+    register_pushes(command)
     p = command("call", "call a capability and print its result as JSON",
                 "Call CAPABILITY with the JSON object PARAMS as a caller would, and print the "
                 "result as JSON on stdout; on failure the error's code and message go to "
@@ -153,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(args.run(args))
     except ReachError as exc:
-        return _failed(exc.code, exc.message)
+        return failed(exc.code, exc.message)
     except KeyboardInterrupt:
         return 130
     if isinstance(result, int) and not isinstance(result, bool):
@@ -161,67 +158,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _failed(code: str, message: str) -> int:
-    print(f"reach: {code}: {message}", file=sys.stderr)
-    return EXIT_CODES.get(code, 1)
-
-
-def _token(args: argparse.Namespace) -> str | None:
-    if args.token_file is not None:
-        if args.token is not None:
-            raise _usage("give --token or --token-file, not both")
-        from reach.envvars import read_secret
-        token = read_secret(str(args.token_file), "--token-file", _Usage)
-        if not token.strip():
-            raise _usage(f"--token-file {args.token_file} is empty")
-        return token
-    if args.token is not None:
-        return str(args.token)
-    return os.environ.get(args.token_env) or None
-
-
-class _Usage(ReachError):
-    """A command line refused after parsing (say, a bad --params): exit status 2."""
-
-    code = "usage"
-
-
-def _usage(message: str) -> ReachError:
-    return _Usage(message)
-
-
-def _admin(args: argparse.Namespace) -> Any:
-    from reach.admin import Admin
-    token = _token(args)
-    if token is None:
-        raise _usage(f"an admin token is needed: --token-file FILE, ${ADMIN_TOKEN_ENV} or "
-                     f"--token TOKEN (`reach serve` prints it at start)")
-    return Admin.connect(args.url, token=token)
-
-
-def _json_arg(text: str, flag: str) -> dict[str, Any]:
-    if text == "-":
-        text = sys.stdin.read()
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise _usage(f"{flag} is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise _usage(f"{flag} must be a JSON object, like '{{\"n\": 1}}'")
-    return value
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
 # ---------------------------------------------------------------- the commands
 
 async def _agents(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         agents = await admin.agents()
     if args.json:
-        _print_json({"agents": agents})
+        print_json({"agents": agents})
         return
     rows = [[a["name"], a["state"] + (" (draining)" if a.get("draining") else ""),
              a.get("kind", "websocket"), f"{a.get('inflight', 0)}/{a.get('max_concurrency', 1)}",
@@ -232,10 +175,10 @@ async def _agents(args: argparse.Namespace) -> None:
 
 
 async def _tasks(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         traces = await admin.traces()
     if args.json:
-        _print_json({"traces": traces})
+        print_json({"traces": traces})
         return
     rows = [[t["trace_id"], t.get("root") or "-", t.get("caller") or "-", t.get("state", ""),
              str(t.get("tasks", 0)), ms(t.get("duration_ms")),
@@ -257,10 +200,10 @@ def _timeline(timeline: dict[str, Any], title: str) -> None:
 
 
 async def _find(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         found = await admin.find(args.id)
     if args.json:
-        _print_json(found)
+        print_json(found)
         return
     dead = " (dead letter)" if found.get("dead_letter") else ""
     _timeline(found.get("timeline") or {},
@@ -269,20 +212,20 @@ async def _find(args: argparse.Namespace) -> None:
 
 
 async def _trace(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         timeline = await admin.trace(args.trace_id)
     if args.json:
-        _print_json(timeline)
+        print_json(timeline)
         return
     _timeline(timeline, f"Trace {args.trace_id}")
 
 
 async def _dead_letters(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         letters = await admin.dead_letters(capability=args.capability, agent=args.agent,
                                            error=args.error, discarded=args.discarded)
     if args.json:
-        _print_json({"dead_letters": letters})
+        print_json({"dead_letters": letters})
         return
     rows = [[d["task_id"], d["capability"], d.get("caller", ""), d.get("agent") or "-",
              str(len(d.get("attempts", []))), d.get("state", "dead"), err(d.get("error"))]
@@ -298,81 +241,81 @@ _FILTER_KEYS = ("capability", "agent", "error", "since", "until")
 async def _replay(args: argparse.Namespace) -> int:
     many = bool(args.filter) or args.all
     if many == (args.task_id is not None):
-        raise _usage("give a dead letter's ID, or --filter KEY=VALUE (or --all) to replay "
+        raise usage("give a dead letter's ID, or --filter KEY=VALUE (or --all) to replay "
                      "every letter that matches, not both")
     if many:
         if args.params is not None or args.timeout is not None:
-            raise _usage("--params and --timeout change one letter: give its ID")
+            raise usage("--params and --timeout change one letter: give its ID")
         filters: dict[str, Any] = {}
         for item in args.filter:
             key, sep, value = item.partition("=")
             if not sep or key not in _FILTER_KEYS:
-                raise _usage(f"--filter {item!r}: use KEY=VALUE with KEY one of "
+                raise usage(f"--filter {item!r}: use KEY=VALUE with KEY one of "
                              f"{', '.join(_FILTER_KEYS)}")
             try:
                 filters[key] = float(value) if key in ("since", "until") else value
             except ValueError:
-                raise _usage(f"--filter {key}: give epoch seconds, not {value!r}") from None
-        async with _admin(args) as admin:
+                raise usage(f"--filter {key}: give epoch seconds, not {value!r}") from None
+        async with admin_of(args) as admin:
             replayed = await admin.replay_many(**filters)
         if args.json:
-            _print_json({"replayed": replayed})
+            print_json({"replayed": replayed})
         else:
             print(f"replaying {len(replayed)} dead letter(s)" +
                   "".join(f"\n  {task_id}" for task_id in replayed))
         return 0
-    params = None if args.params is None else _json_arg(args.params, "--params")
-    async with _admin(args) as admin:
+    params = None if args.params is None else json_arg(args.params, "--params")
+    async with admin_of(args) as admin:
         view = await admin.replay(args.task_id, params=params, timeout=args.timeout,
                                   wait=args.wait)
     state = view.get("state")
     if args.json:
-        _print_json(view)
+        print_json(view)
     else:
         print(f"replayed {args.task_id}: {state}")
     if state == "succeeded":
         return 0
     error = view.get("error")
     if isinstance(error, dict) and error.get("code"):
-        return _failed(str(error["code"]), str(error.get("message", "")))
-    return _failed("timeout", f"the replay is still {state} after the wait "
+        return failed(str(error["code"]), str(error.get("message", "")))
+    return failed("timeout", f"the replay is still {state} after the wait "
                               f"(reach find {args.task_id} shows it later)")
 
 
 async def _discard(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         letter = await admin.discard(args.task_id, reason=args.reason)
     if args.json:
-        _print_json(letter)
+        print_json(letter)
     else:
         print(f"discarded {args.task_id}: {args.reason}")
 
 
 async def _drain(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         view = await admin.drain(args.name)
     if args.json:
-        _print_json(view)
+        print_json(view)
     else:
         print(f"draining {view.get('name', args.name)}: no new work; "
               f"{view.get('inflight', 0)} in flight finish")
 
 
 async def _undrain(args: argparse.Namespace) -> None:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         view = await admin.undrain(args.name)
     if args.json:
-        _print_json(view)
+        print_json(view)
     else:
         print(f"undrained {view.get('name', args.name)}: {view.get('state', '')}")
 
 
 async def _phrases(args: argparse.Namespace) -> int:
-    async with _admin(args) as admin:
+    async with admin_of(args) as admin:
         if args.forget is not None:
             gone = await admin.forget_phrase(args.forget)
             if args.json:
-                _print_json(gone)
+                print_json(gone)
             elif gone["forgotten"]:
                 print(f"forgot {gone['text']!r} → {gone.get('capability')}")
             else:
@@ -380,7 +323,7 @@ async def _phrases(args: argparse.Namespace) -> int:
             return 0 if gone["forgotten"] else 1
         phrases = await admin.phrases(args.capability)
     if args.json:
-        _print_json({"phrases": phrases})
+        print_json({"phrases": phrases})
     else:
         table("Learned phrases", ["Phrase", "Capability", "Caller"],
               [[p["text"], p["capability"], p["caller"]] for p in phrases], "none learned")
@@ -389,7 +332,7 @@ async def _phrases(args: argparse.Namespace) -> int:
 
 async def _call(args: argparse.Namespace) -> None:
     from reach.sdk.client import Client
-    params = _json_arg(args.params, "PARAMS")
-    async with Client.connect(args.url, caller=args.caller, token=_token(args)) as client:
+    params = json_arg(args.params, "PARAMS")
+    async with Client.connect(args.url, caller=args.caller, token=token_of(args)) as client:
         result = await client.call(args.capability, params, timeout=args.timeout)
-    _print_json(result)
+    print_json(result)

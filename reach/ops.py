@@ -48,6 +48,7 @@ class Ops:
         self.cluster: Any = None  # reach.membership.ClusterNode, in a cluster
         self.discarded = settling.Discarded(settings.dead_letters_max)  # settled letters
         self.phrases: Any = None  # reach.phrasebook.PhraseBook: intent routing's learned phrases
+        self.pushes: Any = None  # reach.server.a2a_push.Pusher, with the A2A door
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
@@ -253,6 +254,21 @@ class Ops:
         for task in letters:
             self.gateway.replay(task)
         return [t.task_id for t in letters]
+
+    def push_dead_letters(self) -> list[dict[str, Any]]:
+        """The A2A push notifications that were not delivered, oldest first (docs/a2a.md)."""
+        return list(self._pusher().dead_letters())
+
+    def replay_pushes(self, task_id: str | None = None) -> list[str]:
+        """Send them again, each with its tries (``task_id``: that task's only); the ids of
+        their tasks. Their outcomes arrive later (``push_dead_letters``)."""
+        return list(self._pusher().replay(task_id))
+
+    def _pusher(self) -> Any:
+        if self.pushes is None:
+            raise InvalidParams("this coordinator serves no A2A door, so it sends no push "
+                                "notifications (start it with a2a=True, or reach serve --a2a)")
+        return self.pushes
 
     def _foreign(self, task: Task) -> bool:
         """A dead letter another node owns: replayed one at a time (``replay`` claims it

@@ -94,6 +94,15 @@ async def _forget_phrase(ops: Ops, args: dict[str, Any]) -> Any:
     return await ops.phrases.forget(str(args["text"]))
 
 
+async def _push_dead_letters(ops: Ops, args: dict[str, Any]) -> Any:
+    return {"push_dead_letters": ops.push_dead_letters()}
+
+
+async def _replay_pushes(ops: Ops, args: dict[str, Any]) -> Any:
+    task_id = args.get("task_id")
+    return {"replayed": ops.replay_pushes(None if task_id is None else str(task_id))}
+
+
 COMMANDS: dict[str, Command] = {
     "replay": _replay,
     "discard": _discard,
@@ -110,5 +119,7 @@ COMMANDS: dict[str, Command] = {
     "task": _task,
     "phrases": _phrases,
     "forget_phrase": _forget_phrase,
+    "push_dead_letters": _push_dead_letters,
+    "replay_pushes": _replay_pushes,
 }
 """Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""

@@ -132,6 +132,7 @@ class Reach(OperatorSurface):
                 raise ImportError(f"a2a=True needs the A2A SDK: pip install "
                                   f"'agent-reach[a2a]' ({exc})") from None
             self.a2a = A2ADoor(self.front, self.store)
+            self.ops.pushes = self.a2a.pusher
         if s.json_logs:
             self.events.listen(log_json)
         self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)

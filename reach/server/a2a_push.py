@@ -7,8 +7,9 @@ credentials, for one task the caller may read. When the task ends, Reach POSTs t
 ``X-A2A-Notification-Token`` (and ``Authorization`` when the config gives credentials),
 as the SDK's sender does. Unlike the SDK's sender (one try), a delivery is retried with
 backoff (``BACKOFF``, up to ``TRIES`` tries) on a network fault, a timeout, a 408, 429 or
-5xx; another answer, or the last failed try, makes it a dead letter: kept (the newest
-``MAX_DEAD``), logged, and sent again by ``replay()``.
+5xx; another answer, or the last failed try, makes it a dead letter: logged, kept in the
+store (the newest ``MAX_DEAD``) so a restart keeps it, listed by ``reach pushes`` and sent
+again by ``reach pushes --replay`` (``replay()``).
 
 SSRF: a URL must be http or https, redirects are not followed, and its host must resolve to
 public addresses only (the SDK's ``validate_push_notification_url``), checked when the config
@@ -17,8 +18,9 @@ loopback receivers (tests, receivers inside the cluster's network).
 
 Configs are kept in the store (``reach_push_configs``) before they are acknowledged, and in
 memory (at most ``MAX_PER_TASK`` per task and ``MAX_CONFIGS`` in all); a config's row goes once
-its notification is delivered or dead-lettered. After a restart ``load`` takes them up again:
-a task that ended meanwhile is notified then. Dead letters live in memory only.
+its notification is delivered, and stays, marked dead, when it is not. After a restart
+``load`` takes them up again: a task that ended meanwhile is notified then, and the dead
+letters are dead letters again, waiting for a replay.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,10 +59,29 @@ RETRIED = frozenset({408, 429})  # and every 5xx
 TOKEN_HEADER = "X-A2A-Notification-Token"
 
 
+class Kept(Protocol):
+    """One kept config as the store reads it back (``reach.store.pushes.Kept``)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def dead(self) -> str | None: ...  # why it was not delivered (None: not yet sent)
+
+    @property
+    def dead_at(self) -> float: ...
+
+
 class PushConfigStore(Protocol):
     """Where configs are kept across a restart (``reach.store.store.Store`` has it)."""
 
-    async def push_configs(self, limit: int) -> list[tuple[str, str]]: ...
+    async def push_configs(self, limit: int) -> Sequence[Kept]: ...
+
+    async def push_dead(self, task_id: str, config_id: str, reason: str, now: float
+                        ) -> None: ...
 
     async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
                                ) -> None: ...
@@ -74,6 +96,14 @@ class DeadPush:
     config: pb.TaskPushNotificationConfig
     task: Task
     reason: str
+    at: float  # when it was given up (wall clock)
+
+    def view(self) -> dict[str, Any]:
+        """What an operator sees of it (``reach pushes``)."""
+        return {"task_id": self.task.task_id, "config_id": self.config.id,
+                "url": self.config.url[:200], "reason": self.reason, "dead_at": self.at,
+                "capability": self.task.envelope.capability, "caller": self.task.envelope.caller,
+                "state": self.task.state.value}
 
 
 class Pusher:
@@ -130,14 +160,18 @@ class Pusher:
         ended task's notifications go now, an unfinished one's when it ends; a config whose
         task is gone is dropped. How many were taken up."""
         store, taken = self.store, 0
-        for task_id, body in await store.push_configs(MAX_CONFIGS):
-            config = Parse(body, pb.TaskPushNotificationConfig())
-            task = await self.gateway.task(task_id)
+        for kept in await store.push_configs(MAX_CONFIGS):
+            config = Parse(kept.body, pb.TaskPushNotificationConfig())
+            task = await self.gateway.task(kept.task_id)
             if task is None:
-                await store.forget_push_config(task_id, config.id)
+                await store.forget_push_config(kept.task_id, config.id)
                 continue
-            self._track(config, task)
+            if kept.dead is not None:
+                self.dead.append(DeadPush(config, task, kept.dead, kept.dead_at))
+            else:
+                self._track(config, task)
             taken += 1
+        await self._trim()
         return taken
 
     def get(self, task_id: str, config_id: str) -> pb.TaskPushNotificationConfig:
@@ -193,17 +227,31 @@ class Pusher:
         auth = config.authentication
         if config.HasField("authentication") and auth.scheme and auth.credentials:
             headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
-        await self._try(config, task, body, headers)
-        # Delivered or dead-lettered: its row goes (a delivery cut by a stop keeps it, and
-        # the next start sends it again).
+        reason = await self._try(config, task, body, headers)
+        # Delivered: its row goes. Dead: its row stays, marked, for a replay after a restart
+        # too. (A delivery cut by a stop keeps its row as it was: the next start sends it.)
         try:
-            await self.store.forget_push_config(task.task_id, config.id)
+            if reason is None:
+                await self.store.forget_push_config(task.task_id, config.id)
+                return
+            now = time.time()
+            await self.store.push_dead(task.task_id, config.id, reason, now)
         except Exception as exc:  # the store is closing: sent again after a restart
-            log.info("push config %s of task %s not forgotten: %r", config.id, task.task_id,
+            log.info("push config %s of task %s not written: %r", config.id, task.task_id,
                      exc)
+            return
+        self.dead.append(DeadPush(config, task, reason, now))
+        await self._trim()
+
+    async def _trim(self) -> None:
+        """Past ``MAX_DEAD`` letters the oldest go, their rows too."""
+        gone, self.dead[:] = self.dead[:-MAX_DEAD], self.dead[-MAX_DEAD:]
+        for letter in gone:
+            await self.store.forget_push_config(letter.task.task_id, letter.config.id)
 
     async def _try(self, config: pb.TaskPushNotificationConfig, task: Task, body: Any,
-                   headers: dict[str, str]) -> None:
+                   headers: dict[str, str]) -> str | None:
+        """Deliver with retries: None once delivered, else why it was given up."""
         reason = ""
         for attempt in range(TRIES):
             if attempt:
@@ -215,7 +263,7 @@ class Pusher:
                         timeout=aiohttp.ClientTimeout(total=self.try_timeout)) as answer:
                     if answer.status < 300:
                         self.delivered += 1
-                        return
+                        return None
                     reason = f"HTTP {answer.status}"
                     if answer.status < 500 and answer.status not in RETRIED:
                         break
@@ -226,15 +274,21 @@ class Pusher:
                 reason = repr(exc)
         log.warning("push notification for task %s to %s not delivered after %d tries: %s",
                     task.task_id, config.url[:200], attempt + 1, reason)
-        self.dead.append(DeadPush(config, task, reason))
-        del self.dead[:-MAX_DEAD]
+        return reason
 
-    def replay(self) -> int:
-        """Send every dead letter again (each with its tries); returns how many."""
-        dead, self.dead = self.dead, []
-        for letter in dead:
+    def dead_letters(self) -> list[dict[str, Any]]:
+        """The notifications not delivered, oldest first (``DeadPush.view``)."""
+        return [letter.view() for letter in self.dead]
+
+    def replay(self, task_id: str | None = None) -> list[str]:
+        """Send the dead letters again, each with its tries (``task_id``: that task's only);
+        the ids of their tasks. A letter stays in the store, marked dead, until its
+        notification is delivered."""
+        chosen = [d for d in self.dead if task_id is None or d.task.task_id == task_id]
+        self.dead = [d for d in self.dead if d not in chosen]
+        for letter in chosen:
             self._spawn(letter.config, letter.task)
-        return len(dead)
+        return [letter.task.task_id for letter in chosen]
 
     async def settled(self) -> None:
         """Once every delivery under way has ended (delivered or dead)."""

@@ -2,16 +2,18 @@
 it ends (the A2A door's ``Pusher``), so a restart forgets none of an unfinished task's.
 
 One row per (task, config id); the config itself is the door's JSON, opaque here. A row is
-written before the config is acknowledged and deleted once its notification was delivered
-or dead-lettered, or the config deleted. Bounded: ``load`` reads at most the door's own bound
-on configs (``limit``), the oldest first.
+written before the config is acknowledged and deleted once its notification was delivered,
+or the config deleted. A notification that could not be delivered keeps its row, marked
+``dead`` with the reason: a dead letter that a restart keeps and an operator can replay
+(``reach pushes --replay``). Bounded: ``load`` reads at most the door's own bound on configs
+(``limit``), the oldest first.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Table, delete, insert, select
+from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlmodel import Field, SQLModel
 
@@ -22,6 +24,8 @@ class PushRow(SQLModel, table=True):
     config_id: str = Field(primary_key=True)
     body: str = "{}"
     created_at: float = Field(default=0.0, index=True)
+    dead: str | None = None  # why its notification was not delivered (None: not yet sent)
+    dead_at: float = 0.0
 
 
 PUSHES: Table = PushRow.__table__  # type: ignore[attr-defined]
@@ -32,12 +36,23 @@ def _one(task_id: str, config_id: str) -> Any:
     return (PUSHES.c.task_id == task_id) & (PUSHES.c.config_id == config_id)
 
 
-def load(engine: Engine, limit: int) -> list[tuple[str, str]]:
-    """(task id, config JSON) of the oldest ``limit`` kept configs, oldest first."""
+class Kept(NamedTuple):
+    """One kept config: its task, its JSON, and, for a dead letter, why and when."""
+
+    task_id: str
+    body: str
+    dead: str | None
+    dead_at: float
+
+
+def load(engine: Engine, limit: int) -> list[Kept]:
+    """The oldest ``limit`` kept configs, dead letters included, oldest first."""
+    c = PUSHES.c
     with engine.connect() as conn:
-        rows = conn.execute(select(PUSHES.c.task_id, PUSHES.c.body)
-                            .order_by(PUSHES.c.created_at, PUSHES.c.task_id).limit(limit))
-        return [(task_id, body) for task_id, body in rows]
+        rows = conn.execute(select(c.task_id, c.body, c.dead, c.dead_at)
+                            .order_by(c.created_at, c.task_id).limit(limit))
+        return [Kept(task_id, body, dead, dead_at or 0.0)
+                for task_id, body, dead, dead_at in rows]
 
 
 def keep(engine: Engine, task_id: str, config_id: str, body: str, now: float) -> None:
@@ -51,3 +66,10 @@ def keep(engine: Engine, task_id: str, config_id: str, body: str, now: float) ->
 def forget(engine: Engine, task_id: str, config_id: str) -> None:
     with engine.begin() as conn:
         conn.execute(delete(PUSHES).where(_one(task_id, config_id)))
+
+
+def mark_dead(engine: Engine, task_id: str, config_id: str, reason: str, now: float) -> None:
+    """Mark one config's notification undelivered (a dead letter) with ``reason``."""
+    with engine.begin() as conn:
+        conn.execute(update(PUSHES).where(_one(task_id, config_id))
+                     .values(dead=reason[:1000], dead_at=now))

@@ -304,10 +304,10 @@ class Store(GroupCommit):
 
     # ------------------------------------------------------------ push notification configs
 
-    async def push_configs(self, limit: int) -> list[tuple[str, str]]:
-        """(task id, config JSON) of the oldest ``limit`` kept push configs, oldest first
+    async def push_configs(self, limit: int) -> list[pushes.Kept]:
+        """The oldest ``limit`` kept push configs, dead letters included, oldest first
         (reach.store.pushes)."""
-        found: list[tuple[str, str]] = await self._run(pushes.load, self.engine, limit)
+        found: list[pushes.Kept] = await self._run(pushes.load, self.engine, limit)
         return found
 
     async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
@@ -316,6 +316,10 @@ class Store(GroupCommit):
 
     async def forget_push_config(self, task_id: str, config_id: str) -> None:
         await self._run(pushes.forget, self.engine, task_id, config_id)
+
+    async def push_dead(self, task_id: str, config_id: str, reason: str, now: float) -> None:
+        """Keep a push config whose notification was not delivered, as a dead letter."""
+        await self._run(pushes.mark_dead, self.engine, task_id, config_id, reason, now)
 
     async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
                          max_concurrency: int, now: float) -> None:

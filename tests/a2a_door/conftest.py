@@ -16,7 +16,7 @@ from aiohttp import web
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
-from reach import Agent, TaskError
+from reach import Agent, Reach, TaskError
 
 FAST: dict[str, Any] = dict(heartbeat_interval=0.5, ack_timeout=1.0, recovery_grace=0.2,
                             drain_timeout=0.5)
@@ -60,6 +60,20 @@ async def a2a_client(url: str, token: str | None = None, *, streaming: bool = Fa
         client = await create_client(url, ClientConfig(httpx_client=http, streaming=streaming))
         async with client:
             yield client
+
+
+@asynccontextmanager
+async def worked(reach: Reach) -> AsyncIterator[Client]:
+    """``serve``'s agent connected to ``reach``, and the official client of its A2A door;
+    the agent is closed (drained) after."""
+    assert reach.a2a_url is not None
+    agent = serve(Agent("worker", reconnect_base=0.02))
+    await agent.connect(reach.url)
+    try:
+        async with a2a_client(reach.a2a_url) as client:
+            yield client
+    finally:
+        await agent.close(drain=0.2)
 
 
 async def card_of(url: str, token: str | None = None) -> pb.AgentCard:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
-from a2a_door.conftest import FAST, a2a_client, accepted, call, send, serve, slow
+from a2a_door.conftest import FAST, a2a_client, accepted, call, send, slow, worked
 from aiohttp import web
 
-from reach import Agent, Reach
+from reach import Reach
 
 
 class Receiver:
@@ -63,15 +63,10 @@ async def test_a_finished_task_is_pushed_with_its_token_through_a_retry() -> Non
     async with Reach.start(**FAST, a2a=True, a2a_push_private=True) as reach, \
             receiving([503]) as receiver:
         assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url) as client:
-                [event] = await send(client, pushed(call("math.add", {"a": 1, "b": 2}),
-                                                    receiver.url, "tok-123"))
-                await asyncio.wait_for(receiver.arrived.wait(), 5)
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach) as client:
+            [event] = await send(client, pushed(call("math.add", {"a": 1, "b": 2}),
+                                                receiver.url, "tok-123"))
+            await asyncio.wait_for(receiver.arrived.wait(), 5)
     assert receiver.tries == 2  # a 503, retried
     [(headers, body)] = receiver.got
     assert headers["X-A2A-Notification-Token"] == "tok-123"
@@ -84,45 +79,35 @@ async def test_an_undelivered_push_is_a_dead_letter_that_replays() -> None:
     async with Reach.start(**FAST, a2a=True, a2a_push_private=True) as reach, \
             receiving([404]) as receiver:
         assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url) as client:
-                [event] = await send(client, call("echo.run", {}))
-                config = await client.create_task_push_notification_config(
-                    pb.TaskPushNotificationConfig(task_id=event.task.id, url=receiver.url))
-                assert config.id and config.task_id == event.task.id
-                pusher = reach.a2a.pusher
-                await asyncio.wait_for(pusher.settled(), 5)
-                assert receiver.tries == 1  # a 404 is not retried
-                [dead] = pusher.dead
-                assert dead.reason == "HTTP 404" and dead.task.task_id == event.task.id
-                assert pusher.replay() == 1
-                await asyncio.wait_for(receiver.arrived.wait(), 5)
-                assert not pusher.dead and pusher.delivered == 1
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach) as client:
+            [event] = await send(client, call("echo.run", {}))
+            config = await client.create_task_push_notification_config(
+                pb.TaskPushNotificationConfig(task_id=event.task.id, url=receiver.url))
+            assert config.id and config.task_id == event.task.id
+            pusher = reach.a2a.pusher
+            await asyncio.wait_for(pusher.settled(), 5)
+            assert receiver.tries == 1  # a 404 is not retried
+            [dead] = pusher.dead
+            assert dead.reason == "HTTP 404" and dead.task.task_id == event.task.id
+            assert pusher.replay() == [event.task.id]
+            await asyncio.wait_for(receiver.arrived.wait(), 5)
+            assert not pusher.dead and pusher.delivered == 1
 
 
 async def test_private_receivers_are_refused_unless_allowed() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
         assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url) as client:
-                for url in ("http://127.0.0.1:9/hook", "http://10.0.0.1/hook",
-                            "http://169.254.169.254/latest", "file:///etc/passwd"):
-                    with pytest.raises(InvalidParamsError) as refused:
-                        await send(client, pushed(call("echo.run", {}), url, "t"))
-                    assert refused.value.data == {"code": "invalid_params"}
-                [event] = await send(client, call("echo.run", {}))
-                with pytest.raises(InvalidParamsError):
-                    await client.create_task_push_notification_config(
-                        pb.TaskPushNotificationConfig(task_id=event.task.id,
-                                                      url="http://localhost/hook"))
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach) as client:
+            for url in ("http://127.0.0.1:9/hook", "http://10.0.0.1/hook",
+                        "http://169.254.169.254/latest", "file:///etc/passwd"):
+                with pytest.raises(InvalidParamsError) as refused:
+                    await send(client, pushed(call("echo.run", {}), url, "t"))
+                assert refused.value.data == {"code": "invalid_params"}
+            [event] = await send(client, call("echo.run", {}))
+            with pytest.raises(InvalidParamsError):
+                await client.create_task_push_notification_config(
+                    pb.TaskPushNotificationConfig(task_id=event.task.id,
+                                                  url="http://localhost/hook"))
 
 
 async def test_configs_are_kept_listed_and_deleted_per_task() -> None:

@@ -61,7 +61,7 @@ async def test_a_receiver_that_keeps_failing_gets_every_try_then_a_dead_letter()
         assert dead.reason == "HTTP 500" and dead.task.task_id == event.task.id
         # The last answer is a success: the replay delivers, with the credentials.
         receiver.fail.clear()
-        assert pusher.replay() == 1
+        assert pusher.replay() == [event.task.id]
         await asyncio.wait_for(receiver.arrived.wait(), 5)
         [(headers, _)] = receiver.got
         assert headers["Authorization"] == "Bearer s3cret"

@@ -9,10 +9,10 @@ import asyncio
 from pathlib import Path
 
 from a2a.types import a2a_pb2 as pb
-from a2a_door.conftest import FAST, a2a_client, call, hanging, send, serve, slow
+from a2a_door.conftest import FAST, a2a_client, call, hanging, send, slow, worked
 from a2a_door.test_a2a_push import receiving
 
-from reach import Agent, Reach
+from reach import Reach
 from reach.core.backoff import Backoff
 
 QUICK = Backoff(base=0.001, factor=1.0, cap=0.001, jitter=0.0)
@@ -24,21 +24,16 @@ async def test_a_push_cut_by_a_stop_is_sent_by_the_next_start(tmp_path: Path) ->
         async with Reach.start(**FAST, a2a=True, a2a_push_private=True, store=store) as reach:
             assert reach.a2a_url is not None and reach.a2a is not None
             reach.a2a.pusher.close_grace = 0.05
-            agent = serve(Agent("worker", reconnect_base=0.02))
-            await agent.connect(reach.url)
-            try:
-                async with a2a_client(reach.a2a_url) as client:
-                    [event] = await send(client, call("echo.run", {}))
-                    await client.create_task_push_notification_config(
-                        pb.TaskPushNotificationConfig(task_id=event.task.id, id="late",
-                                                      url=hook.url))
-                    await asyncio.wait_for(hook.entered.wait(), 5)
-                    await client.create_task_push_notification_config(
-                        pb.TaskPushNotificationConfig(task_id=event.task.id, id="ok",
-                                                      url=receiver.url))
-                    await asyncio.wait_for(receiver.arrived.wait(), 5)
-            finally:
-                await agent.close(drain=0.2)
+            async with worked(reach) as client:
+                [event] = await send(client, call("echo.run", {}))
+                await client.create_task_push_notification_config(
+                    pb.TaskPushNotificationConfig(task_id=event.task.id, id="late",
+                                                  url=hook.url))
+                await asyncio.wait_for(hook.entered.wait(), 5)
+                await client.create_task_push_notification_config(
+                    pb.TaskPushNotificationConfig(task_id=event.task.id, id="ok",
+                                                  url=receiver.url))
+                await asyncio.wait_for(receiver.arrived.wait(), 5)
         assert len(receiver.got) == 1  # "ok" went; "late" was cut by the stop
         hook.release.set()
         async with Reach.start(**FAST, a2a=True, a2a_push_private=True, store=store) as again:

@@ -16,7 +16,7 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from a2a_door.conftest import FAST, a2a_client, call, data, send, serve
+from a2a_door.conftest import FAST, a2a_client, call, data, send, serve, worked
 
 from reach import Agent, Reach
 from reach.server.a2a_tasks import coerce
@@ -26,14 +26,9 @@ async def test_get_task_answers_after_a_coordinator_restart(tmp_path: Path) -> N
     store = f"sqlite:///{tmp_path / 'reach.db'}"
     async with Reach.start(**FAST, a2a=True, store=store) as reach:
         assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url) as client:
-                [event] = await send(client, call("math.add", {"a": 40, "b": 2}))
-                task_id = event.task.id
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach) as client:
+            [event] = await send(client, call("math.add", {"a": 40, "b": 2}))
+            task_id = event.task.id
     async with Reach.start(**FAST, a2a=True, store=store) as again:
         assert again.a2a_url is not None
         async with a2a_client(again.a2a_url) as client:
@@ -92,17 +87,12 @@ async def test_list_tasks_pages_through_the_callers_own_tasks() -> None:
 async def test_cancel_says_reach_cannot_cancel() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
         assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url) as client:
-                [event] = await send(client, call("echo.run", {}))
-                with pytest.raises(TaskNotCancelableError):
-                    await client.cancel_task(pb.CancelTaskRequest(id=event.task.id))
-                with pytest.raises(TaskNotFoundError):
-                    await client.cancel_task(pb.CancelTaskRequest(id="no-such-task"))
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach) as client:
+            [event] = await send(client, call("echo.run", {}))
+            with pytest.raises(TaskNotCancelableError):
+                await client.cancel_task(pb.CancelTaskRequest(id=event.task.id))
+            with pytest.raises(TaskNotFoundError):
+                await client.cancel_task(pb.CancelTaskRequest(id="no-such-task"))
 
 
 def test_integral_floats_become_ints_where_the_schema_says_integer() -> None:
