@@ -145,7 +145,9 @@ class Following:
         ids = [t for t in task_ids if self.book.outcome(t) is not None]
         if not ids:
             return 0
-        self.drivers.cancel_named({f"task-{t}" for t in ids})
+        # Its driver, and the fallback it may be following (whose answer would otherwise
+        # finish a task this node no longer owns).
+        self.drivers.cancel_named({f"{kind}-{t}" for t in ids for kind in ("task", "fallback")})
         for task_id in ids:
             task = self.book.live.get(task_id)
             fut, watchers = self.book.hand_over(task_id)

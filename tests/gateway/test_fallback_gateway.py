@@ -165,3 +165,25 @@ async def test_a_replayed_letter_does_the_work_or_stays_a_letter(rig: Rig) -> No
     await rig.outcome(letter)
     assert letter.state is S.DEAD and letter.fallback is None
     assert letter.task_id in rig.gateway.dead
+
+
+async def test_a_task_let_go_while_its_fallback_runs_is_not_finished_here(rig: Rig) -> None:
+    """Another node took the task over (``Following.let_go``) while this one followed its
+    capability fallback: the fallback's answer must not end the task here, nor file it
+    among this node's recent tasks (docs/lifecycle-plan.md R14)."""
+    rig.agent("a", fault)
+    _, other = rig.agent("b", lambda w: "hang", capability="y.work")
+    task = await rig.submit(fallback={"capability": "y.work"})
+    for _ in range(20):
+        if other.pending:
+            break
+        await rig.clock.advance(0.05)
+    [(fallback_id, attempt)] = other.pending  # the fallback's own task, at b
+    state = task.state
+    assert rig.gateway.following.let_go([task.task_id]) == 1
+    other.finish(fallback_id, "ok", "from y", attempt=attempt)
+    await rig.clock.settle()
+    assert task.state is state and not task.terminal
+    assert task.task_id not in rig.gateway.recent and task.task_id not in rig.gateway.dead
+    done = await rig.gateway.task(fallback_id)  # the fallback's own task ended as usual
+    assert done is not None and done.state is S.SUCCEEDED
