@@ -67,13 +67,21 @@ class TaskBook:
         if self.live.pop(task.task_id, None) is not None:
             counts.drop(self.caller_live, task.envelope.caller)
 
-    def forget(self, task: Task) -> None:
-        """A task whose first write failed: it was never accepted, nothing may remain."""
+    def forget(self, task: Task, error: BaseException | None = None) -> None:
+        """A task whose first write failed: it was never accepted, nothing may remain. One
+        that ended before the write failed leaves the recent tasks and the dead letters
+        again; whoever awaits its outcome hears ``error`` (a failed write) instead."""
         env, tid = task.envelope, task.task_id
         self.unlive(task)
-        self._outcomes.pop(tid, None)
+        _refuse(self._outcomes.pop(tid, None), error)
         self._watchers.pop(tid, None)
         self._chunk_sinks.pop(tid, None)
+        self._chunk_next.pop(tid, None)
+        if self.recent.pop(tid, None) is not None:
+            self._recent_bytes -= self._recent_sizes.pop(tid, 0)
+        if self.unkeep_dead(tid) is not None:
+            self.events.publish(DEAD_LETTER, {"action": "not_stored", "task_id": tid,
+                                              "capability": env.capability})
         ids = self.traces.get(env.trace_id)
         if ids is not None and tid in ids:
             ids.remove(tid)
@@ -140,7 +148,10 @@ class TaskBook:
         fut = self._outcomes.pop(tid, None)
         watchers = self._watchers.pop(tid, ())
         if fut is not None and not fut.done():
-            def answer(_c: object = None) -> None:
+            def answer(c: asyncio.Future[None] | None = None) -> None:
+                if c is not None and (c.cancelled() or c.exception() is not None):
+                    _refuse(fut, None if c.cancelled() else c.exception())
+                    return  # never stored, so never accepted: no outcome to tell
                 for fn in watchers:
                     try:
                         fn(task)
@@ -150,7 +161,7 @@ class TaskBook:
                     fut.set_result(task)
             commit = self.commits.get(tid)
             if commit is None or commit.done():
-                answer()
+                answer(commit)
             else:  # answer only what was stored
                 commit.add_done_callback(answer)
 
@@ -272,6 +283,17 @@ class TaskBook:
                         "rows stay in the store, where status and replay(task_id) find them",
                         s.dead_letters_max, s.dead_letter_bytes)
         return dropped
+
+
+def _refuse(fut: asyncio.Future[Task] | None, error: BaseException | None) -> None:
+    """End an outcome future of a task that was not stored: with ``error``, or cancelled."""
+    if fut is None or fut.done():
+        return
+    if error is None:
+        fut.cancel()
+    else:
+        fut.set_exception(error)
+        fut.exception()  # retrieved: nobody may be waiting, that is not an error
 
 
 REPLAYED = "replayed"

@@ -230,8 +230,8 @@ class Gateway:
             self.book.commits.pop(task_id, None)
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
-                self.book.forget(task)
                 dup = None if c.cancelled() else c.exception()
+                self.book.forget(task, dup)
                 if isinstance(dup, DuplicateKey):  # the next repeat is answered from memory
                     self.book.remember_key(dup.key, dup.first_task_id, now)
                 if self.audit is not None:

@@ -187,3 +187,30 @@ async def test_a_task_let_go_while_its_fallback_runs_is_not_finished_here(rig: R
     assert task.task_id not in rig.gateway.recent and task.task_id not in rig.gateway.dead
     done = await rig.gateway.task(fallback_id)  # the fallback's own task ended as usual
     assert done is not None and done.state is S.SUCCEEDED
+
+
+async def test_a_task_that_ended_before_its_first_write_failed_is_neither_told_nor_kept(
+        rig: Rig) -> None:
+    """A task can end before its insert commits (here a fallback value, answered at once).
+    When that write then fails, the task was never accepted: its watchers hear nothing, an
+    awaited outcome gets the write's error, and it is not kept among the recent tasks
+    (docs/lifecycle-plan.md R6)."""
+    record, _ = rig.agent("a", ok, fallback={"value": "cached"})
+    rig.registry.disconnected(record, rig.clock.wall())
+    rig.store.fail_next = True
+    admission = rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
+    assert admission.task is not None and admission.commit is not None
+    tid = admission.task.task_id
+    told: list[Any] = []
+    assert rig.gateway.watch(tid, told.append)
+    outcome = rig.gateway.outcome(tid)
+    assert outcome is not None
+    with pytest.raises(OSError, match="disk full"):
+        await admission.commit
+    await rig.clock.settle()
+    assert admission.task.state is S.SUCCEEDED  # it did end, in memory
+    assert told == []
+    with pytest.raises(OSError, match="disk full"):
+        await outcome
+    assert tid not in rig.gateway.recent and tid not in rig.gateway.live
+    assert await rig.gateway.task(tid) is None
