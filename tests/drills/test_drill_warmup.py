@@ -26,8 +26,11 @@ async def test_a_new_agent_gets_a_small_rising_share_while_it_warms_up(
     normal one); its share per third of the warm-up period rises; ``reach.agents()`` says it
     is warming, with its warm share; afterwards it gets its normal share (about half)."""
     # Liveness is not under test: a beat missed on a busy machine would make the agent
-    # suspected, and coming back online starts a new warm-up (as it should).
-    cluster = await cluster_factory(seed=13, suspect_after=6, offline_after=12)
+    # suspected, and coming back online starts a new warm-up (as it should). Suspected only
+    # after 2 s of silence: with 6 beats of 50 ms (0.3 s) a clean-clone CI run saw the cold
+    # agent's warm share fall back (0.578, then 0.4) as a stall under coverage restarted it.
+    cluster = await cluster_factory(seed=13, heartbeat_interval=0.2, suspect_after=10,
+                                    offline_after=20)
     reach = cluster.reach
 
     def serve(name: str) -> Callable[..., Awaitable[dict[str, Any]]]:
