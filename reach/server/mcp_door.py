@@ -14,8 +14,9 @@ serves both eras: 2025-11-25 sessions (initialize, then a session id) and the st
 - A 2025 session is its opener's: another caller presenting its id is answered 404
   (``with_principal``).
 - ``notifications/tools/list_changed``: the registry's tool set is watched (debounced,
-  ``DEBOUNCE``); a change is published on the subscription bus (2026 listeners) and sent on
-  each open 2025 session that listed tools and whose caller may call what changed.
+  ``DEBOUNCE``); a change goes to the callers who may call what changed: on their 2026
+  ``subscriptions/listen`` streams (``mcp_listen``: a bus per caller) and on each of their
+  open 2025 sessions that listed tools.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.subscriptions import ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -44,6 +45,7 @@ from reach.errors import ReachError
 from reach.server import mcp_tools
 from reach.server.front import FrontDoor
 from reach.server.front_problems import HttpProblem
+from reach.server.mcp_listen import CallerListens
 
 log = logging.getLogger("reach.mcp")
 MAX_SESSIONS = 10_000  # 2025 sessions remembered for list_changed (the SDK's own cap)
@@ -93,11 +95,10 @@ class McpDoor:
         self.front = front
         s = front.services.settings
         self.services = front.services
-        self.bus = InMemorySubscriptionBus()
-        self.listen = ListenHandler(self.bus)
+        self.listens = CallerListens(caller_of)  # 2026 listen streams, per caller
         self.server = ReachServer("agent-reach", version=__version__,
                                    on_list_tools=self.list_tools, on_call_tool=self.call_tool,
-                                   on_subscriptions_listen=self.listen)
+                                   on_subscriptions_listen=self.listens)
         allowed = list(s.http_allowed_hosts or ("127.0.0.1:*", "localhost:*", "[::1]:*",
                                                 f"{s.host}:*"))
         origins = [f"{scheme}://{h}" for h in allowed for scheme in ("http", "https")]
@@ -131,7 +132,7 @@ class McpDoor:
                     self._running = False
                     if self._timer is not None:
                         self._timer.cancel()
-                    self.listen.close()
+                    self.listens.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
         await self.manager.handle_request(with_principal(scope), receive, send)
@@ -203,16 +204,21 @@ class McpDoor:
                                                    name="mcp-list-changed")
 
     async def _announce(self, moved: dict[str, str]) -> None:
-        """Tell of a change: on the 2026 bus, and to each 2025 session whose caller may call
-        a capability that came, went or changed (another caller's tools are none of its
-        business, not even that they changed)."""
-        await self.bus.publish(ToolsListChanged())
-        calls, concerned = self.services.trust.calls, {}
-        for sid, (session, caller) in list(self.sessions.items()):
+        """Tell of a change the callers who may call a capability that came, went or changed
+        (another caller's tools are none of its business, not even that they changed): on
+        their 2026 listen streams, and on their open 2025 sessions."""
+        calls, concerned = self.services.trust.calls, dict[str, bool]()
+
+        def concerns(caller: str) -> bool:
             if caller not in concerned:
                 concerned[caller] = any(calls.allows(caller, name, scope)
                                         for name, scope in moved.items())
-            if not concerned[caller]:
+            return concerned[caller]
+
+        await self.listens.publish([c for c in self.listens.callers() if concerns(c)],
+                                   ToolsListChanged())
+        for sid, (session, caller) in list(self.sessions.items()):
+            if not concerns(caller):
                 continue
             try:
                 await session.send_tool_list_changed()

@@ -108,3 +108,45 @@ async def test_list_changed_goes_only_to_callers_whose_tools_changed() -> None:
         finally:
             for agent in agents:
                 await agent.close(drain=0.2)
+
+
+async def test_a_2026_listener_hears_only_of_its_own_callers_tools() -> None:
+    """The same on the stateless revision: each ``subscriptions/listen`` stream is its
+    caller's, and a change is published only to the callers it concerns (one bus for the
+    door told every listener of every caller's change)."""
+    async with Reach.start(**FAST, mcp=True,
+                           tokens={"tok-a": "alice", "tok-b": "bob", "tok-1": "billing"},
+                           permissions={"alice": ("echo.*",), "bob": ("billing.*",)}) as reach:
+        assert reach.mcp_url is not None and reach.mcp is not None
+        agent = Agent("billing", token="tok-1", reconnect_base=0.02)
+        agent.capability("billing.charge")(lambda: "ok")
+        heard: dict[str, int] = {"alice": 0, "bob": 0}
+
+        async def listen(sub: Any, who: str) -> None:
+            async for _event in sub:
+                heard[who] += 1
+        try:
+            async with mcp_client(reach.mcp_url, "tok-a", mode="2026-07-28") as alice, \
+                    mcp_client(reach.mcp_url, "tok-b", mode="2026-07-28") as bob, \
+                    alice.listen(tools_list_changed=True) as a_sub, \
+                    bob.listen(tools_list_changed=True) as b_sub:
+                assert sorted(reach.mcp.listens.callers()) == ["alice", "bob"]
+                tasks = [asyncio.create_task(listen(a_sub, "alice")),
+                         asyncio.create_task(listen(b_sub, "bob"))]
+                try:
+                    await agent.connect(reach.url)
+                    async with asyncio.timeout(5):
+                        while heard["bob"] == 0:
+                            await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.2)  # well past the 50 ms debounce
+                    assert heard == {"alice": 0, "bob": 1}
+                    assert [t.name for t in (await bob.list_tools()).tools] == [
+                        "billing.charge", "reach_intent"]
+                finally:
+                    for task in tasks:
+                        task.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0.05)
+            assert reach.mcp.listens.callers() == []  # dropped with their last stream
+        finally:
+            await agent.close(drain=0.2)
