@@ -190,6 +190,9 @@ class Pusher:
             self._count -= 1
         if not mine:
             self.configs.pop(task_id, None)
+        # A dead letter of it is gone too: a replay must not send what its owner deleted.
+        self.dead = [d for d in self.dead
+                     if (d.task.task_id, d.config.id) != (task_id, config_id)]
         await self.store.forget_push_config(task_id, config_id)
 
     def _forget(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:

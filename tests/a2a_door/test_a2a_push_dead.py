@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from a2a.types import a2a_pb2 as pb
-from a2a_door.conftest import FAST, call, send, worked
+from a2a_door.conftest import FAST, a2a_client, call, send, worked
 from a2a_door.test_a2a_push import receiving
 from test_admin_cli import Served
 
@@ -102,3 +102,21 @@ async def test_a_coordinator_without_the_a2a_door_says_so() -> None:
         assert refused.rc == 4 and "reach serve --a2a" in refused.err  # invalid_params
         usage = await shell.reach("pushes", "--task", "abc", token=TOKEN)
         assert usage.rc == 2 and "--replay" in usage.err
+
+
+async def test_a_deleted_config_leaves_no_dead_letter_to_replay(tmp_path: Path) -> None:
+    opts = dict(FAST, a2a=True, a2a_push_private=True, admin_token=TOKEN,
+                store=f"sqlite:///{tmp_path / 'reach.db'}")
+    async with receiving([404, 404]) as receiver, Reach.start(**opts) as reach:
+        first, second = await _two_tasks(reach, receiver.url)
+        assert reach.a2a is not None and reach.a2a_url is not None
+        [dead] = [d for d in reach.a2a.pusher.dead if d.task.task_id == first]
+        async with a2a_client(reach.a2a_url) as client:
+            await client.delete_task_push_notification_config(
+                pb.DeleteTaskPushNotificationConfigRequest(task_id=first, id=dead.config.id))
+        async with Admin.connect(reach.url, token=TOKEN) as admin:
+            assert [d["task_id"] for d in await admin.push_dead_letters()] == [second]
+            assert await admin.replay_pushes(first) == []
+    async with Reach.start(**opts) as again:  # and its row is gone
+        assert again.a2a is not None
+        assert [d.task.task_id for d in again.a2a.pusher.dead] == [second]
