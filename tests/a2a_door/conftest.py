@@ -63,14 +63,14 @@ async def a2a_client(url: str, token: str | None = None, *, streaming: bool = Fa
 
 
 @asynccontextmanager
-async def worked(reach: Reach) -> AsyncIterator[Client]:
-    """``serve``'s agent connected to ``reach``, and the official client of its A2A door;
-    the agent is closed (drained) after."""
+async def worked(reach: Reach, *, streaming: bool = False) -> AsyncIterator[Client]:
+    """``serve``'s agent connected to ``reach``, and the official client of its A2A door
+    (``streaming`` as ``a2a_client``'s); the agent is closed (drained) after."""
     assert reach.a2a_url is not None
     agent = serve(Agent("worker", reconnect_base=0.02))
     await agent.connect(reach.url)
     try:
-        async with a2a_client(reach.a2a_url) as client:
+        async with a2a_client(reach.a2a_url, streaming=streaming) as client:
             yield client
     finally:
         await agent.close(drain=0.2)

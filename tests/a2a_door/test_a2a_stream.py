@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from a2a.types import a2a_pb2 as pb
-from a2a_door.conftest import FAST, a2a_client, call, data, send, serve
+from a2a_door.conftest import FAST, a2a_client, call, data, send, worked
 
 from reach import Agent, Reach
 
@@ -18,14 +18,8 @@ def kinds(events: list[pb.StreamResponse]) -> list[str]:
 
 async def test_streamed_chunks_arrive_as_artifact_updates() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
-        assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url, streaming=True) as client:
-                events = await send(client, call("words.stream", {"n": 3}))
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach, streaming=True) as client:
+            events = await send(client, call("words.stream", {"n": 3}))
     assert kinds(events) == ["task", "artifact_update", "artifact_update", "artifact_update",
                              "artifact_update", "status_update"]
     task_id = events[0].task.id
@@ -41,14 +35,8 @@ async def test_streamed_chunks_arrive_as_artifact_updates() -> None:
 
 async def test_a_failed_task_streams_its_failure() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
-        assert reach.a2a_url is not None
-        agent = serve(Agent("worker", reconnect_base=0.02))
-        await agent.connect(reach.url)
-        try:
-            async with a2a_client(reach.a2a_url, streaming=True) as client:
-                events = await send(client, call("orders.cancel", {"order": "o-1"}))
-        finally:
-            await agent.close(drain=0.2)
+        async with worked(reach, streaming=True) as client:
+            events = await send(client, call("orders.cancel", {"order": "o-1"}))
     assert kinds(events) == ["task", "status_update"]
     status = events[1].status_update.status
     assert status.state == pb.TASK_STATE_FAILED
