@@ -187,9 +187,7 @@ class TaskBook:
     def fail_waiters(self, error: Exception) -> None:
         """The coordinator stops: every waiter still waiting hears ``error``."""
         for fut in self._outcomes.values():
-            if not fut.done():
-                fut.set_exception(error)
-                fut.exception()  # retrieved: nobody may be waiting, that is not an error
+            _refuse(fut, error)
 
     # ------------------------------------------------------------ bounded memory
 
@@ -286,7 +284,7 @@ class TaskBook:
 
 
 def _refuse(fut: asyncio.Future[Task] | None, error: BaseException | None) -> None:
-    """End an outcome future of a task that was not stored: with ``error``, or cancelled."""
+    """End an outcome future that will have no outcome: with ``error``, or cancelled."""
     if fut is None or fut.done():
         return
     if error is None:

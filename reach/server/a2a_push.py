@@ -287,8 +287,11 @@ class Pusher:
         """Send the dead letters again, each with its tries (``task_id``: that task's only);
         the ids of their tasks. A letter stays in the store, marked dead, until its
         notification is delivered."""
-        chosen = [d for d in self.dead if task_id is None or d.task.task_id == task_id]
-        self.dead = [d for d in self.dead if d not in chosen]
+        chosen: list[DeadPush] = []
+        kept: list[DeadPush] = []
+        for letter in self.dead:
+            (chosen if task_id is None or letter.task.task_id == task_id else kept).append(letter)
+        self.dead = kept
         for letter in chosen:
             self._spawn(letter.config, letter.task)
         return [letter.task.task_id for letter in chosen]
