@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 PAYLOAD: dict[str, Any] = {"data": "x" * 200}
@@ -61,11 +61,45 @@ async def _mcp_calls(url: str, tool: str, calls: int) -> float:
         return (time.perf_counter() - start) / calls
 
 
-async def mcp_pair(calls: int, rounds: int) -> Row:
+async def _pair(name: str, door: str, app: Any, port: int, rounds: int,
+                bare_calls: Callable[[], Awaitable[float]],
+                reach_calls: Callable[[str], Awaitable[float]],
+                lifespan: Literal["auto", "on", "off"] = "auto") -> Row:
+    """The bare SDK server ``app`` on ``port`` beside a coordinator serving ``door`` ("mcp"
+    or "a2a") with an echo agent; each timed ``rounds`` times, interleaved (drift hits both
+    rows alike), the medians kept."""
     import uvicorn
-    from mcp.server.mcpserver import MCPServer
 
     from reach import Agent, Reach
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan=lifespan))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        async with Reach.start(mcp=door == "mcp", a2a=door == "a2a") as reach:
+            agent = Agent("echo")
+
+            @agent.capability("echo", idempotent=True)
+            async def echo_cap(data: str) -> dict[str, str]:
+                return {"data": data}
+            await agent.connect(reach.url)
+            url = reach.mcp_url if door == "mcp" else reach.a2a_url
+            assert url is not None
+            bare_t, reach_t = [], []
+            for _ in range(rounds):
+                bare_t.append(await bare_calls())
+                reach_t.append(await reach_calls(url))
+            await agent.close()
+    finally:
+        server.should_exit = True
+        await serving
+    return Row(name, statistics.median(bare_t), statistics.median(reach_t))
+
+
+async def mcp_pair(calls: int, rounds: int) -> Row:
+    from mcp.server.mcpserver import MCPServer
 
     bare = MCPServer("bare")
     logging.getLogger("mcp").setLevel(logging.WARNING)  # (MCPServer logs every session at INFO)
@@ -76,29 +110,9 @@ async def mcp_pair(calls: int, rounds: int) -> Row:
         return {"data": data}
 
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(bare.streamable_http_app(), host="127.0.0.1",
-                                           port=port, log_level="warning", lifespan="on"))
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        async with Reach.start(mcp=True) as reach:
-            agent = Agent("echo")
-
-            @agent.capability("echo", idempotent=True)
-            async def echo_cap(data: str) -> dict[str, str]:
-                return {"data": data}
-            await agent.connect(reach.url)
-            assert reach.mcp_url is not None
-            bare_t, reach_t = [], []
-            for _ in range(rounds):  # interleaved: drift hits both rows alike
-                bare_t.append(await _mcp_calls(f"http://127.0.0.1:{port}/mcp", "echo", calls))
-                reach_t.append(await _mcp_calls(reach.mcp_url, "echo", calls))
-            await agent.close()
-    finally:
-        server.should_exit = True
-        await serving
-    return Row("mcp tools/call", statistics.median(bare_t), statistics.median(reach_t))
+    return await _pair("mcp tools/call", "mcp", bare.streamable_http_app(), port, rounds,
+                       lambda: _mcp_calls(f"http://127.0.0.1:{port}/mcp", "echo", calls),
+                       lambda url: _mcp_calls(url, "echo", calls), lifespan="on")
 
 
 async def _a2a_calls(url: str, calls: int) -> float:
@@ -162,37 +176,15 @@ def _bare_a2a_app(url: str) -> Any:
 
 
 async def a2a_pair(calls: int, rounds: int) -> Row:
-    import uvicorn
 
-    from reach import Agent, Reach
 
     logging.getLogger("reach").setLevel(logging.ERROR)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # (a line per request at INFO)
     port = _free_port()
     bare_url = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(_bare_a2a_app(bare_url), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        async with Reach.start(a2a=True) as reach:
-            agent = Agent("echo")
-
-            @agent.capability("echo", idempotent=True)
-            async def echo_cap(data: str) -> dict[str, str]:
-                return {"data": data}
-            await agent.connect(reach.url)
-            assert reach.a2a_url is not None
-            bare_t, reach_t = [], []
-            for _ in range(rounds):  # interleaved: drift hits both rows alike
-                bare_t.append(await _a2a_calls(bare_url, calls))
-                reach_t.append(await _a2a_calls(reach.a2a_url, calls))
-            await agent.close()
-    finally:
-        server.should_exit = True
-        await serving
-    return Row("a2a SendMessage", statistics.median(bare_t), statistics.median(reach_t))
+    return await _pair("a2a SendMessage", "a2a", _bare_a2a_app(bare_url), port, rounds,
+                       lambda: _a2a_calls(bare_url, calls),
+                       lambda url: _a2a_calls(url, calls))
 
 
 PAIRS: list[Callable[[int, int], Awaitable[Row]]] = [mcp_pair, a2a_pair]
