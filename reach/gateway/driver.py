@@ -1,11 +1,12 @@
-"""One driver per accepted task: ask the policy what to do next, await it, apply it.
+"""One driver per accepted task: it carries out the task's life (``reach.core.life``).
 
-A driver picks an agent (waiting for a free slot when all are busy), has the ``Dispatcher``
-carry out an attempt, and then, as ``reach.core.policy`` decides: finishes the task, fails
-over to another candidate, backs off and retries (within the retry budget), waits for agents
-or breakers, or dead-letters it. A task resumed after a crash first goes back to the agent
-that was running it (only that agent's key cache knows it). All time is the gateway's
-``ports.Clock``; nothing here reads the event loop's clock or sleeps by itself.
+The life decides, from plain events, what the task does next: pick an agent, go back to the
+one a restart or a lost peer left holding the work, dispatch, fail over, back off and retry
+within the retry budget, wait for agents or breakers, or end. A driver carries each command
+out: it picks an agent (waiting in the slot queue when all are busy), has the ``Dispatcher``
+carry out an attempt, waits, counts and writes, and feeds each request's answer back as the
+next event. All time is the gateway's ``ports.Clock``; nothing here reads the event loop's
+clock or sleeps by itself.
 """
 
 from __future__ import annotations
@@ -18,13 +19,35 @@ from reach.config import Settings
 from reach.core import policy
 from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
-from reach.core.ends import attempt_error, maybe_ran
+from reach.core.life import (
+    AgentIs,
+    Budget,
+    Charge,
+    Command,
+    CountRejected,
+    CountRetry,
+    Dispatch,
+    Ended,
+    Event,
+    Finish,
+    Life,
+    LookFor,
+    Move,
+    NoneFits,
+    Pick,
+    Picked,
+    Refused,
+    Sleep,
+    Update,
+    WaitAgents,
+    Woke,
+)
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
 from reach.core.resilience import RetryBudget
 from reach.core.routing import Router, Saturated
-from reach.core.tasks import Attempt, Outcome, Task, TaskState
-from reach.errors import ReachError, ReachTimeout, Rejected, Unavailable
+from reach.core.tasks import Outcome, Task, TaskState
+from reach.errors import ReachError, Rejected, Unavailable
 from reach.gateway.book import TaskBook
 from reach.gateway.clock import within
 from reach.gateway.dispatch import Dispatcher
@@ -74,139 +97,25 @@ class Driver:
             self._changed = asyncio.get_running_loop().create_future()
         await within(self.clock, self._changed, limit)
 
-    # ------------------------------------------------------------ the loop
+    # ------------------------------------------------------------ carrying a life out
 
     async def drive(self, task: Task) -> None:
-        env = task.envelope
+        """Carry out ``task``'s life (reach.core.life) until it ends: each request's answer
+        is the machine's next event."""
         clock = self.clock
-        resumed = bool(task.history) and task.history[-1][2] == "resumed"
-        deadline = None if env.timeout is None else clock.now() + env.timeout
-        tries = policy.Tries(env.max_retries)
-        kept = None  # a resumed task's completion timeout, kept from before the restart
-        lost = None
-        if resumed:
-            # A restart changes none of the task's budget: its deadline runs from its submit,
-            # its tries so far count, and it keeps its completion timeout (the latency history
-            # behind it is gone with the old process; a caller's deadline sets it otherwise).
-            if env.timeout is not None:
-                deadline = clock.now() + policy.time_left(env.created_at, env.timeout,
-                                                          clock.wall())
-            else:
-                kept = policy.kept_timeout(a.timeout for a in task.attempts)
-            tries = policy.resumed_tries(env.max_retries, task.history)
-            # A task interrupted by a crash goes back to the agent that was running it: only
-            # that agent's cache knows the key, so another agent would run it a second time.
-            if task.attempts and task.attempts[-1].outcome == Outcome.LOST:
-                lost = task.attempts[-1]
-        recovering_until = clock.now() + self.settings.recovery_grace if resumed else 0.0
-        # How long this task may wait for resting breakers to let work through instead of
-        # spending a retry on "no healthy agent" (policy.breaker_wait). Waiting on a half-open
-        # probe already out is not spent from it: the probe is an attempt with its own timeout,
-        # its verdict wakes the waiters, and under load it can take longer than the open period
-        # (200 replayed tasks then ran out of waiting and were dead-lettered again).
-        allowance = self.settings.breaker_open_for
-        exclude: set[str] = set()
-        back_until: float | None = None  # going back to an agent a peer lost (see below)
+        life = Life(task, self.settings, self.rng)
         try:
-            if lost is not None and not self._interrupted(task, tries, lost):
-                return
+            commands: list[Command] = life.start(clock.now(), clock.wall())
             while True:
-                if deadline is not None and clock.now() >= deadline:
-                    self.g.finish(task, S.DEAD, error=ReachTimeout(
-                        f"{env.capability!r} did not complete within {env.timeout}s"))
+                event: Event | None = None
+                for command in commands:  # a request, if any, comes last
+                    if type(command) in _REQUESTS:
+                        event = await self._do(life, command)
+                    else:
+                        self._apply(task, command)
+                if event is None:
                     return
-                if lost is not None:
-                    record, lost, done = await self._back_to(task, lost, recovering_until)
-                    if done:
-                        return
-                    if record is None:
-                        continue
-                else:
-                    try:
-                        record = await self._acquire(task, frozenset(exclude), deadline)
-                    except Unavailable as exc:
-                        if env.fallback and recovering_until <= clock.now():
-                            # Degrade at once: the fallback answers now (Gateway.finish).
-                            self.g.finish(task, S.DEAD, error=exc)
-                            return
-                        wait, probing = self._breaker_wait(env.capability) \
-                            if allowance > 0 else (None, False)  # (spent: not worth looking)
-                        step = policy.when_unavailable(
-                            tries, recovering_for=recovering_until - clock.now(),
-                            breaker_wait=wait, breaker_allowance=allowance,
-                            deadline_left=None if deadline is None else deadline - clock.now())
-                        if isinstance(step, policy.Wait):
-                            waited = clock.now()
-                            await self.wait_for_agents(step.seconds)
-                            if step.for_breaker and not probing:
-                                allowance -= clock.now() - waited
-                            continue
-                        if isinstance(step, policy.Retry):
-                            if not await self._retry(task, tries, step, deadline, str(exc)):
-                                return
-                            exclude.clear()
-                            continue
-                        self.g.finish(task, S.DEAD, error=exc)
-                        return
-                    except Rejected as exc:
-                        self.metrics.rejected(env.capability)
-                        self.g.finish(task, S.FAILED, error=exc)
-                        return
-                tries.hops += 1  # a hop is a dispatch (as resumed_tries counts them): a wait
-                # for agents, a breaker or a lost agent's return spends none
-                verdict, payload, attempt, record = await self.dispatch.run(
-                    task, record, deadline, kept)
-                if verdict.outcome in (Outcome.LOST, Outcome.UNDELIVERED) and \
-                        not verdict.full and \
-                        record.node is not None and attempt.instance is not None and \
-                        (back_until is None or clock.now() < back_until):
-                    # Lost at an agent another node holds: that node went away with the work
-                    # (its peer link ended, the agent's ack may have died with it) or lost the
-                    # agent's connection (it was fenced: the agent moves to another node). The
-                    # agent may have run it; only its key cache knows the key, so the task goes
-                    # back to it, as a resumed one does (for up to recovery_grace from the first
-                    # loss; at once elsewhere if it comes back as a new process), instead of
-                    # running a second time at another agent. A loss again on the way back (the
-                    # news that the agent moved has not come yet) waits for the agents to change.
-                    back_until = await self._back_window(back_until)
-                    lost, recovering_until = attempt, back_until
-                    continue
-                exclude.add(record.agent_id)
-                spec = record.capabilities.get(env.capability)
-                step = policy.after_attempt(
-                    verdict, tries, idempotent=spec is not None and spec.spec.idempotent,
-                    others_left=self._others_left(env.capability, exclude, env.tags))
-                if isinstance(step, policy.GoBack):
-                    if attempt.instance is None or \
-                            (back_until is not None and clock.now() >= back_until):
-                        self.g.finish(task, S.DEAD, error=maybe_ran(env, attempt))
-                        return
-                    # Its link went away before it acknowledged: back to that agent alone,
-                    # once it reconnects as the same process (its key cache answers).
-                    back_until = await self._back_window(back_until)
-                    lost, recovering_until = attempt, back_until
-                    continue
-                if isinstance(step, policy.FailOver):
-                    if step.free:  # the agent was full at its node: a wait, not a hop
-                        tries.hops -= 1
-                    continue
-                if isinstance(step, policy.Retry):
-                    if not await self._retry(task, tries, step, deadline,
-                                             attempt.error or verdict.outcome):
-                        return
-                    if step.anywhere:
-                        exclude.clear()
-                    continue
-                assert isinstance(step, policy.Finish)
-                if step.state is S.SUCCEEDED:
-                    if not task.terminal:  # else answered at once (Gateway.answered)
-                        self.g.finish(task, S.SUCCEEDED, result=payload)
-                elif step.state is S.FAILED:
-                    self.g.finish(task, S.FAILED, wire_error=payload)
-                else:
-                    self.g.finish(task, S.DEAD, error=attempt_error(
-                        env, attempt, payload, record, step.retryable))
-                return
+                commands = life.on(event, clock.now())
         except asyncio.CancelledError:
             # Coordinator stopping: the task stays unfinished in the store and resumes later.
             raise
@@ -214,59 +123,54 @@ class Driver:
             if not task.terminal:
                 self.g.finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
 
-    async def _back_window(self, back_until: float | None) -> float:
-        """Until when a task goes back to an agent that may have it: ``recovery_grace`` from
-        the first loss; a loss again on the way back first waits for the agents to change."""
-        if back_until is None:
-            return self.clock.now() + self.settings.recovery_grace
-        await self.wait_for_agents(policy.RECOVERY_POLL)
-        return back_until
-
-    def _interrupted(self, task: Task, tries: policy.Tries, lost: Attempt) -> bool:
-        """A resumed task whose attempt the restart interrupted: sending it again (to that
-        agent, or elsewhere if it does not come back) is a retry, counted like any other;
-        False (the task is dead-lettered) when it was the last one ``max_retries`` allows."""
+    async def _do(self, life: Life, command: Command) -> Event:
+        """Carry out a request; its answer is the life's next event."""
+        task = life.task
         env = task.envelope
-        if not tries.may_retry():
-            self.g.finish(task, S.DEAD, error=Unavailable(
-                f"the coordinator restarted during attempt {lost.number} of "
-                f"{env.capability!r} at agent {lost.agent!r}, its last (max_retries "
-                f"{env.max_retries}); not sent again (it may have run): check, then replay it",
-                agent_id=lost.agent_id))
-            return False
-        tries.retries += 1
-        self.g.move(task, S.RETRYING, f"retry {tries.retries}: the coordinator restarted "
-                                      f"during attempt {lost.number}")
-        return True
+        if isinstance(command, Dispatch):
+            verdict, payload, attempt, record = await self.dispatch.run(
+                task, command.record, command.deadline, command.kept)
+            spec = record.capabilities.get(env.capability)
+            # Whether an untried agent is left matters only for work never delivered
+            # (policy.after_attempt): the registry is not scanned after every success.
+            others = verdict.outcome is Outcome.UNDELIVERED and \
+                self._others_left(env.capability, {*life.exclude, record.agent_id}, env.tags)
+            return Ended(verdict, payload, attempt, record,
+                         spec is not None and spec.spec.idempotent, others)
+        if isinstance(command, Pick):
+            try:
+                return Picked(await self._acquire(task, command.exclude, command.deadline))
+            except Unavailable as exc:
+                return NoneFits(exc, *self._breaker_wait(env.capability))
+            except Rejected as exc:
+                return Refused(exc)
+        if isinstance(command, WaitAgents):
+            await self.wait_for_agents(command.seconds)
+        elif isinstance(command, Sleep):
+            await self.clock.sleep(command.seconds)
+        elif isinstance(command, Charge):
+            return Budget(self.budget.spend(self.clock.wall()))
+        else:
+            assert isinstance(command, LookFor)
+            found = self.registry.by_id.get(command.agent_id)
+            return AgentIs(found, found is not None and _ready(found, env.capability),
+                           self._idempotent(env.capability))
+        return _WOKE
 
-    async def _back_to(self, task: Task, lost: Attempt, recovering_until: float
-                       ) -> tuple[AgentRecord | None, Attempt | None, bool]:
-        """A resumed task's first try: the agent that was running it, once it is back.
-        Returns (agent to use, the lost attempt still to go back to, whether the task ended)."""
-        env = task.envelope
-        found = self.registry.by_id.get(lost.agent_id)
-        why = None
-        if found is not None and lost.instance is not None and found.instance != lost.instance:
-            # Back under its name, but as a new process: the key cache that knew this task is
-            # gone with the old one, and the work may have been done.
-            why = (f"agent {found.name!r} restarted while it was running {env.capability!r} "
-                   f"and the coordinator was down; it may have done the work, and its new "
-                   f"process cannot tell")
-        elif found is None or not _ready(found, env.capability):
-            left = recovering_until - self.clock.now()
-            if left > 0:
-                await self.wait_for_agents(min(policy.RECOVERY_POLL, left))
-                return None, lost, False
-            why = (f"the agent that was running {env.capability!r} did not come back "
-                   f"within {self.settings.recovery_grace}s")
-        if why is None:
-            return found, None, False
-        if not self._idempotent(env.capability):
-            self.g.finish(task, S.DEAD, error=Unavailable(
-                f"{why}; not re-run elsewhere because the capability is not idempotent "
-                f"(check, then replay it if it did not run)", agent_id=lost.agent_id))
-            return None, None, True
-        return None, None, False  # idempotent: safe to run again anywhere
+    def _apply(self, task: Task, command: Command) -> None:
+        """Carry out a command that needs no answer."""
+        if isinstance(command, Finish):
+            self.g.finish(task, command.state, result=command.result, error=command.error,
+                          wire_error=command.wire_error)
+        elif isinstance(command, Move):
+            self.g.move(task, command.state, command.note)
+        elif isinstance(command, Update):
+            self.store.update(task)
+        elif isinstance(command, CountRetry):
+            self.metrics.retried(task.envelope.capability, command.agent)
+        else:
+            assert isinstance(command, CountRejected)
+            self.metrics.rejected(task.envelope.capability)
 
     def _others_left(self, capability: str, exclude: set[str],
                      tags: tagging.Wanted | None = None) -> bool:
@@ -289,30 +193,6 @@ class Driver:
     def _idempotent(self, capability: str) -> bool:
         return any(r.capabilities[capability].spec.idempotent
                    for r in self.registry.declaring(capability).values())
-
-    async def _retry(self, task: Task, tries: policy.Tries, step: policy.Retry,
-                     deadline: float | None, why: str) -> bool:
-        """Count the retry and wait before it; False (the task is dead-lettered) when the
-        coordinator-wide retry budget refuses it (``step.charge``: it re-sends work)."""
-        env = task.envelope
-        tries.retries += 1
-        if step.charge and not self.budget.spend(self.clock.wall()):
-            s = self.settings
-            self.g.finish(task, S.DEAD, error=Unavailable(
-                f"{env.capability!r} not retried: the coordinator's retry budget "
-                f"({s.retry_budget:.0%} of first attempts over {s.retry_budget_window:.0f}s) "
-                f"is spent, many tasks are failing at once; last failure: {why}. Replay it "
-                f"from the dead letters once the cause is fixed", capability=env.capability))
-            return False
-        if step.charge:  # the metric counts retries that send work again, as the budget does
-            last = task.attempts[-1].agent if task.attempts else None
-            self.metrics.retried(env.capability, last)
-        delay = policy.retry_delay(self.settings.backoff, tries.retries, self.rng,
-                                   None if deadline is None else deadline - self.clock.now())
-        self.g.move(task, S.RETRYING, f"retry {tries.retries} in {delay * 1000:.0f} ms: {why}")
-        self.store.update(task)
-        await self.clock.sleep(delay)
-        return True
 
     async def _acquire(self, task: Task, exclude: frozenset[str],
                        deadline: float | None) -> AgentRecord:
@@ -377,6 +257,10 @@ class Driver:
         capacity = sum(r.max_concurrency for r in self.registry.declaring(capability).values()
                        if r.reachable)
         return policy.pressure(sat.level, capacity, self.slots.waiting(capability))
+
+
+_REQUESTS = frozenset({Dispatch, Pick, LookFor, WaitAgents, Sleep, Charge})
+_WOKE = Woke()
 
 
 def _ready(record: AgentRecord, capability: str) -> bool:
