@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from reach.config import Settings
@@ -36,7 +37,7 @@ from reach.errors import Unavailable
 from reach.gateway.clock import within
 from reach.gateway.deadlines import Deadlines
 from reach.gateway.delivery import Delivery
-from reach.ports import Clock, TaskStore, Work
+from reach.ports import AgentLink, Clock, TaskStore, Work
 
 S = TaskState
 HEALTH_WINDOW = 50
@@ -61,6 +62,22 @@ class Bookkeeper(Protocol):
 
 
 Ended = tuple[policy.Verdict, Any, Attempt]
+
+
+@dataclass(slots=True)
+class Try:
+    """One attempt being carried out (``Dispatcher.open`` to ``close`` or ``abandon``)."""
+
+    task: Task
+    record: AgentRecord
+    attempt: Attempt
+    delivery: Delivery
+    window: LatencyWindow
+    caller_bound: bool
+    bad: list[dict[str, Any]]  # a result that broke the capability's ``returns`` schema
+    left: float | None  # what was left of the caller's deadline when it started (s)
+    started: float
+    link: AgentLink | None = None
 
 
 class Dispatcher:
@@ -92,6 +109,24 @@ class Dispatcher:
                       kept: float | None = None) -> Ended:
         """One attempt at ``record``. ``kept``: the completion timeout a resumed task without
         a deadline keeps from before the restart (None: worked out now)."""
+        t = self.open(task, record, deadline, kept)
+        try:
+            # Which agent holds the key is committed before the work leaves (for a first
+            # attempt, by the submit's own commit): after a crash the task goes back to that
+            # agent, whose cache knows the key, and is never run a second time elsewhere.
+            await self.store.persist(task)
+            self.send(t)
+            kind, payload = await t.delivery.fut
+        except BaseException:  # cancelled (stop, a hedge lost) or the store failed
+            self.abandon(t)
+            raise
+        return self.close(t, kind, payload)
+
+    def open(self, task: Task, record: AgentRecord, deadline: float | None,
+             kept: float | None) -> Try:
+        """Record an attempt at ``record`` and take its slot; the caller commits it
+        (``store.persist``), then ``send``s it, then ``close``s it with how it ended, or
+        ``abandon``s it."""
         env = task.envelope
         clock, book = self.clock, self.book
         now = clock.wall()
@@ -127,42 +162,54 @@ class Dispatcher:
         record.breaker.on_dispatch(now)
         book.breaker_moved(record, before)
         self.metrics.dispatched(env.capability, record.name)
-        started = clock.now()
-        link = None
-        finished = False
-        try:
-            # Which agent holds the key is committed before the work leaves (for a first
-            # attempt, by the submit's own commit): after a crash the task goes back to that
-            # agent, whose cache knows the key, and is never run a second time elsewhere.
-            await self.store.persist(task)
-            # The agent may have started draining or gone while the commit was written.
-            link = record.link if not record.draining else None
-            work = Work(env.task_id, attempt.number, env.capability, env.params,
-                        env.idempotency_key if not env.revision else
-                        keys.revised(env.idempotency_key, env.revision),
-                        env.trace_id, env.caller, env.parent_task_id, env.traceparent,
-                        None if left is None else left * 1000)
-            if link is None or not link.deliver(work, delivery):
-                delivery.resolve("unsent")  # proof it never reached the agent
-            kind, payload = await delivery.fut
-            if bad:
-                kind, payload = "error", bad[0]
-            finished = True
-        finally:
-            record.give(env.capability)
-            if link is not None:
-                link.cancel(env.task_id, attempt.number)
-            if not finished:  # cancelled (stop, a hedge lost) or the store failed: not judged
-                delivery.resolve("lost")
-                record.breaker.probing = False
-                self.metrics.ended(env.capability, record.name, Outcome.CANCELLED.value, 0.0)
-            book.slot_freed(record)
-        verdict = policy.classify(kind, payload, acked=delivery.flight.acked,
-                                  caller_bound=caller_bound)
+        return Try(task, record, attempt, delivery, window, caller_bound, bad, left,
+                   clock.now())
+
+    def send(self, t: Try) -> None:
+        """Hand the committed attempt to its agent's link."""
+        record, env = t.record, t.task.envelope
+        # The agent may have started draining or gone while the commit was written.
+        t.link = link = record.link if not record.draining else None
+        attempt, left = t.attempt, t.left
+        work = Work(env.task_id, attempt.number, env.capability, env.params,
+                    env.idempotency_key if not env.revision else
+                    keys.revised(env.idempotency_key, env.revision),
+                    env.trace_id, env.caller, env.parent_task_id, env.traceparent,
+                    None if left is None else left * 1000)
+        if link is None or not link.deliver(work, t.delivery):
+            t.delivery.resolve("unsent")  # proof it never reached the agent
+
+    def _release(self, t: Try) -> None:
+        record = t.record
+        record.give(t.task.envelope.capability)
+        if t.link is not None:
+            t.link.cancel(t.task.task_id, t.attempt.number)
+
+    def abandon(self, t: Try) -> None:
+        """The attempt ends unjudged: the coordinator stopped, a hedge lost, or its commit
+        failed. Its slot is given back; the agent is told the work is given up."""
+        self._release(t)
+        t.delivery.resolve("lost")
+        t.record.breaker.probing = False
+        self.metrics.ended(t.task.envelope.capability, t.record.name,
+                           Outcome.CANCELLED.value, 0.0)
+        self.book.slot_freed(t.record)
+
+    def close(self, t: Try, kind: str, payload: Any) -> Ended:
+        """The attempt ended as its link reported (``kind``, ``payload``): judge it and
+        record it."""
+        if t.bad:
+            kind, payload = "error", t.bad[0]
+        record = t.record
+        self._release(t)
+        self.book.slot_freed(record)
+        verdict = policy.classify(kind, payload, acked=t.delivery.flight.acked,
+                                  caller_bound=t.caller_bound)
         if verdict.full:  # its holder node had no slot: full here too until it reports room
             self.registry.holder_full(record, True)
-        self._record(task, record, attempt, verdict, clock.now() - started, window)
-        return verdict, payload, attempt
+        self._record(t.task, record, t.attempt, verdict, self.clock.now() - t.started,
+                     t.window)
+        return verdict, payload, t.attempt
 
     def _record(self, task: Task, record: AgentRecord, attempt: Attempt,
                 verdict: policy.Verdict, took: float, window: LatencyWindow) -> None:
