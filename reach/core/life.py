@@ -32,6 +32,7 @@ from reach.core.agents import AgentRecord
 from reach.core.backoff import Backoff
 from reach.core.ends import attempt_error, maybe_ran
 from reach.core.life_events import (
+    REQUESTS,
     AgentIs,
     Budget,
     Charge,
@@ -56,9 +57,9 @@ from reach.core.life_events import (
 from reach.core.tasks import Attempt, Outcome, Task, TaskState
 from reach.errors import ReachTimeout, Unavailable
 
-__all__ = ["AgentIs", "Budget", "Charge", "Command", "CountRejected", "CountRetry", "Dispatch",
-           "Ended", "Event", "Finish", "Life", "LookFor", "Move", "NoneFits", "Pick", "Picked",
-           "Refused", "Rules", "Sleep", "Update", "WaitAgents", "Woke"]
+__all__ = ["REQUESTS", "AgentIs", "Budget", "Charge", "Command", "CountRejected", "CountRetry",
+           "Dispatch", "Ended", "Event", "Finish", "Life", "LookFor", "Move", "NoneFits", "Pick",
+           "Picked", "Refused", "Rules", "Sleep", "Update", "WaitAgents", "Woke"]
 
 S = TaskState
 RESUMED = "resumed"  # the history note ``Gateway.resume`` leaves on a task it takes up again
@@ -80,6 +81,7 @@ class Rules(Protocol):
 
 
 _WOKE = Woke()
+_GO_BACK = policy.GoBack()
 _UPDATE = Update()
 _CHARGE = Charge()
 _REJECTED = CountRejected()
@@ -116,6 +118,9 @@ class Life:
     waiting: str | None = None  # which wait a ``Woke`` ends
     since: float = 0.0  # when a breaker wait began
     going_back: Attempt | None = None  # a lost attempt to go back to once the poll is over
+    # The first attempt lost without proof that it never arrived (its agent may have it): work
+    # that is not idempotent goes to that agent's process alone from then on.
+    held: Attempt | None = None
     retry: policy.Retry | None = None  # a retry waiting for the budget's answer
     why: str = ""  # that retry's cause
 
@@ -158,7 +163,7 @@ class Life:
                 f"{env.max_retries}); not sent again (it may have run): check, then replay it",
                 agent_id=last.agent_id)))
         self.tries.retries += 1
-        self.lost = last
+        self.lost = self.held = last
         return [Move(S.RETRYING, f"retry {self.tries.retries}: the coordinator restarted "
                                  f"during attempt {last.number}"), *self._next(now)]
 
@@ -282,6 +287,13 @@ class Life:
         self.exclude.add(record.agent_id)
         step = policy.after_attempt(verdict, self.tries, idempotent=event.idempotent,
                                     others_left=event.others_left)
+        held = self.held
+        if held is not None and not event.idempotent and \
+                isinstance(step, (policy.FailOver, policy.Retry)):
+            # An earlier attempt may still be running where it was lost without proof (this
+            # one, sent back there, never arrived): that agent alone may have it, never a
+            # second one (at most once).
+            step, attempt = _GO_BACK, held
         if isinstance(step, policy.Finish):
             if step.state is S.SUCCEEDED:
                 self.ended = True  # answered at once, as the result came (Gateway.answered)
@@ -308,6 +320,8 @@ class Life:
         """Back to the agent of ``attempt`` alone, for up to ``recovery_grace`` from the first
         loss; a loss again on the way back (the news that the agent moved has not come yet)
         first waits for the agents to change."""
+        if self.held is None:
+            self.held = attempt
         if self.back_until is None:
             self.back_until = now + self.rules.recovery_grace
             self.lost, self.recovering_until = attempt, self.back_until

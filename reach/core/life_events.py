@@ -166,3 +166,6 @@ class Budget:
 
 
 Event = Picked | NoneFits | Refused | AgentIs | Ended | Woke | Budget
+
+#: The commands that ask for an answer (the next event); the others need none.
+REQUESTS = frozenset({Pick, LookFor, Dispatch, WaitAgents, Sleep, Charge})

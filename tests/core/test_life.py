@@ -207,6 +207,25 @@ def test_work_lost_before_its_ack_goes_back_to_the_same_process_alone() -> None:
     assert one.on(AgentIs(a, True, False), 1.5) == [Dispatch(a, None, None)]
 
 
+def test_sent_back_and_never_arriving_it_still_waits_for_that_process_alone() -> None:
+    """The second attempt's proof of non-delivery says nothing of the first one, which may
+    be running there: no fail-over, no retry elsewhere (found by test_life_any_order)."""
+    one = life(max_retries=2)
+    one.start(0.0, 0.0)
+    a = agent("a", instance="p1")
+    first = only(one.on(Picked(a), 0.0))
+    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+    again = only(one.on(AgentIs(a, True, False), 1.0))
+    assert one.on(ended(one, again, "unsent", idempotent=False, others_left=True), 2.0) == \
+        [WaitAgents(policy.RECOVERY_POLL)]
+    assert one.on(Woke(), 2.5) == [LookFor("a")]
+    third = only(one.on(AgentIs(a, True, False), 2.5))
+    finish = only(one.on(ended(one, third, "unsent", idempotent=False, others_left=True),
+                         11.5))  # the recovery grace from the first loss is over
+    assert isinstance(finish, Finish) and finish.state is S.DEAD
+    assert "attempt 1" in str(finish.error) and "may have started the work" in str(finish.error)
+
+
 def test_work_lost_before_its_ack_is_not_sent_to_a_new_process_of_that_agent() -> None:
     one = life()
     one.start(0.0, 0.0)

@@ -8,7 +8,7 @@ from copy import deepcopy
 from typing import Any
 
 import pytest
-from test_decisions import Rig, ok, outcomes
+from test_decisions import Rig, ok, outcomes, resumed
 
 from reach.core.tasks import Outcome, Task, TaskState
 from reach.errors import InvalidParams
@@ -87,6 +87,35 @@ async def test_a_link_lost_before_the_ack_goes_back_to_the_same_process() -> Non
         await rig.close()
 
 
+async def test_sent_back_and_refused_by_a_closing_link_it_still_goes_to_that_process_alone(
+) -> None:
+    """The first attempt may be running at ``a``; the second, sent back there, never left
+    (the reconnected link was already closing). That proof is about the second attempt only:
+    the task still waits for ``a``'s process and is never handed to ``b``."""
+    rig = Rig()
+    try:
+        record, link = rig.agent("a", silent)
+        record.instance = "a-1"
+        task = await rig.submit(max_retries=3)
+        _, other = rig.agent("b", ok)
+        link.lose()
+        rig.registry.disconnected(record, rig.clock.wall())
+        closing, refused = rig.agent("a", ok, accepts=False)  # back, but its link refuses
+        closing.instance = "a-1"
+        rig.gateway.agents_changed()
+        await rig.clock.advance(1.0)
+        assert other.delivered == [] and not task.terminal
+        assert outcomes(task)[-1] == ("a", Outcome.UNDELIVERED)
+        back, again = rig.agent("a", ok)  # the same process, on a working link
+        back.instance = "a-1"
+        rig.gateway.agents_changed()
+        done = await rig.outcome(task, within=2.0)
+        assert done.state is S.SUCCEEDED and other.delivered == []
+        assert again.delivered[0].idempotency_key == link.delivered[0].idempotency_key
+    finally:
+        await rig.close()
+
+
 async def test_a_link_lost_before_the_ack_of_an_unnamed_process_ends_the_task() -> None:
     rig = Rig()
     try:
@@ -157,24 +186,55 @@ async def test_a_task_whose_last_write_fails_still_ends_and_leaves_nothing_live(
 
 
 async def test_waiting_for_a_lost_agent_spends_no_hops() -> None:
-    """Twenty polls while the agent is away are not twenty tries: once it is back and
-    refuses (proof it did not run), the task still fails over to the free agent."""
+    """Twenty polls while the agent is away are not twenty tries: a resumed idempotent task
+    whose agent comes back late and faults still has its retry (R9)."""
+    rig = Rig(recovery_grace=10.0)
+    try:
+        faults = {"n": 0}
+
+        def once_faulty(work: Work) -> Any:
+            faults["n"] += 1
+            return ("fault", "boom") if faults["n"] == 1 else ok(work)
+
+        a, _ = rig.agent("a", once_faulty, idempotent=True)
+        a.instance = "p1"
+        a.connected = False
+        rig.registry.disconnected(a, rig.clock.wall())
+        task = resumed(rig, a, idempotent=True)  # max_retries 2: the restart spent one
+        await rig.clock.advance(9.6)  # polled every 0.5 s, and woken by each change
+        back, _ = rig.agent("a", once_faulty, idempotent=True)
+        back.instance = "p1"
+        rig.gateway.agents_changed()
+        done = await rig.outcome(task, within=5.0)
+        assert done.state is S.SUCCEEDED, done.history
+        assert outcomes(done) == [("a", Outcome.LOST), ("a", Outcome.FAULT), ("a", Outcome.OK)]
+    finally:
+        await rig.close()
+
+
+async def test_a_refusal_from_the_process_that_may_have_the_work_proves_nothing_of_it() -> None:
+    """The first attempt may be running at ``a``. The same process, back and shutting down,
+    refuses the second (the SDK refuses before it looks in its key cache): that proves the
+    second never ran there, not the first. The task is never handed to ``b``; once the
+    recovery grace is over it is dead-lettered as "may have run"."""
     rig = Rig()
     try:
         record, link = rig.agent("a", silent)
         record.instance = "a-1"
-        task = await rig.submit(max_retries=0)  # 17 hops in all
-        rig.agent("b", ok)
+        task = await rig.submit(max_retries=0)
+        _, other = rig.agent("b", ok)
         link.lose()
         rig.registry.disconnected(record, rig.clock.wall())
-        await rig.clock.advance(9.6)  # polled every 0.5 s, and woken by each change
+        await rig.clock.advance(9.6)
         refused = ("error", {"code": "unavailable", "message": "shutting down"})
-        back, again = rig.agent("a", lambda work: refused)
+        back, _ = rig.agent("a", lambda work: refused)
         back.instance = "a-1"
         rig.gateway.agents_changed()
-        done = await rig.outcome(task, within=1.0)
-        assert done.state is S.SUCCEEDED, done.history
-        assert [agent for agent, _ in outcomes(done)] == ["a", "a", "b"]
+        done = await rig.outcome(task, within=2.0)
+        assert done.state is S.DEAD and done.error is not None
+        assert "may have started the work" in done.error["message"]
+        assert other.delivered == []
+        assert {agent for agent, _ in outcomes(done)} == {"a"}
     finally:
         await rig.close()
 
