@@ -293,7 +293,7 @@ class Dispatcher:
         capability's P95, a second attempt at another agent, and the first answer wins (the
         other is cancelled). A hedge spends the retry budget like a retry. ``kept``: as for
         ``attempt``."""
-        after = self._hedge_after(task, record)
+        after = self.hedge_after(task, record)
         if after is None:
             verdict, payload, attempt = await self.attempt(task, record, deadline, kept)
             return verdict, payload, attempt, record
@@ -321,7 +321,8 @@ class Dispatcher:
                 await asyncio.gather(*pending, return_exceptions=True)
                 _cancel_running(task, self.clock.wall())
 
-    def _hedge_after(self, task: Task, record: AgentRecord) -> float | None:
+    def hedge_after(self, task: Task, record: AgentRecord) -> float | None:
+        """When to send a hedge of this attempt (None: never)."""
         env = task.envelope
         cap = record.capabilities.get(env.capability)
         if cap is None or not cap.spec.idempotent:  # most calls: no window read at all

@@ -20,6 +20,7 @@ from reach.core import policy
 from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.life import (
+    REQUESTS,
     AgentIs,
     Budget,
     Charge,
@@ -46,11 +47,13 @@ from reach.core.metrics import Metrics
 from reach.core.registry import Registry
 from reach.core.resilience import RetryBudget
 from reach.core.routing import Router, Saturated
-from reach.core.tasks import Outcome, Task, TaskState
+from reach.core.tasks import Attempt, Outcome, Task, TaskState
 from reach.errors import ReachError, Rejected, Unavailable
 from reach.gateway.book import TaskBook
 from reach.gateway.clock import within
+from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
+from reach.gateway.runs import Run
 from reach.gateway.slots import SlotQueue
 from reach.ports import Clock, TaskStore
 
@@ -71,7 +74,7 @@ class Driver:
     def __init__(self, settings: Settings, registry: Registry, router: Router,
                  store: TaskStore, clock: Clock, rng: random.Random, book: TaskBook,
                  slots: SlotQueue, dispatch: Dispatcher, metrics: Metrics,
-                 budget: RetryBudget, gateway: Finisher) -> None:
+                 budget: RetryBudget, gateway: Finisher, crew: Crew) -> None:
         self.settings = settings
         self.registry = registry
         self.router = router
@@ -84,6 +87,7 @@ class Driver:
         self.metrics = metrics
         self.budget = budget
         self.g = gateway
+        self.crew = crew  # owns each task's run, or the coroutine it was handed to
         self._changed: asyncio.Future[None] | None = None
 
     def wake(self) -> None:
@@ -99,20 +103,29 @@ class Driver:
 
     # ------------------------------------------------------------ carrying a life out
 
-    async def drive(self, task: Task) -> None:
-        """Carry out ``task``'s life (reach.core.life) until it ends: each request's answer
-        is the machine's next event."""
+    def begin(self, task: Task) -> Run:
+        """Start carrying out ``task``'s life (reach.core.life): by callbacks while nothing
+        needs a coroutine (reach.gateway.runs), at the next turn of the loop (so a new task
+        is routed and its first attempt recorded before its insert row is built: one commit
+        covers both). The run is the crew's, named ``task-<id>``, until the life ends."""
+        run = Run(self, Life(task, self.settings, self.rng))
+        self.crew.hold(run.name, run)
+        asyncio.get_running_loop().call_soon(run.start)
+        return run
+
+    async def carry(self, life: Life, commands: list[Command]) -> None:
+        """Carry ``life`` out in a coroutine from ``commands`` on: each request's answer is
+        awaited and fed back as the next event."""
+        task = life.task
         clock = self.clock
-        life = Life(task, self.settings, self.rng)
         try:
-            commands: list[Command] = life.start(clock.now(), clock.wall())
             while True:
                 event: Event | None = None
                 for command in commands:  # a request, if any, comes last
-                    if type(command) in _REQUESTS:
+                    if type(command) in REQUESTS:
                         event = await self._do(life, command)
                     else:
-                        self._apply(task, command)
+                        self.apply(task, command)
                 if event is None:
                     return
                 commands = life.on(event, clock.now())
@@ -126,22 +139,15 @@ class Driver:
     async def _do(self, life: Life, command: Command) -> Event:
         """Carry out a request; its answer is the life's next event."""
         task = life.task
-        env = task.envelope
         if isinstance(command, Dispatch):
             verdict, payload, attempt, record = await self.dispatch.run(
                 task, command.record, command.deadline, command.kept)
-            spec = record.capabilities.get(env.capability)
-            # Whether an untried agent is left matters only for work never delivered
-            # (policy.after_attempt): the registry is not scanned after every success.
-            others = verdict.outcome is Outcome.UNDELIVERED and \
-                self._others_left(env.capability, {*life.exclude, record.agent_id}, env.tags)
-            return Ended(verdict, payload, attempt, record,
-                         spec is not None and spec.spec.idempotent, others)
+            return self.ended(life, verdict, payload, attempt, record)
         if isinstance(command, Pick):
             try:
                 return Picked(await self._acquire(task, command.exclude, command.deadline))
             except Unavailable as exc:
-                return NoneFits(exc, *self._breaker_wait(env.capability))
+                return NoneFits(exc, *self._breaker_wait(task.envelope.capability))
             except Rejected as exc:
                 return Refused(exc)
         if isinstance(command, WaitAgents):
@@ -152,12 +158,10 @@ class Driver:
             return Budget(self.budget.spend(self.clock.wall()))
         else:
             assert isinstance(command, LookFor)
-            found = self.registry.by_id.get(command.agent_id)
-            return AgentIs(found, found is not None and _ready(found, env.capability),
-                           self._idempotent(env.capability))
+            return self.look_for(task, command.agent_id)
         return _WOKE
 
-    def _apply(self, task: Task, command: Command) -> None:
+    def apply(self, task: Task, command: Command) -> None:
         """Carry out a command that needs no answer."""
         if isinstance(command, Finish):
             self.g.finish(task, command.state, result=command.result, error=command.error,
@@ -171,6 +175,56 @@ class Driver:
         else:
             assert isinstance(command, CountRejected)
             self.metrics.rejected(task.envelope.capability)
+
+    def fail(self, task: Task, error: ReachError) -> None:
+        """End a task a bug broke: a caller must not wait forever."""
+        self.g.finish(task, S.DEAD, error=error)
+
+    def ended(self, life: Life, verdict: policy.Verdict, payload: Any, attempt: Attempt,
+              record: AgentRecord) -> Ended:
+        """The event of an attempt's end, with the registry's facts the life needs."""
+        env = life.task.envelope
+        spec = record.capabilities.get(env.capability)
+        # Whether an untried agent is left matters only for work never delivered
+        # (policy.after_attempt): the registry is not scanned after every success.
+        others = verdict.outcome is Outcome.UNDELIVERED and \
+            self._others_left(env.capability, {*life.exclude, record.agent_id}, env.tags)
+        return Ended(verdict, payload, attempt, record,
+                     spec is not None and spec.spec.idempotent, others)
+
+    def look_for(self, task: Task, agent_id: str) -> AgentIs:
+        """How the agent a task must go back to is now."""
+        capability = task.envelope.capability
+        found = self.registry.by_id.get(agent_id)
+        return AgentIs(found, found is not None and _ready(found, capability),
+                       self._idempotent(capability))
+
+    def pick_now(self, task: Task, exclude: frozenset[str]) -> Event | None:
+        """A pick that needs no waiting, or None when it may have to wait for a slot (every
+        agent busy, or a less busy caller waits for one): ``_acquire`` does that."""
+        env = task.envelope
+        if task.state is S.QUEUED or \
+                self.slots.yields_to(env.capability, env.caller, self.book.usage):
+            return None
+        declaring = self.registry.declaring(env.capability)
+        now = self.clock.wall()
+        try:
+            try:
+                return Picked(self.router.pick(env.capability, env.params, env.caller,
+                                               declaring, now, exclude, self.dispatch.observed,
+                                               env.tags, env.priority))
+            except (Unavailable, Saturated):
+                if not exclude:
+                    raise
+                # Those not yet tried are gone or full: a tried agent with a free slot is
+                # better than waiting (and being rejected).
+                return Picked(self.router.pick(env.capability, env.params, env.caller,
+                                               declaring, now, frozenset(),
+                                               self.dispatch.observed, env.tags, env.priority))
+        except Unavailable as exc:
+            return NoneFits(exc, *self._breaker_wait(env.capability))
+        except Saturated:
+            return None
 
     def _others_left(self, capability: str, exclude: set[str],
                      tags: tagging.Wanted | None = None) -> bool:
@@ -259,7 +313,6 @@ class Driver:
         return policy.pressure(sat.level, capacity, self.slots.waiting(capability))
 
 
-_REQUESTS = frozenset({Dispatch, Pick, LookFor, WaitAgents, Sleep, Charge})
 _WOKE = Woke()
 
 

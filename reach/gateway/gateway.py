@@ -68,9 +68,10 @@ class Gateway:
         # active probes (the loop is the coordinator's; links report answers here)
         self.probes = Probes(settings, registry, clock, self.events)
         self.dispatch.call_ended = self.probes.call_ended
-        self.driver = Driver(settings, registry, router, store, clock, self.rng, self.book,
-                             self.slots, self.dispatch, self.metrics, self.budget, self)
         self._drivers = Crew()
+        self.driver = Driver(settings, registry, router, store, clock, self.rng, self.book,
+                             self.slots, self.dispatch, self.metrics, self.budget, self,
+                             self._drivers)
         self.following = Following(store, self.book, clock, self._drivers, enabled=settings.cluster)
         self.fallbacks = Fallbacks(settings, clock, self.metrics, self._drivers, self)
         self.accepting = True
@@ -222,7 +223,7 @@ class Gateway:
         # The driver is scheduled before the store's writer wakes, so it routes the task and
         # records its first attempt before the insert row is built: one commit covers both,
         # and the invoke leaves right after it (see _attempt).
-        driver = self._spawn(task)
+        driver = self.driver.begin(task)
         commit = self.store.insert(task)
         self.book.commits[task_id] = commit
 
@@ -288,9 +289,6 @@ class Gateway:
 
     def emit_chunk(self, task_id: str, seq: int, data: Any) -> None:
         self.book.emit_chunk(task_id, seq, data)
-
-    def _spawn(self, task: Task) -> asyncio.Task[None]:
-        return self._drivers.spawn(self.driver.drive(task), name=f"task-{task.task_id}")
 
     # ------------------------------------------------------------ lookups
 
@@ -361,7 +359,7 @@ class Gateway:
         self.book.remember_key(task.envelope.idempotency_key, task.task_id,
                                task.envelope.created_at)
         self.store.update(task)
-        self._spawn(task)
+        self.driver.begin(task)
 
     def replay(self, task: Task) -> None:
         """Run a dead letter again: a fresh retry budget, no fallback, and never twice at once."""
@@ -373,7 +371,7 @@ class Gateway:
         self.book.track(task)
         self.budget.first(self.clock.wall())
         self.store.update(task)
-        self._spawn(task)
+        self.driver.begin(task)
 
     def remember_key(self, key: str, task_id: str, created_at: float) -> None:
         self.book.remember_key(key, task_id, created_at)

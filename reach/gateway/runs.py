@@ -1,0 +1,192 @@
+"""A task's life carried out by callbacks: the common path creates no ``asyncio.Task``.
+
+A driver's coroutine (``Driver.carry``) awaits each request of a life (reach.core.life). Most
+calls need no waiting but the attempt's own: a free agent is picked at once, the attempt's
+commit completes, then its outcome comes. A ``Run`` carries such a life out from callbacks
+on those two futures, with the dispatcher's own steps (``open``, ``send``, ``close``). The
+first request that must wait in a coroutine (for a slot, for agents, a backoff, a hedged
+attempt) hands the life over to one, owned by the same crew under the same name, so a stop,
+a let-go or a forgotten insert reaches it either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+from reach.core.life import REQUESTS, Budget, Charge, Command, Dispatch, Event, Life, LookFor, Pick
+from reach.core.policy import Verdict
+from reach.core.resilience import RetryBudget
+from reach.core.tasks import Attempt, Task
+from reach.errors import ReachError
+from reach.gateway.crew import Crew
+from reach.gateway.dispatch import Dispatcher, Try
+from reach.ports import Clock, TaskStore
+
+
+class Carrier(Protocol):
+    """What a run needs of the driver (reach.gateway.driver implements it)."""
+
+    clock: Clock
+    store: TaskStore
+    budget: RetryBudget
+    dispatch: Dispatcher
+    crew: Crew
+
+    def apply(self, task: Task, command: Command) -> None: ...
+
+    def pick_now(self, task: Task, exclude: frozenset[str]) -> Event | None: ...
+
+    def look_for(self, task: Task, agent_id: str) -> Event: ...
+
+    def ended(self, life: Life, verdict: Verdict, payload: Any, attempt: Attempt,
+              record: Any) -> Event: ...
+
+    def carry(self, life: Life, commands: list[Command]) -> Coroutine[Any, Any, None]: ...
+
+    def fail(self, task: Task, error: ReachError) -> None: ...
+
+
+class Run:
+    """One life carried out by callbacks until it ends, is cancelled or is handed over."""
+
+    __slots__ = ("driver", "life", "name", "attempt", "handed", "stopped")
+
+    def __init__(self, driver: Carrier, life: Life) -> None:
+        self.driver = driver
+        self.life = life
+        self.name = f"task-{life.task.task_id}"
+        self.attempt: Try | None = None  # the attempt in flight
+        self.handed: asyncio.Task[None] | None = None  # the coroutine it was handed to
+        self.stopped = False
+
+    def start(self) -> None:
+        if self.stopped:
+            return
+        clock = self.driver.clock
+        try:
+            commands = self.life.start(clock.now(), clock.wall())
+        except Exception as exc:  # a bug here must not leave a caller waiting forever
+            self._failed(exc)
+            return
+        self._carry(commands)
+
+    def cancel(self) -> None:
+        """Stop carrying the life out (the coordinator stops or lets the task go, or its
+        insert failed): an attempt in flight is abandoned, the task stays unfinished."""
+        self.stopped = True
+        if self.handed is not None:
+            self.handed.cancel()
+            return
+        self._abandon()
+        self._done()
+
+    # ------------------------------------------------------------ carrying commands out
+
+    def _carry(self, commands: list[Command]) -> None:
+        driver, life = self.driver, self.life
+        task = life.task
+        try:
+            while True:
+                request = None
+                for command in commands:  # a request, if any, comes last
+                    if type(command) in REQUESTS:
+                        request = command
+                    else:
+                        driver.apply(task, command)
+                if request is None:  # the life ended
+                    break
+                event = self._answer(request)
+                if event is None:  # a callback or a coroutine carries on
+                    return
+                commands = life.on(event, driver.clock.now())
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._done()
+
+    def _answer(self, request: Command) -> Event | None:
+        """The answer to ``request`` now, or None when it comes later (an attempt) or the
+        life was handed to a coroutine."""
+        driver = self.driver
+        kind = type(request)
+        if kind is Dispatch:
+            assert isinstance(request, Dispatch)
+            task, dispatch = self.life.task, driver.dispatch
+            if dispatch.hedge_after(task, request.record) is not None:
+                self._hand_over(request)
+                return None
+            self.attempt = dispatch.open(task, request.record, request.deadline, request.kept)
+            driver.store.persist(task).add_done_callback(self._committed)
+            return None
+        if kind is Pick:
+            assert isinstance(request, Pick)
+            event = driver.pick_now(self.life.task, request.exclude)
+            if event is None:
+                self._hand_over(request)
+            return event
+        if kind is Charge:
+            return Budget(driver.budget.spend(driver.clock.wall()))
+        if kind is LookFor:
+            assert isinstance(request, LookFor)
+            return driver.look_for(self.life.task, request.agent_id)
+        self._hand_over(request)  # a wait: a coroutine's
+        return None
+
+    def _committed(self, commit: asyncio.Future[None]) -> None:
+        """The attempt's commit is done: send it (an insert that failed cancelled the run
+        first, from the gateway's own callback)."""
+        t = self.attempt
+        if t is None or self.stopped:
+            return
+        if commit.cancelled():  # the store is closing: as a stop, the task stays unfinished
+            self._abandon()
+            self._done()
+            return
+        try:
+            commit.result()
+            self.driver.dispatch.send(t)
+        except Exception as exc:
+            self._failed(exc)
+            return
+        t.delivery.fut.add_done_callback(self._delivered)
+
+    def _delivered(self, outcome: asyncio.Future[tuple[str, object]]) -> None:
+        t = self.attempt
+        if t is None or self.stopped:
+            return
+        self.attempt = None
+        driver = self.driver
+        try:
+            kind, payload = outcome.result()
+            verdict, payload, attempt = driver.dispatch.close(t, kind, payload)
+            commands = self.life.on(driver.ended(self.life, verdict, payload, attempt,
+                                                 t.record), driver.clock.now())
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._carry(commands)
+
+    def _hand_over(self, request: Command) -> None:
+        driver = self.driver
+        self.handed = driver.crew.spawn(driver.carry(self.life, [request]), name=self.name)
+        self._done()  # (after the spawn: the crew never looks idle in between)
+
+    # ------------------------------------------------------------ the end
+
+    def _abandon(self) -> None:
+        t, self.attempt = self.attempt, None
+        if t is not None:
+            self.driver.dispatch.abandon(t)
+
+    def _failed(self, exc: Exception) -> None:
+        self._abandon()
+        task = self.life.task
+        if not task.terminal:
+            self.driver.fail(task, ReachError(f"internal error: {exc!r}"))
+        self._done()
+
+    def _done(self) -> None:
+        self.driver.crew.release(self.name, self)
+
