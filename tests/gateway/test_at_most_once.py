@@ -13,12 +13,34 @@ from test_decisions import Rig, ok, outcomes, resumed
 from reach.core.tasks import Outcome, Task, TaskState
 from reach.errors import InvalidParams
 from reach.ports import Work
+from reach.testing import FakeAgentLink
 
 S = TaskState
 
 
 def silent(work: Work) -> str:
     return "silent"  # never acknowledged (the test answers, or loses the link, later)
+
+
+async def lost_before_the_ack(rig: Rig, **fields: Any) -> tuple[Task, FakeAgentLink,
+                                                                FakeAgentLink]:
+    """Agent ``a`` (process ``a-1``) got the task, and its link went away before it
+    acknowledged; agent ``b`` is free. Returns the task, ``a``'s old link and ``b``'s."""
+    record, link = rig.agent("a", silent)
+    record.instance = "a-1"
+    task = await rig.submit(**fields)
+    _, other = rig.agent("b", ok)
+    link.lose()  # the connection closed: its deliveries are lost, the agent suspected
+    rig.registry.disconnected(record, rig.clock.wall())
+    return task, link, other
+
+
+def back_as_a_1(rig: Rig, respond: Any, **link: Any) -> FakeAgentLink:
+    """Process ``a-1`` reconnects (``respond``: what its new link does with work)."""
+    record, again = rig.agent("a", respond, **link)
+    record.instance = "a-1"
+    rig.gateway.agents_changed()
+    return again
 
 
 async def test_a_late_ack_keeps_the_attempt_where_it_is() -> None:
@@ -68,17 +90,10 @@ async def test_never_acknowledged_and_never_answered_it_times_out_and_is_not_re_
 async def test_a_link_lost_before_the_ack_goes_back_to_the_same_process() -> None:
     rig = Rig()
     try:
-        record, link = rig.agent("a", silent)
-        record.instance = "a-1"
-        task = await rig.submit()
-        _, other = rig.agent("b", ok)
-        link.lose()  # the connection closed: its deliveries are lost, the agent suspected
-        rig.registry.disconnected(record, rig.clock.wall())
+        task, link, other = await lost_before_the_ack(rig)
         await rig.clock.advance(0.1)
         assert other.delivered == [] and not task.terminal
-        back, again = rig.agent("a", ok)  # the same process reconnects
-        back.instance = "a-1"
-        rig.gateway.agents_changed()
+        again = back_as_a_1(rig, ok)
         done = await rig.outcome(task, within=1.0)
         assert done.state is S.SUCCEEDED and other.delivered == []
         assert [w.attempt for w in again.delivered] == [2]
@@ -94,21 +109,12 @@ async def test_sent_back_and_refused_by_a_closing_link_it_still_goes_to_that_pro
     the task still waits for ``a``'s process and is never handed to ``b``."""
     rig = Rig()
     try:
-        record, link = rig.agent("a", silent)
-        record.instance = "a-1"
-        task = await rig.submit(max_retries=3)
-        _, other = rig.agent("b", ok)
-        link.lose()
-        rig.registry.disconnected(record, rig.clock.wall())
-        closing, refused = rig.agent("a", ok, accepts=False)  # back, but its link refuses
-        closing.instance = "a-1"
-        rig.gateway.agents_changed()
+        task, link, other = await lost_before_the_ack(rig, max_retries=3)
+        back_as_a_1(rig, ok, accepts=False)  # back, but its link refuses the work
         await rig.clock.advance(1.0)
         assert other.delivered == [] and not task.terminal
         assert outcomes(task)[-1] == ("a", Outcome.UNDELIVERED)
-        back, again = rig.agent("a", ok)  # the same process, on a working link
-        back.instance = "a-1"
-        rig.gateway.agents_changed()
+        again = back_as_a_1(rig, ok)  # the same process, on a working link
         done = await rig.outcome(task, within=2.0)
         assert done.state is S.SUCCEEDED and other.delivered == []
         assert again.delivered[0].idempotency_key == link.delivered[0].idempotency_key
@@ -219,17 +225,10 @@ async def test_a_refusal_from_the_process_that_may_have_the_work_proves_nothing_
     recovery grace is over it is dead-lettered as "may have run"."""
     rig = Rig()
     try:
-        record, link = rig.agent("a", silent)
-        record.instance = "a-1"
-        task = await rig.submit(max_retries=0)
-        _, other = rig.agent("b", ok)
-        link.lose()
-        rig.registry.disconnected(record, rig.clock.wall())
+        task, _, other = await lost_before_the_ack(rig, max_retries=0)
         await rig.clock.advance(9.6)
-        refused = ("error", {"code": "unavailable", "message": "shutting down"})
-        back, _ = rig.agent("a", lambda work: refused)
-        back.instance = "a-1"
-        rig.gateway.agents_changed()
+        back_as_a_1(rig, lambda work: ("error", {"code": "unavailable",
+                                                 "message": "shutting down"}))
         done = await rig.outcome(task, within=2.0)
         assert done.state is S.DEAD and done.error is not None
         assert "may have started the work" in done.error["message"]
