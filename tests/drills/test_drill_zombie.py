@@ -10,6 +10,7 @@ from typing import Any
 
 from conftest import StateWatch
 from subprocs import agent_view
+from tracer import SLOWDOWN
 
 from reach import Context
 from reach.testing import Cluster
@@ -43,8 +44,12 @@ async def test_zombie_breaker_opens_traffic_moves_and_a_probe_brings_it_back(
         await asyncio.sleep(0.002)
         return {"agent": "healthy", "text": text}
 
-    await cluster.add_agent("zombie", {CAP: hanging}, idempotent=True, latency_ms=30)
-    await cluster.add_agent("healthy", {CAP: healthy}, idempotent=True, latency_ms=30)
+    # 30 ms declared on the machines this was written on; a slower machine (or coverage's
+    # tracer) stretches a healthy call's own time, and a call past its completion timeout is a
+    # retry that the zombie's timeouts have already spent the budget for (tests/tracer.py).
+    latency_ms = 30 * SLOWDOWN
+    await cluster.add_agent("zombie", {CAP: hanging}, idempotent=True, latency_ms=latency_ms)
+    await cluster.add_agent("healthy", {CAP: healthy}, idempotent=True, latency_ms=latency_ms)
     client = await cluster.client("search")
     watch = StateWatch(reach, "zombie")
     ids = itertools.count()
