@@ -219,11 +219,10 @@ class Life:
             self.allowance -= now - self.since
         elif waiting == _BACK:
             self.lost, self.recovering_until = self.going_back, self.back_until or 0.0
-            self.going_back = None
-        elif waiting == _BACKOFF and self.retry is not None:
+        elif waiting == _BACKOFF:
+            assert self.retry is not None
             if self.retry.anywhere:
                 self.exclude.clear()
-            self.retry = None
         return self._next(now)
 
     def _agent_is(self, event: AgentIs, now: float) -> list[Command]:

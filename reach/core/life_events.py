@@ -150,7 +150,7 @@ class Ended:
     attempt: Attempt
     record: AgentRecord
     idempotent: bool
-    others_left: bool = False
+    others_left: bool
 
 
 @dataclass(slots=True)

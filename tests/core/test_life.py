@@ -357,3 +357,115 @@ def test_something_that_is_not_an_event_is_refused() -> None:
     one.start(0.0, 0.0)
     with pytest.raises(TypeError, match="not an event"):
         one.on(Pick(frozenset(), None), 0.0)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- edges of each rule
+
+
+def test_a_breaker_wait_spends_only_the_time_it_lasted() -> None:
+    one = life()
+    one.start(0.0, 0.0)
+    error = Unavailable("every breaker is open")
+    assert one.on(NoneFits(error, breaker_wait=1.0), 1.0) == [WaitAgents(1.0)]
+    one.on(Woke(), 2.5)  # waited 1.5 s, from 1.0
+    assert one.allowance == 3.5
+    # What is left of the allowance still caps the next wait, even below a second.
+    one.on(NoneFits(error, breaker_wait=10.0), 2.5)
+    one.on(Woke(), 5.5)
+    assert one.on(NoneFits(error, breaker_wait=10.0), 5.5) == [WaitAgents(0.5)]
+
+
+def test_a_breaker_wait_never_outlasts_the_caller_s_deadline() -> None:
+    one = life(timeout=1.0)
+    one.start(5.0, 0.0)
+    error = Unavailable("every breaker is open")
+    assert one.on(NoneFits(error, breaker_wait=2.0), 5.5) == [WaitAgents(0.5)]
+
+
+def test_a_backoff_never_outlasts_the_caller_s_deadline() -> None:
+    one = life(timeout=1.0)
+    one.start(0.0, 0.0)
+    first = only(one.on(Picked(agent("a")), 0.0))
+    one.on(ended(one, first, "error", {"message": "boom"}), 0.9)
+    assert one.on(Budget(True), 0.9)[1] == Move(S.RETRYING, "retry 1 in 100 ms: boom")
+
+
+def test_a_fallback_answers_at_once_even_at_the_instant_the_task_was_accepted() -> None:
+    one = life(fallback=object())
+    one.start(0.0, 0.0)
+    error = Unavailable("none")
+    assert one.on(NoneFits(error, breaker_wait=1.0), 0.0) == [Finish(S.DEAD, error=error)]
+
+
+def test_a_fail_over_to_another_agent_is_a_hop() -> None:
+    one = life()
+    one.start(0.0, 0.0)
+    first = only(one.on(Picked(agent("a")), 0.0))
+    one.on(ended(one, first, "unsent", others_left=True), 0.1)
+    assert one.tries.hops == 1
+
+
+def test_an_agent_not_ready_is_waited_for_while_any_grace_is_left() -> None:
+    one = life()
+    one.start(0.0, 0.0)
+    first = only(one.on(Picked(agent("a")), 0.0))
+    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+    assert one.on(AgentIs(None, False, False), 10.5) == [WaitAgents(0.5)]
+
+
+def test_once_back_at_its_agent_a_retry_picks_anew() -> None:
+    one = resumed(2)
+    one.start(0.0, 104.0)
+    a = agent("a", instance="p1")
+    again = only(one.on(AgentIs(a, True, True), 0.0))
+    one.on(ended(one, again, "error", {"message": "boom"}), 0.1)
+    one.on(Budget(True), 0.1)
+    assert one.on(Woke(), 1.0) == [Pick(frozenset({"a"}), None)]
+
+
+def test_a_second_loss_on_the_way_back_keeps_waiting_within_the_grace() -> None:
+    one = life()
+    one.start(0.0, 0.0)
+    a = agent("a", node="n2")
+    first = only(one.on(Picked(a), 0.0))
+    one.on(ended(one, first, "lost"), 1.0)  # back until 11.0
+    again = only(one.on(AgentIs(a, True, True), 1.0))
+    one.on(ended(one, again, "lost"), 2.0)
+    one.on(Woke(), 2.5)
+    assert one.on(AgentIs(None, False, True), 2.5) == [WaitAgents(0.5)]
+
+
+def test_a_loss_at_the_end_of_the_back_window_is_judged_like_any_other() -> None:
+    one = life()
+    one.start(0.0, 0.0)
+    a = agent("a", node="n2")
+    first = only(one.on(Picked(a), 0.0))
+    one.on(ended(one, first, "lost"), 1.0)  # back until 11.0
+    again = only(one.on(AgentIs(a, True, True), 1.0))
+    assert one.on(ended(one, again, "lost"), 11.0) == [Charge()]
+
+
+def test_lost_again_at_the_end_of_the_grace_work_that_is_not_idempotent_is_dead() -> None:
+    one = life()
+    one.start(0.0, 0.0)
+    a = agent("a")
+    first = only(one.on(Picked(a), 0.0))
+    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)  # until 11.0
+    again = only(one.on(AgentIs(a, True, False), 1.0))
+    finish = only(one.on(ended(one, again, "lost", idempotent=False, acked=False), 11.0))
+    assert isinstance(finish, Finish) and finish.state is S.DEAD
+
+
+def test_the_attempt_held_is_the_first_that_may_have_run() -> None:
+    one = life(max_retries=3)
+    one.start(0.0, 0.0)
+    a = agent("a")
+    first = only(one.on(Picked(a), 0.0))
+    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+    second = only(one.on(AgentIs(a, True, False), 1.0))
+    one.on(ended(one, second, "lost", idempotent=False, acked=False), 2.0)
+    one.on(Woke(), 2.5)
+    third = only(one.on(AgentIs(a, True, False), 2.5))
+    finish = only(one.on(ended(one, third, "unsent", idempotent=False, others_left=True),
+                         12.0))
+    assert isinstance(finish, Finish) and "attempt 1 " in str(finish.error)
