@@ -3,7 +3,7 @@
 The gateway's driver used to hold this as a 110-line ``while True`` whose state lived in
 local variables (the deadline, the tries, the agent a lost attempt must go back to, the
 breaker-wait allowance, the agents already tried). Here that state is a plain object and
-every decision a transition: ``Life.start(now)`` and ``Life.on(event, now)`` return the
+every decision a transition: ``Life.start(now, wall)`` and ``Life.on(event, now)`` return the
 commands to carry out in order; the last one may be a *request* (``Pick``, ``LookFor``,
 ``Dispatch``, ``WaitAgents``, ``Sleep``, ``Charge``) whose answer is the next event. No
 clock is read, no timer armed, nothing awaited: ``reach.gateway.driver`` carries the commands
@@ -80,7 +80,6 @@ class Rules(Protocol):
     def retry_budget_window(self) -> float: ...
 
 
-_WOKE = Woke()
 _GO_BACK = policy.GoBack()
 _UPDATE = Update()
 _CHARGE = Charge()

@@ -117,24 +117,14 @@ class Driver:
         """Carry ``life`` out in a coroutine from ``commands`` on: each request's answer is
         awaited and fed back as the next event."""
         task = life.task
-        clock = self.clock
         try:
-            while True:
-                event: Event | None = None
-                for command in commands:  # a request, if any, comes last
-                    if type(command) in REQUESTS:
-                        event = await self._do(life, command)
-                    else:
-                        self.apply(task, command)
-                if event is None:
-                    return
-                commands = life.on(event, clock.now())
+            while (request := self.apply_all(task, commands)) is not None:
+                commands = life.on(await self._do(life, request), self.clock.now())
         except asyncio.CancelledError:
             # Coordinator stopping: the task stays unfinished in the store and resumes later.
             raise
-        except Exception as exc:  # a bug here must not leave a caller waiting forever
-            if not task.terminal:
-                self.g.finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
+        except Exception as exc:
+            self.fail(task, exc)
 
     async def _do(self, life: Life, command: Command) -> Event:
         """Carry out a request; its answer is the life's next event."""
@@ -154,12 +144,34 @@ class Driver:
             await self.wait_for_agents(command.seconds)
         elif isinstance(command, Sleep):
             await self.clock.sleep(command.seconds)
-        elif isinstance(command, Charge):
-            return Budget(self.budget.spend(self.clock.wall()))
         else:
-            assert isinstance(command, LookFor)
-            return self.look_for(task, command.agent_id)
+            event = self.answer_now(task, command)
+            assert event is not None
+            return event
         return _WOKE
+
+    def answer_now(self, task: Task, command: Command) -> Event | None:
+        """The answer to a request that needs no waiting (``Charge``, ``LookFor``), else
+        None."""
+        if isinstance(command, Charge):
+            return Budget(self.budget.spend(self.clock.wall()))
+        if isinstance(command, LookFor):
+            capability = task.envelope.capability
+            found = self.registry.by_id.get(command.agent_id)
+            return AgentIs(found, found is not None and _ready(found, capability),
+                           self._idempotent(capability))
+        return None
+
+    def apply_all(self, task: Task, commands: list[Command]) -> Command | None:
+        """Carry out the commands that need no answer; the request among them (always the
+        last), or None when the life ended."""
+        request = None
+        for command in commands:
+            if type(command) in REQUESTS:
+                request = command
+            else:
+                self.apply(task, command)
+        return request
 
     def apply(self, task: Task, command: Command) -> None:
         """Carry out a command that needs no answer."""
@@ -176,9 +188,11 @@ class Driver:
             assert isinstance(command, CountRejected)
             self.metrics.rejected(task.envelope.capability)
 
-    def fail(self, task: Task, error: ReachError) -> None:
-        """End a task a bug broke: a caller must not wait forever."""
-        self.g.finish(task, S.DEAD, error=error)
+    def fail(self, task: Task, exc: Exception) -> None:
+        """End a task a bug broke (unless it ended already): a caller must not wait
+        forever."""
+        if not task.terminal:
+            self.g.finish(task, S.DEAD, error=ReachError(f"internal error: {exc!r}"))
 
     def ended(self, life: Life, verdict: policy.Verdict, payload: Any, attempt: Attempt,
               record: AgentRecord) -> Ended:
@@ -192,13 +206,6 @@ class Driver:
         return Ended(verdict, payload, attempt, record,
                      spec is not None and spec.spec.idempotent, others)
 
-    def look_for(self, task: Task, agent_id: str) -> AgentIs:
-        """How the agent a task must go back to is now."""
-        capability = task.envelope.capability
-        found = self.registry.by_id.get(agent_id)
-        return AgentIs(found, found is not None and _ready(found, capability),
-                       self._idempotent(capability))
-
     def pick_now(self, task: Task, exclude: frozenset[str]) -> Event | None:
         """A pick that needs no waiting, or None when it may have to wait for a slot (every
         agent busy, or a less busy caller waits for one): ``_acquire`` does that."""
@@ -206,21 +213,8 @@ class Driver:
         if task.state is S.QUEUED or \
                 self.slots.yields_to(env.capability, env.caller, self.book.usage):
             return None
-        declaring = self.registry.declaring(env.capability)
-        now = self.clock.wall()
         try:
-            try:
-                return Picked(self.router.pick(env.capability, env.params, env.caller,
-                                               declaring, now, exclude, self.dispatch.observed,
-                                               env.tags, env.priority))
-            except (Unavailable, Saturated):
-                if not exclude:
-                    raise
-                # Those not yet tried are gone or full: a tried agent with a free slot is
-                # better than waiting (and being rejected).
-                return Picked(self.router.pick(env.capability, env.params, env.caller,
-                                               declaring, now, frozenset(),
-                                               self.dispatch.observed, env.tags, env.priority))
+            return Picked(self._pick(task, exclude))
         except Unavailable as exc:
             return NoneFits(exc, *self._breaker_wait(env.capability))
         except Saturated:
@@ -261,25 +255,15 @@ class Driver:
         # A newcomer does not take a slot that a less busy caller is waiting for.
         fair_wait = self.slots.yields_to(env.capability, env.caller, self.book.usage)
         while True:
-            declaring = self.registry.declaring(env.capability)
-            now = clock.wall()
             try:
                 if fair_wait:
                     fair_wait = False
                     raise Saturated(1.0)
                 try:
-                    return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.dispatch.observed, env.tags,
-                                            env.priority)
-                except (Unavailable, Saturated):
-                    if not exclude:
-                        raise
-                    # Those not yet tried are gone or full: a tried agent with a free slot is
-                    # better than waiting (and being rejected).
-                    exclude = frozenset()
-                    return self.router.pick(env.capability, env.params, env.caller, declaring,
-                                            now, exclude, self.dispatch.observed, env.tags,
-                                            env.priority)
+                    return self._pick(task, exclude)
+                except Saturated:
+                    exclude = frozenset()  # (_pick tried the tried agents too: all full)
+                    raise
             except Saturated as sat:
                 if sat.shed:
                     # Shed: the free slots are kept for higher priorities. Refused at once
@@ -306,6 +290,23 @@ class Driver:
                 # The first queued time is kept across wake-ups: a waiter that lost the race
                 # for a slot keeps its age, it does not go to the back.
                 await self.slots.wait(env.capability, env.priority, queued_at, left, env.caller)
+
+    def _pick(self, task: Task, exclude: frozenset[str]) -> AgentRecord:
+        """``router.pick`` of an agent not in ``exclude``; when those not yet tried are gone
+        or full, of any (a tried agent with a free slot is better than waiting, and being
+        rejected). Raises ``Unavailable`` or ``Saturated`` as the router does."""
+        env = task.envelope
+        declaring = self.registry.declaring(env.capability)
+        now = self.clock.wall()
+        try:
+            return self.router.pick(env.capability, env.params, env.caller, declaring, now,
+                                    exclude, self.dispatch.observed, env.tags, env.priority)
+        except (Unavailable, Saturated):
+            if not exclude:
+                raise
+            return self.router.pick(env.capability, env.params, env.caller, declaring, now,
+                                    frozenset(), self.dispatch.observed, env.tags,
+                                    env.priority)
 
     def _pressure(self, capability: str, sat: Saturated) -> float:
         capacity = sum(r.max_concurrency for r in self.registry.declaring(capability).values()

@@ -22,6 +22,7 @@ from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.intent_learn import Phrase
 from reach.core.keys import scoped_key
+from reach.core.life import RESUMED
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
 from reach.core.resilience import BreakerState, RetryBudget
@@ -354,7 +355,7 @@ class Gateway:
         for attempt in task.attempts:
             if attempt.outcome == Outcome.RUNNING:  # interrupted by the crash
                 attempt.outcome, attempt.error = Outcome.LOST, "coordinator restarted"
-        task.history.append((S.PENDING.value, self.clock.wall(), "resumed"))
+        task.history.append((S.PENDING.value, self.clock.wall(), RESUMED))
         self.book.track(task)
         self.book.remember_key(task.envelope.idempotency_key, task.task_id,
                                task.envelope.created_at)

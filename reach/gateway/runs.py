@@ -15,11 +15,9 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from reach.core.life import REQUESTS, Budget, Charge, Command, Dispatch, Event, Life, LookFor, Pick
+from reach.core.life import Command, Dispatch, Event, Life, Pick
 from reach.core.policy import Verdict
-from reach.core.resilience import RetryBudget
 from reach.core.tasks import Attempt, Task
-from reach.errors import ReachError
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher, Try
 from reach.ports import Clock, TaskStore
@@ -30,22 +28,21 @@ class Carrier(Protocol):
 
     clock: Clock
     store: TaskStore
-    budget: RetryBudget
     dispatch: Dispatcher
     crew: Crew
 
-    def apply(self, task: Task, command: Command) -> None: ...
-
     def pick_now(self, task: Task, exclude: frozenset[str]) -> Event | None: ...
 
-    def look_for(self, task: Task, agent_id: str) -> Event: ...
+    def answer_now(self, task: Task, command: Command) -> Event | None: ...
+
+    def apply_all(self, task: Task, commands: list[Command]) -> Command | None: ...
 
     def ended(self, life: Life, verdict: Verdict, payload: Any, attempt: Attempt,
               record: Any) -> Event: ...
 
     def carry(self, life: Life, commands: list[Command]) -> Coroutine[Any, Any, None]: ...
 
-    def fail(self, task: Task, error: ReachError) -> None: ...
+    def fail(self, task: Task, exc: Exception) -> None: ...
 
 
 class Run:
@@ -86,17 +83,8 @@ class Run:
 
     def _carry(self, commands: list[Command]) -> None:
         driver, life = self.driver, self.life
-        task = life.task
         try:
-            while True:
-                request = None
-                for command in commands:  # a request, if any, comes last
-                    if type(command) in REQUESTS:
-                        request = command
-                    else:
-                        driver.apply(task, command)
-                if request is None:  # the life ended
-                    break
+            while (request := driver.apply_all(life.task, commands)) is not None:
                 event = self._answer(request)
                 if event is None:  # a callback or a coroutine carries on
                     return
@@ -104,35 +92,25 @@ class Run:
         except Exception as exc:
             self._failed(exc)
             return
-        self._done()
+        self._done()  # the life ended
 
     def _answer(self, request: Command) -> Event | None:
         """The answer to ``request`` now, or None when it comes later (an attempt) or the
         life was handed to a coroutine."""
-        driver = self.driver
-        kind = type(request)
-        if kind is Dispatch:
-            assert isinstance(request, Dispatch)
-            task, dispatch = self.life.task, driver.dispatch
+        driver, task = self.driver, self.life.task
+        if isinstance(request, Dispatch):
+            dispatch = driver.dispatch
             if dispatch.hedge_after(task, request.record) is not None:
                 self._hand_over(request)
                 return None
             self.attempt = dispatch.open(task, request.record, request.deadline, request.kept)
             driver.store.persist(task).add_done_callback(self._committed)
             return None
-        if kind is Pick:
-            assert isinstance(request, Pick)
-            event = driver.pick_now(self.life.task, request.exclude)
-            if event is None:
-                self._hand_over(request)
-            return event
-        if kind is Charge:
-            return Budget(driver.budget.spend(driver.clock.wall()))
-        if kind is LookFor:
-            assert isinstance(request, LookFor)
-            return driver.look_for(self.life.task, request.agent_id)
-        self._hand_over(request)  # a wait: a coroutine's
-        return None
+        event = driver.pick_now(task, request.exclude) if isinstance(request, Pick) \
+            else driver.answer_now(task, request)
+        if event is None:  # a pick that may wait, or a wait: a coroutine's
+            self._hand_over(request)
+        return event
 
     def _committed(self, commit: asyncio.Future[None]) -> None:
         """The attempt's commit is done: send it (an insert that failed cancelled the run
@@ -182,9 +160,7 @@ class Run:
 
     def _failed(self, exc: Exception) -> None:
         self._abandon()
-        task = self.life.task
-        if not task.terminal:
-            self.driver.fail(task, ReachError(f"internal error: {exc!r}"))
+        self.driver.fail(self.life.task, exc)
         self._done()
 
     def _done(self) -> None:
