@@ -83,6 +83,14 @@ def only(commands: list[Command]) -> Command:
     return commands[0]
 
 
+def lost_before_its_ack(one: Life, record: AgentRecord) -> list[Command]:
+    """Start ``one``; its first attempt, at ``record``, is lost before its ack at 1.0 s (work
+    that is not idempotent); what the life does next."""
+    one.start(0.0, 0.0)
+    first = only(one.on(Picked(record), 0.0))
+    return one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+
+
 def test_a_first_attempt_picks_dispatches_and_ends_with_the_result() -> None:
     one = life()
     assert one.start(0.0, 0.0) == [Pick(frozenset(), None)]
@@ -228,9 +236,7 @@ def test_sent_back_and_never_arriving_it_still_waits_for_that_process_alone() ->
 
 def test_work_lost_before_its_ack_is_not_sent_to_a_new_process_of_that_agent() -> None:
     one = life()
-    one.start(0.0, 0.0)
-    first = only(one.on(Picked(agent("a", instance="p1")), 0.0))
-    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+    lost_before_its_ack(one, agent("a", instance="p1"))
     finish = only(one.on(AgentIs(agent("a", instance="p2"), True, False), 1.0))
     assert isinstance(finish, Finish) and finish.state is S.DEAD
     assert "restarted while it was running" in str(finish.error)
@@ -239,9 +245,7 @@ def test_work_lost_before_its_ack_is_not_sent_to_a_new_process_of_that_agent() -
 
 def test_work_lost_before_its_ack_at_an_agent_that_never_comes_back_is_dead() -> None:
     one = life()
-    one.start(0.0, 0.0)
-    first = only(one.on(Picked(agent("a")), 0.0))
-    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+    lost_before_its_ack(one, agent("a"))
     finish = only(one.on(AgentIs(None, False, False), 11.0))
     assert isinstance(finish, Finish) and finish.state is S.DEAD
     assert "did not come back within 10.0s" in str(finish.error)
@@ -287,11 +291,12 @@ def test_a_refused_task_is_counted_and_fails() -> None:
     assert one.on(Refused(error), 0.1) == [CountRejected(), Finish(S.FAILED, error=error)]
 
 
-def test_a_task_with_a_fallback_degrades_at_once_when_no_agent_fits() -> None:
+@pytest.mark.parametrize("now", [0.0, 0.1])  # (also at the instant it was accepted)
+def test_a_task_with_a_fallback_degrades_at_once_when_no_agent_fits(now: float) -> None:
     one = life(fallback=object())
     one.start(0.0, 0.0)
     error = Unavailable("none")
-    assert one.on(NoneFits(error, breaker_wait=1.0), 0.1) == [Finish(S.DEAD, error=error)]
+    assert one.on(NoneFits(error, breaker_wait=1.0), now) == [Finish(S.DEAD, error=error)]
 
 
 def test_breaker_waits_are_spent_from_an_allowance_but_a_probe_s_wait_is_not() -> None:
@@ -390,13 +395,6 @@ def test_a_backoff_never_outlasts_the_caller_s_deadline() -> None:
     assert one.on(Budget(True), 0.9)[1] == Move(S.RETRYING, "retry 1 in 100 ms: boom")
 
 
-def test_a_fallback_answers_at_once_even_at_the_instant_the_task_was_accepted() -> None:
-    one = life(fallback=object())
-    one.start(0.0, 0.0)
-    error = Unavailable("none")
-    assert one.on(NoneFits(error, breaker_wait=1.0), 0.0) == [Finish(S.DEAD, error=error)]
-
-
 def test_a_fail_over_to_another_agent_is_a_hop() -> None:
     one = life()
     one.start(0.0, 0.0)
@@ -407,9 +405,7 @@ def test_a_fail_over_to_another_agent_is_a_hop() -> None:
 
 def test_an_agent_not_ready_is_waited_for_while_any_grace_is_left() -> None:
     one = life()
-    one.start(0.0, 0.0)
-    first = only(one.on(Picked(agent("a")), 0.0))
-    one.on(ended(one, first, "lost", idempotent=False, acked=False), 1.0)
+    lost_before_its_ack(one, agent("a"))
     assert one.on(AgentIs(None, False, False), 10.5) == [WaitAgents(0.5)]
 
 
