@@ -5,15 +5,14 @@ load, breaker, and the ``ports.AgentLink`` work reaches it through), with what r
 beyond that: its calls in flight per capability under its bulkheads (reach.core.bulkhead), how
 far it is into a warm-up (reach.core.warmup) and its success rate over 7 days (``DayRate``).
 Each capability keeps its agents in a ``Declared`` of ``Group``s whose ``Shelf``s separate the
-agents routing may send work to now (READY) from the busy (FULL: for a capability, also those
-whose bulkhead for it is full), the breaker-held (HELD) and the rest, so picking one never
-scans them all. The ``Registry`` (reach.core.registry) keeps them.
+agents routing may send work to now (READY) from the busy (FULL, also by a full bulkhead), the
+breaker-held (HELD) and the rest, so picking one never scans them all (reach.core.registry).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,12 +106,9 @@ class AgentRecord:
 
     @inflight.setter
     def inflight(self, value: int) -> None:
-        # A slot taken or freed moves the agent between full and ready at once: routing
-        # trusts the shelves for slots (and re-checks breakers itself, see ``Group``). Only
-        # a change that crosses ``max_concurrency`` can move it: a ready agent (as last
-        # shelved, and still online, connected and closed) without bulkheads that stays
-        # under the limit is already where it belongs, so most takes and gives skip the walk
-        # over its groups.
+        # A slot taken or freed moves the agent between full and ready at once (routing
+        # trusts the shelves for slots). A ready, online, connected, closed agent without
+        # bulkheads that stays under ``max_concurrency`` stays put: no walk over its groups.
         old, self._inflight = self._inflight, value
         if not self.groups:
             return
@@ -368,6 +364,13 @@ class Declared(Mapping[str, AgentRecord]):
 
     def __len__(self) -> int:
         return len(self.agents)
+
+    # The dict's own views: Mapping's step through ``__getitem__`` for each agent, per submit.
+    def values(self) -> ValuesView[AgentRecord]:
+        return self.agents.values()
+
+    def items(self) -> ItemsView[str, AgentRecord]:
+        return self.agents.items()
 
     def join(self, record: AgentRecord) -> Group:
         """Add ``record`` (it declares this capability); returns its group, already placed."""
