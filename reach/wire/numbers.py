@@ -29,18 +29,21 @@ __all__ = ["RULE", "check_frame", "check_parsed", "finite", "loads_finite", "may
 _LOOKED_INTO = frozenset(("submit", "forward", "result", "chunk", "error", "command",
                           "register"))
 # What every NaN, infinite or out-of-range number in JSON text contains: one of the two
-# literals, a digit then an exponent of three digits or more (1e400, 1E+0308), or a run of
-# 210 digits or more (a number past 1.8e308 with an exponent under 100 has at least 309 - 99
-# digits before its point: 1 and 300 zeros then e10; JSON allows no leading zero). The text
-# is mapped byte for byte (every digit to 0, E to e, every other byte but + to x) so that each
-# of these is one substring test in C: a regular expression trying four alternatives at every
-# offset cost 3-6 us a frame, a twentieth of the coordinator's own work per call. Text without
-# any is finite throughout; text with one (a string saying "NaN", a hex id such as "3e412f",
-# 1e100) is walked, which decides exactly.
+# literals, a digit then an exponent of three digits or more that ends the number (1e400,
+# 1E+0308: a JSON number ends at a comma, bracket, brace, space or the end; inside a hex id
+# such as "3e412f" the exponent-like part runs on), or a run of 210 digits or more (a number
+# past 1.8e308 with an exponent under 100 has at least 309 - 99 digits before its point: 1 and
+# 300 zeros then e10; JSON allows no leading zero). The text is mapped byte for byte (a digit
+# to 0, E to e, what ends a number to a space, any other byte but + to x), so that each shape
+# is a substring search in C: a regular expression trying four alternatives at every offset
+# cost 3-6 us a frame, a twentieth of the coordinator's own work per call. Text without any is
+# finite throughout; text with one (a string saying "NaN", 1e100) is walked.
 _SHAPES = bytes(ord("0") if chr(b).isdigit() and b < 128 else ord("e") if chr(b) in "eE"
-                else ord("+") if b == ord("+") else ord("x") for b in range(256))
+                else ord("+") if b == ord("+") else ord(" ") if chr(b) in ",]} \t\n\r"
+                else ord("x") for b in range(256))
 _EXPONENTS = (b"0e000", b"0e+000")
 _LONG = b"0" * 210
+_ZERO, _END = ord("0"), ord(" ")
 RULE = ("a number is NaN, Infinity or out of a double's range (such as 1e400), which JSON "
         "cannot carry (it would arrive as null); send a finite number, or the value as a string")
 
@@ -123,12 +126,30 @@ def check_frame(frame: Any) -> None:
 
 def may_hold_nonfinite(raw: str | bytes) -> bool:
     """Whether JSON text ``raw`` may hold NaN or an infinite number; False is certain."""
-    data = raw if type(raw) is bytes else raw.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
+    data = raw if type(raw) is bytes else raw.encode(  # type: ignore[union-attr]
+        "utf-8", "surrogatepass")
     if b"NaN" in data or b"Infinity" in data:
         return True
     shapes = data.translate(_SHAPES)
-    return (_EXPONENTS[0] in shapes or _EXPONENTS[1] in shapes
-            or (len(shapes) >= 210 and _LONG in shapes))
+    if _EXPONENTS[0] in shapes or _EXPONENTS[1] in shapes:  # a hex id's, or a number's?
+        if _ends_an_exponent(shapes):
+            return True
+    return len(shapes) >= 210 and _LONG in shapes
+
+
+def _ends_an_exponent(shapes: bytes) -> bool:
+    """Whether mapped text has a three-digit exponent that ends its number."""
+    size = len(shapes)
+    for shape in _EXPONENTS:
+        at = shapes.find(shape)
+        while at >= 0:
+            end = at + len(shape)
+            while end < size and shapes[end] == _ZERO:
+                end += 1
+            if end == size or shapes[end] == _END:
+                return True
+            at = shapes.find(shape, end)
+    return False
 
 
 def check_parsed(frame: Any, raw: str | bytes) -> None:

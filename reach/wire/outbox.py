@@ -61,7 +61,7 @@ class Outbox:
                 ws.transport.write(b"".join(ws.protocol.data_to_send()))
                 self._step = asyncio.get_running_loop().call_soon(self._release)
                 return True
-            self._held += len(text)
+            self._held += len(text) + 1  # (+1: an empty frame is held too)
             if self._held > self.EAGER_LIMIT:
                 self._release(again=True)
             return True
@@ -78,9 +78,11 @@ class Outbox:
 
         Whatever else wrote through the connection meanwhile (a pong, a close) took the held
         frames with it, ahead of its own: the protocol's buffer keeps one order for all."""
-        self._held = 0
         if not again:
             self._step = None
+        if not self._held:  # the step wrote one frame, already out
+            return
+        self._held = 0
         ws = self.ws
         chunks = ws.protocol.data_to_send()
         if not chunks or ws.transport.is_closing():  # nothing held, or gone with the socket

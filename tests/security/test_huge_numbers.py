@@ -211,3 +211,13 @@ def test_the_text_prefilter_never_lets_a_number_json_cannot_carry_through(
     value = from_json(text, allow_inf_nan=True)
     if not finite(value):
         assert may_hold_nonfinite(text) and may_hold_nonfinite(text.encode())
+
+
+def test_an_exponent_inside_a_hex_id_is_not_taken_for_a_number() -> None:
+    """Ids are hex: "3e412f" looks like 3e412 until its number would end. Such text is not
+    walked (a walk of a big payload costs as much as the payload is long); a real exponent
+    ends at a comma, bracket, brace, space or the end, and is."""
+    assert not may_hold_nonfinite('{"task_id": "3e412f", "trace": "9e999"}')
+    assert not may_hold_nonfinite(b'{"task_id": "3e412"}')
+    for text in ('[3e412]', '{"x": 3e412}', '{"x": 3E+412 }', '3e412', '[1, 2e300,3]'):
+        assert may_hold_nonfinite(text) and may_hold_nonfinite(text.encode()), text

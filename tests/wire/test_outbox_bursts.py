@@ -81,6 +81,20 @@ async def test_a_burst_in_one_step_leaves_in_two_writes_in_order(
         await out.aclose()
 
 
+async def test_empty_frames_in_a_burst_are_held_and_sent_too(
+        link: tuple[Reader, ClientConnection, list[int]]) -> None:
+    reader, ws, writes = link
+    out = Outbox(ws, name="test-out")
+    try:
+        for text in ("first", "", ""):
+            assert out.post(text)
+        await asyncio.sleep(0)
+        assert len(writes) == 2
+        assert await reader.until(3) == ["first", "", ""]
+    finally:
+        await out.aclose()
+
+
 async def test_a_close_in_the_same_step_goes_out_behind_the_held_frames(
         link: tuple[Reader, ClientConnection, list[int]]) -> None:
     reader, ws, _ = link
