@@ -39,6 +39,8 @@ class TaskBook:
         self.keys: dict[str, str] = {}  # caller-scoped idempotency key → task id
         self.caller_live: dict[str, int] = {}  # caller → its unfinished tasks
         self.commits: dict[str, asyncio.Future[None]] = {}
+        # Who waits on each pending insert (``then``), called from its one settling callback.
+        self._after: dict[str, list[Callable[[asyncio.Future[None]], None]]] = {}
         self._recent_bytes = 0  # about how much ``recent`` holds (params and results)
         self._recent_sizes: dict[str, int] = {}
         self._dead_bytes = 0  # about how much ``dead`` holds, as ``_recent_bytes``
@@ -105,6 +107,34 @@ class TaskBook:
 
     def usage(self, caller: str) -> int:
         return self.caller_live.get(caller, 0)
+
+    # ------------------------------------------------------------ commits
+
+    def committing(self, task_id: str, commit: asyncio.Future[None]) -> None:
+        """The task's insert is queued: ``commit`` completes once it is stored (or not)."""
+        self.commits[task_id] = commit
+        self._after[task_id] = []
+
+    def then(self, task_id: str, commit: asyncio.Future[None],
+             fn: Callable[[asyncio.Future[None]], None]) -> None:
+        """Call ``fn(commit)`` once ``commit`` is done. When it is the task's pending insert,
+        ``fn`` runs from the insert's one settling callback (``committed``), in the order
+        asked: one turn of the loop for everyone waiting on a commit (the caller's ack, the
+        first attempt's send), not one each."""
+        after = self._after.get(task_id)
+        if after is not None and self.commits.get(task_id) is commit:
+            after.append(fn)
+        else:
+            commit.add_done_callback(fn)
+
+    def committed(self, task_id: str, commit: asyncio.Future[None]) -> None:
+        """The insert is done: the task's commit is no longer pending; call who waited."""
+        self.commits.pop(task_id, None)
+        for fn in self._after.pop(task_id, ()):
+            try:
+                fn(commit)
+            except Exception:  # as the loop does for a future's callback: logged, and the
+                log.exception("a callback on task %s's commit failed", task_id)  # rest run
 
     # ------------------------------------------------------------ waiters
 

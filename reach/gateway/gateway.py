@@ -61,6 +61,7 @@ class Gateway:
         self.events = EventBus(clock)
         self.metrics = Metrics()
         self.book = TaskBook(settings, self.events)
+        self.then = self.book.then  # call back once an admission's commit is done
         self.slots = SlotQueue(settings.priority_aging, clock)
         self.budget = RetryBudget(settings.retry_budget, settings.retry_budget_min,
                                   settings.retry_budget_window)
@@ -222,14 +223,12 @@ class Gateway:
         if sink is not None:
             self.book.add_chunk_sink(task_id, sink)
         # The driver is scheduled before the store's writer wakes, so it routes the task and
-        # records its first attempt before the insert row is built: one commit covers both,
-        # and the invoke leaves right after it (see _attempt).
+        # records its first attempt before the insert row is built: one commit covers both.
         driver = self.driver.begin(task)
         commit = self.store.insert(task)
-        self.book.commits[task_id] = commit
+        self.book.committing(task_id, commit)
 
         def settled(c: asyncio.Future[None]) -> None:
-            self.book.commits.pop(task_id, None)
             if c.cancelled() or c.exception() is not None:  # not stored: not accepted either
                 driver.cancel()
                 dup = None if c.cancelled() else c.exception()
@@ -238,6 +237,7 @@ class Gateway:
                     self.book.remember_key(dup.key, dup.first_task_id, now)
                 if self.audit is not None:
                     self.audit.ended(task, "not_stored")
+            self.book.committed(task_id, c)  # then who waited on it (``then``)
         commit.add_done_callback(settled)
         return Admission(task, False, commit, task_id)
 

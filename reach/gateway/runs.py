@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from reach.core.life import Command, Dispatch, Event, Life, Pick
 from reach.core.policy import Verdict
 from reach.core.tasks import Attempt, Task
+from reach.gateway.book import TaskBook
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher, Try
 from reach.ports import Clock, TaskStore
@@ -28,6 +29,7 @@ class Carrier(Protocol):
 
     clock: Clock
     store: TaskStore
+    book: TaskBook
     dispatch: Dispatcher
     crew: Crew
 
@@ -104,7 +106,7 @@ class Run:
                 self._hand_over(request)
                 return None
             self.attempt = dispatch.open(task, request.record, request.deadline, request.kept)
-            driver.store.persist(task).add_done_callback(self._committed)
+            driver.book.then(task.task_id, driver.store.persist(task), self._committed)
             return None
         event = driver.pick_now(task, request.exclude) if isinstance(request, Pick) \
             else driver.answer_now(task, request)

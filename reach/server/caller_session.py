@@ -183,7 +183,7 @@ class CallerSession(Session):
             def committed(c: asyncio.Future[None]) -> None:
                 self._committed()
                 self._acknowledge(f, task, admission.duplicate, c)
-            commit.add_done_callback(committed)
+            self.services.gateway.then(task.task_id, commit, committed)
 
     async def _late_duplicate(self, f: p.Submit, task_id: str) -> None:
         try:
