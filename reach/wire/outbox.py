@@ -39,31 +39,18 @@ class Outbox:
         self._task = asyncio.get_running_loop().create_task(self._pump(), name=name)
         self.closed = False
         self.overflowed = False
-        # The end of the loop step that wrote a frame at once: frames posted before it are
-        # held in the protocol's buffer and leave together then (``_release``).
-        self._step: asyncio.Handle | None = None
-        self._held = 0  # characters held for the step's end
 
     def post(self, text: str) -> bool:
         """Send one frame now if the socket can take it, else queue it; False once closed.
 
         Writing at once (as a relay does) lets the next process start on the frame while this
-        one goes on. Frames posted after it in the same loop step (a commit that releases many
-        invokes, a batch of results read at once) wait in the protocol's buffer and leave in
-        one write at the step's end: one syscall for the burst instead of one a frame. Frames
-        that meet a busy socket are queued and written together by the writer task."""
+        one goes on; frames that meet a busy socket are queued and written together."""
         if self.closed:
             return False
         if not self._queue and self._writable():
             ws = self.ws
             ws.protocol.send_text(text.encode())
-            if self._step is None:
-                ws.transport.write(b"".join(ws.protocol.data_to_send()))
-                self._step = asyncio.get_running_loop().call_soon(self._release)
-                return True
-            self._held += len(text) + 1  # (+1: an empty frame is held too)
-            if self._held > self.EAGER_LIMIT:
-                self._release(again=True)
+            ws.transport.write(b"".join(ws.protocol.data_to_send()))
             return True
         self._queue.append(text)
         self._queued += len(text)
@@ -72,29 +59,6 @@ class Outbox:
             return False
         self._wake.set()
         return True
-
-    def _release(self, again: bool = False) -> None:
-        """Write the frames held since the first one of this step, in one write.
-
-        Whatever else wrote through the connection meanwhile (a pong, a close) took the held
-        frames with it, ahead of its own: the protocol's buffer keeps one order for all."""
-        if not again:
-            self._step = None
-        if not self._held:  # the step wrote one frame, already out
-            return
-        self._held = 0
-        ws = self.ws
-        chunks = ws.protocol.data_to_send()
-        if not chunks or ws.transport.is_closing():  # nothing held, or gone with the socket
-            return
-        if all(chunks):
-            ws.transport.write(b"".join(chunks))
-        else:  # an end of stream among them: as the connection's own writer does
-            for chunk in chunks:
-                if chunk:
-                    ws.transport.write(chunk)
-                elif ws.transport.can_write_eof():
-                    ws.transport.write_eof()
 
     def _overflow(self) -> None:
         """The peer reads slower than we write: drop what waits and close the connection."""
