@@ -149,7 +149,8 @@ class Dispatcher:
         tid = env.task_id
         # A declared result schema is checked before the caller is answered; a result that
         # breaks it is held here and judged as the agent's fault below (reach.core.results).
-        returns, bad = cap.returns, list[dict[str, Any]]()
+        returns = cap.returns
+        bad: list[dict[str, Any]] = []
         delivery = Delivery(
             clock, self.settings.ack_timeout, completion,
             lambda seq, data: book.emit_chunk(tid, seq, data), lambda: self._acknowledged(task),
@@ -325,7 +326,8 @@ class Dispatcher:
         """When to send a hedge of this attempt (None: never)."""
         env = task.envelope
         cap = record.capabilities.get(env.capability)
-        if cap is None or not cap.spec.idempotent:  # most calls: no window read at all
+        if cap is None or not cap.spec.idempotent or (  # most calls: no window read at all
+                not cap.spec.hedge if env.hedge is None else not env.hedge):
             return None
         window = self.latency.get(env.capability)
         return policy.hedge_after(idempotent=cap.spec.idempotent, declared=cap.spec.hedge,

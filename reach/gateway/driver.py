@@ -54,7 +54,7 @@ from reach.gateway.clock import within
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.runs import Run
-from reach.gateway.slots import SlotQueue
+from reach.gateway.slots import Queueing, SlotQueue
 from reach.ports import Clock, TaskStore
 
 S = TaskState
@@ -208,7 +208,7 @@ class Driver:
 
     def pick_now(self, task: Task, exclude: frozenset[str]) -> Event | None:
         """A pick that needs no waiting, or None when it may have to wait for a slot (every
-        agent busy, or a less busy caller waits for one): ``_acquire`` does that."""
+        agent busy, or a less busy caller waits for one): ``queueing`` and ``try_slot``."""
         env = task.envelope
         if task.state is S.QUEUED or \
                 self.slots.yields_to(env.capability, env.caller, self.book.usage):
@@ -246,50 +246,76 @@ class Driver:
                        deadline: float | None) -> AgentRecord:
         """An agent with a free slot; waits up to ``queue_wait`` when all are saturated."""
         env = task.envelope
+        q = self.queueing(task, exclude, deadline)
+        while (record := self.try_slot(task, q)) is None:
+            # The first queued time is kept across wake-ups: a waiter that lost the race
+            # for a slot keeps its age, it does not go to the back.
+            await self.slots.wait(env.capability, env.priority, q.since, q.left, env.caller)
+        return record
+
+    def queueing(self, task: Task, exclude: frozenset[str],
+                 deadline: float | None) -> Queueing:
+        """A pick that may wait for a slot, from now on."""
+        env = task.envelope
+        now = self.clock.now()
+        # Already queued when the life comes back here (a resumed task that waited for its
+        # agent, or a wait for breakers): it stays queued, it does not queue again. And a
+        # newcomer does not take a slot that a less busy caller is waiting for.
+        return Queueing(exclude, deadline, now, now + self.settings.queue_wait,
+                        task.state is S.QUEUED,
+                        self.slots.yields_to(env.capability, env.caller, self.book.usage))
+
+    def try_slot(self, task: Task, q: Queueing) -> AgentRecord | None:
+        """One try of ``q``'s pick: the agent, or None when the task must wait (up to
+        ``q.left`` seconds) in the slot queue, queued by then. Raises ``Unavailable`` as the
+        router does, or ``Rejected`` when shed or when its time to wait is over."""
+        env = task.envelope
         clock = self.clock
-        queued_at = clock.now()
-        wait_until = queued_at + self.settings.queue_wait
-        # Already queued when the driver comes back here (a resumed task that waited for its
-        # agent, or a wait for breakers): it stays queued, it does not queue again.
-        queued = task.state is S.QUEUED
-        # A newcomer does not take a slot that a less busy caller is waiting for.
-        fair_wait = self.slots.yields_to(env.capability, env.caller, self.book.usage)
-        while True:
+        try:
+            if q.fair_wait:
+                q.fair_wait = False
+                raise Saturated(1.0)
             try:
-                if fair_wait:
-                    fair_wait = False
-                    raise Saturated(1.0)
-                try:
-                    return self._pick(task, exclude)
-                except Saturated:
-                    exclude = frozenset()  # (_pick tried the tried agents too: all full)
-                    raise
-            except Saturated as sat:
-                if sat.shed:
-                    # Shed: the free slots are kept for higher priorities. Refused at once
-                    # (a wake-up this waiter took is passed on to the next one).
-                    if queued:
-                        self.slots.wake((env.capability,), clock.now(), self.book.usage)
-                    raise Rejected(
-                        f"{env.capability!r} is above its high-water mark; priority "
-                        f"{env.priority} is shed first (the free slots are kept for priority "
-                        f"{self.router.shed_below} and above): slow down and retry",
-                        level=self._pressure(env.capability, sat), shed=True,
-                        capability=env.capability) from None
-                left = wait_until - clock.now()
-                if deadline is not None:
-                    left = min(left, deadline - clock.now())
-                if left <= 0:
-                    raise Rejected(
-                        f"every agent for {env.capability!r} is at its max_concurrency; "
-                        f"slow down and retry", level=self._pressure(env.capability, sat),
-                        capability=env.capability) from None
-                if not queued:
-                    self.g.move(task, S.QUEUED, "waiting for a free slot")
-                    queued = True
-                # The first queued time is kept across wake-ups: a waiter that lost the race
-                # for a slot keeps its age, it does not go to the back.
-                await self.slots.wait(env.capability, env.priority, queued_at, left, env.caller)
+                return self._pick(task, q.exclude)
+            except Saturated:
+                q.exclude = frozenset()  # (_pick tried the tried agents too: all full)
+                raise
+        except Saturated as sat:
+            if sat.shed:
+                # Shed: the free slots are kept for higher priorities. Refused at once
+                # (a wake-up this waiter took is passed on to the next one).
+                if q.queued:
+                    self.slots.wake((env.capability,), clock.now(), self.book.usage)
+                raise Rejected(
+                    f"{env.capability!r} is above its high-water mark; priority "
+                    f"{env.priority} is shed first (the free slots are kept for priority "
+                    f"{self.router.shed_below} and above): slow down and retry",
+                    level=self._pressure(env.capability, sat), shed=True,
+                    capability=env.capability) from None
+            left = q.until - clock.now()
+            if q.deadline is not None:
+                left = min(left, q.deadline - clock.now())
+            if left <= 0:
+                raise Rejected(
+                    f"every agent for {env.capability!r} is at its max_concurrency; "
+                    f"slow down and retry", level=self._pressure(env.capability, sat),
+                    capability=env.capability) from None
+            if not q.queued:
+                self.g.move(task, S.QUEUED, "waiting for a free slot")
+                q.queued = True
+            q.left = left
+            return None
+
+    def slot_event(self, task: Task, q: Queueing) -> Event | None:
+        """``try_slot`` as the life's next event (``Picked``, ``NoneFits``, ``Refused``), or
+        None while the task must wait for a slot."""
+        try:
+            record = self.try_slot(task, q)
+        except Unavailable as exc:
+            return NoneFits(exc, *self._breaker_wait(task.envelope.capability))
+        except Rejected as exc:
+            return Refused(exc)
+        return None if record is None else Picked(record)
 
     def _pick(self, task: Task, exclude: frozenset[str]) -> AgentRecord:
         """``router.pick`` of an agent not in ``exclude``; when those not yet tried are gone
@@ -315,6 +341,7 @@ class Driver:
 
 
 _WOKE = Woke()
+
 
 
 def _ready(record: AgentRecord, capability: str) -> bool:

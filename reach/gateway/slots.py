@@ -15,37 +15,101 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from reach.core import counts
 from reach.gateway.clock import expires
 from reach.ports import Clock
 
-Waiter = tuple[int, float, str, asyncio.Future[None]]
+
+class Ticket:
+    """A waiter's place in the queue: woken once (``set``: its ``wake`` is called) or given
+    up (``cancel``: its ``stop``, if any, is called instead). Either way it is then done."""
+
+    __slots__ = ("_wake", "_stop", "_done")
+
+    def __init__(self, wake: Callable[[], None],
+                 stop: Callable[[], None] | None = None) -> None:
+        self._wake = wake
+        self._stop = stop
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set(self) -> None:
+        if not self._done:
+            self._done = True
+            self._wake()
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._done = True
+            if self._stop is not None:
+                self._stop()
+
+
+Waiter = tuple[int, float, str, Ticket]
+
+
+@dataclass(slots=True)
+class Queueing:
+    """A pick's wait for a free slot, across its wake-ups (reach.gateway.driver ``try_slot``)."""
+
+    exclude: frozenset[str]  # the agents tried, avoided while others have room
+    deadline: float | None  # the task's (clock.now() time), if any
+    since: float  # when it began: its age in the queue, kept across wake-ups
+    until: float  # when ``queue_wait`` is over
+    queued: bool  # in state ``queued`` already
+    fair_wait: bool  # queue first behind a less busy caller's waiters
+    left: float = 0.0  # how long the next wait may last
 
 
 class SlotQueue:
     def __init__(self, aging: float, clock: Clock) -> None:
         self.aging = aging
         self.clock = clock
-        # capability → (priority, first queued at, caller, waker)
+        # capability → (priority, first queued at, caller, ticket)
         self._waiters: dict[str, list[Waiter]] = {}
-        # capability → caller → its waiters not yet back from ``wait`` (a woken one counts
-        # until it has taken its slot, so newcomers cannot take the slot it was woken for)
+        # capability → caller → its waiters not yet back (``leave``): a woken one counts
+        # until it has taken its slot, so newcomers cannot take the slot it was woken for
         self._callers: dict[str, dict[str, int]] = {}
+
+    def enter(self, capability: str, priority: int, since: float, caller: str,
+              wake: Callable[[], None], stop: Callable[[], None] | None = None) -> Ticket:
+        """Queue a waiter: ``wake()`` is called when a slot opens for it. It counts as
+        waiting for ``caller`` until it ``leave``s, whatever became of its ticket."""
+        ticket = Ticket(wake, stop)
+        self._waiters.setdefault(capability, []).append((priority, since, caller, ticket))
+        counts.add(self._callers.setdefault(capability, {}), caller)
+        return ticket
+
+    def leave(self, capability: str, caller: str) -> None:
+        """A waiter of ``caller`` is back (woken, given up or out of time)."""
+        callers = self._callers.get(capability)
+        if callers is not None:
+            counts.drop(callers, caller)
+            if not callers:
+                del self._callers[capability]
 
     async def wait(self, capability: str, priority: int, since: float, limit: float,
                    caller: str = "") -> None:
         """Wait up to ``limit`` seconds to be woken (returns either way)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(capability, []).append((priority, since, caller, fut))
-        callers = self._callers.setdefault(capability, {})
-        counts.add(callers, caller)
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        def stop() -> None:
+            fut.cancel()
+
+        ticket = self.enter(capability, priority, since, caller, wake, stop)
         try:
             await expires(self.clock, fut, limit)  # leaves ``fut`` done whichever way it ends
         finally:
-            counts.drop(callers, caller)
-            if not callers and self._callers.get(capability) is callers:
-                del self._callers[capability]
+            ticket.cancel()  # (out of time: no later wake is spent on it)
+            self.leave(capability, caller)
 
     def yields_to(self, capability: str, caller: str, usage: Callable[[str], int]) -> bool:
         """Whether a newcomer of ``caller`` must queue behind waiters of a less busy caller
@@ -77,7 +141,7 @@ class SlotQueue:
             best = max(pool, key=lambda w: (w[0] + (now - w[1]) * self.aging, -w[1]))
             live.remove(best)
             self._waiters[cap] = live
-            best[3].set_result(None)
+            best[3].set()
 
     def capabilities(self) -> list[str]:
         """The capabilities that have (or recently had) waiters."""
@@ -88,7 +152,6 @@ class SlotQueue:
 
     def cancel_all(self) -> None:
         for waiters in self._waiters.values():
-            for _, _, _, fut in waiters:
-                if not fut.done():
-                    fut.cancel()
+            for _, _, _, ticket in waiters:
+                ticket.cancel()
         self._waiters.clear()

@@ -1,7 +1,7 @@
 """A task's life carried out by callbacks (reach.gateway.runs), on a real ``Gateway`` with
-fake ports: the common path creates no ``asyncio.Task``; a life that must wait (a slot, a
-backoff, a hedge) is handed to a coroutine and ends the same way; a stop drains or cancels
-either kind, and counts both in ``in_flight``."""
+fake ports: the common path creates no ``asyncio.Task``, nor does a wait for a slot; a life
+that must wait otherwise (a backoff, a hedge) is handed to a coroutine and ends the same way;
+a stop drains or cancels either kind, and counts both in ``in_flight``."""
 
 from __future__ import annotations
 
@@ -76,23 +76,63 @@ async def test_a_retry_s_backoff_hands_the_life_to_a_coroutine_that_ends_it() ->
         await rig.close()
 
 
-async def test_a_task_waiting_for_a_slot_is_handed_over_and_served_when_one_frees() -> None:
+async def test_a_task_waiting_for_a_slot_holds_no_coroutine_and_is_served_when_one_frees(
+) -> None:
     rig = Rig(queue_wait=5.0)
     try:
         _, link = rig.agent("a", None, max_concurrency=1)  # acknowledged, answered by hand
-        first = await rig.submit()
-        second = await rig.submit()
-        assert second.state is S.QUEUED and rig.gateway.in_flight == 2
-        link.finish(first.task_id, "ok", 1)
-        await rig.clock.settle()
-        assert first.state is S.SUCCEEDED
-        link.finish(second.task_id, "ok", 2)
-        await rig.outcome(second)
+        with tasks_created() as created:
+            first = await rig.submit()
+            second = await rig.submit()
+            assert second.state is S.QUEUED and rig.gateway.in_flight == 2
+            assert rig.gateway.slots.waiting("x.work") == 1
+            link.finish(first.task_id, "ok", 1)
+            await rig.clock.settle()
+            assert first.state is S.SUCCEEDED and second.state is S.RUNNING
+            link.finish(second.task_id, "ok", 2)
+            await rig.outcome(second)
+            await rig.clock.settle()  # (the answer leaves first; the run's bookkeeping next)
         assert (second.state, second.result) == (S.SUCCEEDED, 2)
-        await rig.clock.settle()  # (the answer leaves first; its coroutine ends next)
-        assert rig.gateway.in_flight == 0
+        assert [name for name in created if name.startswith("task-")] == []
+        assert rig.gateway.in_flight == 0 and rig.gateway.slots.waiting("x.work") == 0
     finally:
         await rig.close()
+
+
+async def test_a_queued_task_whose_wait_runs_out_is_rejected_and_leaves_the_queue() -> None:
+    rig = Rig(queue_wait=0.5)
+    try:
+        _, link = rig.agent("a", None, max_concurrency=1)
+        with tasks_created() as created:
+            first = await rig.submit()
+            second = await rig.submit()
+            assert second.state is S.QUEUED
+            await rig.clock.advance(0.5)
+        assert second.state is S.FAILED and second.error is not None
+        assert second.error["code"] == "rejected"
+        assert "max_concurrency" in second.error["message"]
+        assert [name for name in created if name.startswith("task-")] == []
+        assert rig.gateway.slots.waiting("x.work") == 0
+        assert not rig.gateway.slots.yields_to("x.work", "other", lambda caller: 0)
+        link.finish(first.task_id, "ok", 1)
+        await rig.clock.settle()
+        assert first.state is S.SUCCEEDED and rig.gateway.in_flight == 0
+    finally:
+        await rig.close()
+
+
+async def test_a_stop_while_a_task_waits_for_a_slot_leaves_it_unfinished_and_out_of_the_queue(
+) -> None:
+    rig = Rig(queue_wait=5.0)
+    _, link = rig.agent("a", None, max_concurrency=1)
+    await rig.submit()
+    second = await rig.submit()
+    assert second.state is S.QUEUED and rig.gateway.in_flight == 2
+    await rig.gateway.stop(drain=0)
+    assert second.state is S.QUEUED  # resumed after a restart
+    assert rig.gateway.in_flight == 0 and rig.gateway.slots.waiting("x.work") == 0
+    await rig.clock.advance(10)  # its wait's end finds nothing to do
+    assert second.state is S.QUEUED and second.attempts == []
 
 
 async def test_a_hedged_read_is_handed_to_a_coroutine_and_the_first_answer_wins() -> None:
