@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from reach.config import Settings
@@ -89,12 +90,28 @@ class Driver:
         self.g = gateway
         self.crew = crew  # owns each task's run, or the coroutine it was handed to
         self._changed: asyncio.Future[None] | None = None
+        # Runs waiting for agents (``on_agents``), in arrival order, and their loop.
+        self._agent_waiters: dict[Callable[[], None], None] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def wake(self) -> None:
-        """The agents changed: tasks waiting for one (``wait_for_agents``) look again."""
+        """The agents changed: tasks waiting for one (``wait_for_agents``, ``on_agents``)
+        look again, at the next turn of the loop."""
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
         self._changed = None
+        if self._agent_waiters and self._loop is not None:
+            waiters, self._agent_waiters = self._agent_waiters, {}
+            for fn in waiters:
+                self._loop.call_soon(fn)
+
+    def on_agents(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once at the next change of the agents (``wake``), unless taken off."""
+        self._loop = asyncio.get_running_loop()
+        self._agent_waiters[fn] = None
+
+    def off_agents(self, fn: Callable[[], None]) -> None:
+        self._agent_waiters.pop(fn, None)
 
     async def wait_for_agents(self, limit: float) -> None:
         if self._changed is None:

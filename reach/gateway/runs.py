@@ -5,19 +5,20 @@ calls need no waiting but the attempt's own: a free agent is picked at once, the
 commit completes, then its outcome comes. A ``Run`` carries such a life out from callbacks
 on those two futures, with the dispatcher's own steps (``open``, ``send``, ``close``). A task
 that must wait for a free slot waits in the slot queue as a ticket and a deadline, called back
-when a slot opens or its time is over: a queue of thousands holds no coroutine. The first
-request that must wait in a coroutine (for agents, a backoff, a hedged attempt) hands the life
-over to one, owned by the same crew under the same name, so a stop, a let-go or a forgotten
-insert reaches it either way.
+when a slot opens or its time is over: a queue of thousands holds no coroutine. A backoff or a
+wait for agents is a deadline too (and, for agents, a place among ``Driver.wake``'s waiters).
+Only a hedged attempt, two attempts in flight at once, hands the life over to a coroutine,
+owned by the same crew under the same name, so a stop, a let-go or a forgotten insert reaches
+it either way.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from reach.core.life import Command, Dispatch, Event, Life, Pick
+from reach.core.life import Command, Dispatch, Event, Life, Pick, Sleep, WaitAgents, Woke
 from reach.core.policy import Verdict
 from reach.core.tasks import Attempt, Task
 from reach.gateway.book import TaskBook
@@ -25,6 +26,20 @@ from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher, Try
 from reach.gateway.slots import Queueing, SlotQueue, Ticket
 from reach.ports import Clock, TaskStore, Timer
+
+_WOKE = Woke()
+
+
+class _Wait:
+    """What one wait of a run holds, so that leaving it leaves nothing behind: its deadline,
+    its place in the slot queue, its place among the agents' waiters."""
+
+    __slots__ = ("timer", "ticket", "waker")
+
+    def __init__(self) -> None:
+        self.timer: Timer | None = None
+        self.ticket: Ticket | None = None
+        self.waker: Callable[[], None] | None = None
 
 
 class Carrier(Protocol):
@@ -55,12 +70,16 @@ class Carrier(Protocol):
 
     def fail(self, task: Task, exc: Exception) -> None: ...
 
+    def on_agents(self, fn: Callable[[], None]) -> None: ...
+
+    def off_agents(self, fn: Callable[[], None]) -> None: ...
+
 
 class Run:
     """One life carried out by callbacks until it ends, is cancelled or is handed over."""
 
     __slots__ = ("driver", "life", "name", "attempt", "handed", "stopped", "queueing",
-                 "ticket", "timer")
+                 "wait")
 
     def __init__(self, driver: Carrier, life: Life) -> None:
         self.driver = driver
@@ -70,8 +89,7 @@ class Run:
         self.handed: asyncio.Task[None] | None = None  # the coroutine it was handed to
         self.stopped = False
         self.queueing: Queueing | None = None  # a pick waiting for a slot, across wake-ups
-        self.ticket: Ticket | None = None  # its place in the slot queue, while it waits
-        self.timer: Timer | None = None  # and the end of that wait
+        self.wait: _Wait | None = None  # the wait in progress (a slot, agents, a backoff)
 
     def start(self) -> None:
         if self.stopped:
@@ -91,7 +109,7 @@ class Run:
         if self.handed is not None:
             self.handed.cancel()
             return
-        self._leave_queue()
+        self._end_wait()
         self._abandon()
         self._done()
 
@@ -131,53 +149,88 @@ class Run:
                     self.queueing = q
                     self._queue()
             return event
+        if isinstance(request, (Sleep, WaitAgents)):
+            if isinstance(request, WaitAgents) and request.seconds <= 0:
+                return _WOKE  # no time to wait: look again at once
+            self._sleep(request.seconds, isinstance(request, WaitAgents))
+            return None
         event = driver.answer_now(task, request)
-        if event is None:  # a wait: a coroutine's
-            self._hand_over(request)
+        assert event is not None, request  # (every other request is answered at once)
         return event
 
-    # ------------------------------------------------------------ waiting for a slot
+    # ------------------------------------------------------------ waits
+
+    def _sleep(self, seconds: float, for_agents: bool) -> None:
+        """Wake after ``seconds`` (a backoff, a breaker or recovery wait), or as soon as the
+        agents change when it waits for them (``Driver.wake``)."""
+        driver = self.driver
+        w = self.wait = _Wait()
+
+        def over() -> None:
+            if self.wait is w:  # (not a wait this run has since left)
+                self._end_wait()
+                self._go_on(_WOKE)
+
+        w.timer = driver.clock.call_at(driver.clock.now() + max(0.0, seconds), over)
+        if for_agents:
+            w.waker = over
+            driver.on_agents(over)
 
     def _queue(self) -> None:
         """Wait in the slot queue until a slot opens for this task or its wait is over."""
         driver, env, q = self.driver, self.life.task.envelope, self.queueing
         assert q is not None
         loop = asyncio.get_running_loop()
+        w = self.wait = _Wait()
+
+        def turn() -> None:
+            if self.wait is w:  # woken, or out of time: try the pick again
+                self._end_wait()
+                self._slot_turn()
 
         def woken() -> None:
             # Woken from inside another attempt's end (a slot freed, an agent back): this
             # task's pick runs at the next turn, as a woken coroutine's did, not in the middle.
-            loop.call_soon(self._slot_turn)
+            loop.call_soon(turn)
 
-        self.ticket = driver.slots.enter(env.capability, env.priority, q.since, env.caller,
-                                         woken)
-        self.timer = driver.clock.call_at(driver.clock.now() + q.left, self._slot_turn)
+        w.ticket = driver.slots.enter(env.capability, env.priority, q.since, env.caller,
+                                      woken)
+        w.timer = driver.clock.call_at(driver.clock.now() + q.left, turn)
 
-    def _leave_queue(self) -> bool:
-        """Leave the slot queue (woken, out of time, or stopped); False if not in it."""
-        ticket, timer = self.ticket, self.timer
-        if ticket is None or timer is None:
-            return False
-        self.ticket = self.timer = None
-        ticket.cancel()  # (out of time: no later wake is spent on it)
-        timer.cancel()
-        env = self.life.task.envelope
-        self.driver.slots.leave(env.capability, env.caller)
-        return True
+    def _end_wait(self) -> None:
+        """Leave the wait in progress (over, stopped or failed): nothing of it stays armed,
+        queued or counted."""
+        w, self.wait = self.wait, None
+        if w is None:
+            return
+        if w.timer is not None:
+            w.timer.cancel()
+        if w.ticket is not None:
+            w.ticket.cancel()  # (out of time: no later wake is spent on it)
+            env = self.life.task.envelope
+            self.driver.slots.leave(env.capability, env.caller)
+        if w.waker is not None:
+            self.driver.off_agents(w.waker)
 
     def _slot_turn(self) -> None:
-        """Woken, or its wait is over: try the pick again (and wait again if it lost)."""
-        if self.stopped or not self._leave_queue():
-            return
-        driver, q = self.driver, self.queueing
+        """Try the pick again; wait again if it lost the slot to another."""
+        q = self.queueing
         assert q is not None
         try:
-            event = driver.slot_event(self.life.task, q)
-            if event is None:
-                self._queue()
-                return
-            self.queueing = None
-            commands = self.life.on(event, driver.clock.now())
+            event = self.driver.slot_event(self.life.task, q)
+        except Exception as exc:
+            self._failed(exc)
+            return
+        if event is None:
+            self._queue()
+            return
+        self.queueing = None
+        self._go_on(event)
+
+    def _go_on(self, event: Event) -> None:
+        """Feed the answer that ended a wait to the life, and carry on."""
+        try:
+            commands = self.life.on(event, self.driver.clock.now())
         except Exception as exc:
             self._failed(exc)
             return
@@ -230,7 +283,7 @@ class Run:
             self.driver.dispatch.abandon(t)
 
     def _failed(self, exc: Exception) -> None:
-        self._leave_queue()
+        self._end_wait()
         self._abandon()
         self.driver.fail(self.life.task, exc)
         self._done()

@@ -1,7 +1,7 @@
 """A task's life carried out by callbacks (reach.gateway.runs), on a real ``Gateway`` with
-fake ports: the common path creates no ``asyncio.Task``, nor does a wait for a slot; a life
-that must wait otherwise (a backoff, a hedge) is handed to a coroutine and ends the same way;
-a stop drains or cancels either kind, and counts both in ``in_flight``."""
+fake ports: the common path creates no ``asyncio.Task``, nor does a wait for a slot, for
+agents or a backoff; a hedged attempt is handed to a coroutine and ends the same way; a stop
+drains or cancels either kind, and counts both in ``in_flight``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from test_decisions import Rig, fault, ok, outcomes
+from test_decisions import Rig, fault, ok, outcomes, resumed
 
 from reach.core.resilience import LatencyWindow
 from reach.core.tasks import Outcome, SubmitRequest, TaskState
@@ -54,7 +54,7 @@ async def test_a_call_to_a_free_agent_creates_no_asyncio_task() -> None:
         await rig.close()
 
 
-async def test_a_retry_s_backoff_hands_the_life_to_a_coroutine_that_ends_it() -> None:
+async def test_a_retry_s_backoff_holds_no_coroutine_and_the_task_ends() -> None:
     rig = Rig()
     try:
         calls: list[int] = []
@@ -68,12 +68,43 @@ async def test_a_retry_s_backoff_hands_the_life_to_a_coroutine_that_ends_it() ->
             task = await rig.submit()
             assert task.state is S.RETRYING and rig.gateway.in_flight == 1
             await rig.outcome(task)
+            await rig.clock.settle()
         assert task.state is S.SUCCEEDED
         assert outcomes(task) == [("a", Outcome.FAULT), ("a", Outcome.OK)]
-        assert created.count(f"task-{task.task_id}") == 1
+        assert [name for name in created if name.startswith("task-")] == []
         assert rig.gateway.in_flight == 0
     finally:
         await rig.close()
+
+
+async def test_a_task_waiting_for_its_agent_holds_no_coroutine_and_goes_on_when_it_is_back(
+) -> None:
+    rig = Rig(recovery_grace=30.0)
+    try:
+        a, _ = rig.agent("a", ok)
+        rig.registry.disconnected(a, rig.clock.wall())
+        with tasks_created() as created:
+            task = resumed(rig, a, instance=None)
+            await rig.clock.advance(5.0)
+            assert not task.terminal and rig.gateway.in_flight == 1
+            rig.agent("a", ok)  # it reconnects: the wait ends now, not at the grace's end
+            await rig.clock.settle()
+        assert task.state is S.SUCCEEDED and outcomes(task)[-1] == ("a", Outcome.OK)
+        assert [name for name in created if name.startswith("task-")] == []
+        assert rig.gateway.in_flight == 0
+    finally:
+        await rig.close()
+
+
+async def test_a_stop_during_a_backoff_leaves_the_task_unfinished_and_nothing_armed() -> None:
+    rig = Rig()
+    rig.agent("a", fault, idempotent=True)
+    task = await rig.submit()
+    assert task.state is S.RETRYING and rig.gateway.in_flight == 1
+    await rig.gateway.stop(drain=0)
+    assert rig.gateway.in_flight == 0
+    await rig.clock.advance(60)  # the backoff's end finds nothing to do
+    assert task.state is S.RETRYING and len(task.attempts) == 1
 
 
 async def test_a_task_waiting_for_a_slot_holds_no_coroutine_and_is_served_when_one_frees(
