@@ -48,7 +48,9 @@ class TaskBook:
         self._dead_capped = False
         self._keys_capped = False
         self._key_ages: deque[tuple[float, str, str]] = deque()  # (created, key, task), by age
-        self._outcomes: dict[str, asyncio.Future[Task]] = {}
+        # task id → its outcome future, made when first asked for (``outcome``): a websocket
+        # caller is answered by a watcher and never asks, so most calls make none
+        self._outcomes: dict[str, asyncio.Future[Task] | None] = {}
         self._watchers: dict[str, list[Callable[[Task], None]]] = {}
         self._chunk_sinks: dict[str, list[ChunkSink]] = {}
         self._chunk_next: dict[str, int] = {}  # task id → the next chunk seq callers expect
@@ -63,7 +65,7 @@ class TaskBook:
         ids = self.traces.setdefault(task.envelope.trace_id, [])
         if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
             ids.append(task.task_id)
-        self._outcomes[task.task_id] = asyncio.get_running_loop().create_future()
+        self._outcomes.setdefault(task.task_id, None)
 
     def unlive(self, task: Task) -> None:
         if self.live.pop(task.task_id, None) is not None:
@@ -140,7 +142,12 @@ class TaskBook:
 
     def outcome(self, task_id: str) -> asyncio.Future[Task] | None:
         """A future that completes with the task once it is terminal (None if not live)."""
-        return self._outcomes.get(task_id)
+        if task_id not in self._outcomes:
+            return None
+        fut = self._outcomes[task_id]
+        if fut is None:
+            fut = self._outcomes[task_id] = asyncio.get_running_loop().create_future()
+        return fut
 
     def watch(self, task_id: str, fn: Callable[[Task], None]) -> bool:
         """Call ``fn(task)`` the moment the task's outcome is released (synchronously, without
@@ -175,25 +182,29 @@ class TaskBook:
         """The task is terminal: answer its waiters (once what they are told is stored),
         then keep it among the recent ones (and the dead letters when it died)."""
         tid = task.task_id
-        fut = self._outcomes.pop(tid, None)
+        if tid not in self._outcomes:  # not live here (answered, or handed over)
+            return
+        fut = self._outcomes.pop(tid)
         watchers = self._watchers.pop(tid, ())
-        if fut is not None and not fut.done():
-            def answer(c: asyncio.Future[None] | None = None) -> None:
-                if c is not None and (c.cancelled() or c.exception() is not None):
-                    _refuse(fut, None if c.cancelled() else c.exception())
-                    return  # never stored, so never accepted: no outcome to tell
-                for fn in watchers:
-                    try:
-                        fn(task)
-                    except Exception:  # one watcher's bug must not cost the others or
-                        log.exception("a watcher of task %s failed", tid)  # the bookkeeping
-                if not fut.done():
-                    fut.set_result(task)
-            commit = self.commits.get(tid)
-            if commit is None or commit.done():
-                answer(commit)
-            else:  # answer only what was stored
-                commit.add_done_callback(answer)
+        if (fut is None and not watchers) or (fut is not None and fut.done()):
+            return  # nobody waits
+
+        def answer(c: asyncio.Future[None] | None = None) -> None:
+            if c is not None and (c.cancelled() or c.exception() is not None):
+                _refuse(fut, None if c.cancelled() else c.exception())
+                return  # never stored, so never accepted: no outcome to tell
+            for fn in watchers:
+                try:
+                    fn(task)
+                except Exception:  # one watcher's bug must not cost the others or
+                    log.exception("a watcher of task %s failed", tid)  # the bookkeeping
+            if fut is not None and not fut.done():
+                fut.set_result(task)
+        commit = self.commits.get(tid)
+        if commit is None or commit.done():
+            answer(commit)
+        else:  # answer only what was stored
+            self.then(tid, commit, answer)
 
     def settle(self, task: Task) -> None:
         """After the answer: the task leaves the live set, and is kept as recent (and as a
