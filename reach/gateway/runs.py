@@ -252,16 +252,17 @@ class Run:
         except Exception as exc:
             self._failed(exc)
             return
-        t.delivery.fut.add_done_callback(self._delivered)
+        t.delivery.on_end = self._delivered
+        if t.delivery.outcome is not None:  # (ended already: a link that refused it)
+            asyncio.get_running_loop().call_soon(self._delivered, *t.delivery.outcome)
 
-    def _delivered(self, outcome: asyncio.Future[tuple[str, object]]) -> None:
+    def _delivered(self, kind: str, payload: Any) -> None:
         t = self.attempt
         if t is None or self.stopped:
             return
         self.attempt = None
         driver = self.driver
         try:
-            kind, payload = outcome.result()
             verdict, payload, attempt = driver.dispatch.close(t, kind, payload)
             commands = self.life.on(driver.ended(self.life, verdict, payload, attempt,
                                                  t.record), driver.clock.now())

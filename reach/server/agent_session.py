@@ -308,9 +308,9 @@ class AgentSession(Session):
 def _why(reply: Reply) -> str | None:
     """Why the gateway no longer waits for a delivery (``undelivered``, ``timeout``,
     ``cancelled``), or None while it still does (as far as can be seen from here)."""
-    if not isinstance(reply, Delivery) or not reply.fut.done():
+    if not isinstance(reply, Delivery) or reply.outcome is None:
         return None
-    kind = reply.fut.result()[0]
+    kind = reply.outcome[0]
     return kind if kind in ("undelivered", "timeout") else "cancelled"
 
 

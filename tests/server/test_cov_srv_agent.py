@@ -125,7 +125,7 @@ async def test_an_answer_racing_its_own_timeout_is_told_it_was_given_up(reach: R
     async with asyncio.timeout(2):
         while not len(frames):  # read from the socket; the session's turn is queued
             await asyncio.sleep(0)
-    delivery.fut.set_result(("timeout", None))  # its deadline, in the same turn
+    delivery.resolve("timeout")  # its deadline, in the same turn
     told = await peer.expect("error", task_id=invoke["task_id"])
     assert told["error"]["code"] == "timeout" and "was given up" in told["error"]["message"]
     assert (invoke["task_id"], invoke["attempt"]) in session.given_up
