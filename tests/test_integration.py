@@ -261,19 +261,26 @@ async def test_back_pressure_rejects_after_queue_wait() -> None:
     try:
         running = 0
         peak = 0
+        # The two running calls end only once the other four were answered: a slot freed
+        # while they still wait (a loop running late on a loaded machine) would serve one.
+        release = asyncio.Event()
 
         async def work() -> int:
             nonlocal running, peak
             running += 1
             peak = max(peak, running)
-            await asyncio.sleep(0.1)
+            await release.wait()
             running -= 1
             return 1
 
         await cluster.add_agent("narrow", {"job.run": work}, max_concurrency=2)
         client = await cluster.client()
-        outcomes = await asyncio.gather(*(client.call("job.run") for _ in range(6)),
-                                        return_exceptions=True)
+        calls = [asyncio.ensure_future(client.call("job.run")) for _ in range(6)]
+        async with asyncio.timeout(10):
+            while sum(c.done() for c in calls) < 4:
+                await asyncio.sleep(0.005)
+        release.set()
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
         rejected = [o for o in outcomes if isinstance(o, Rejected)]
         assert outcomes.count(1) == 2 and len(rejected) == 4
         assert rejected[0].level > 0
