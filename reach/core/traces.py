@@ -28,7 +28,7 @@ _SEVERITY = {"succeeded": 0, "running": 1, "failed": 2, "dead": 3}
 
 def trace_id_of(traceparent: str | None) -> str | None:
     """The trace id inside a W3C ``traceparent`` header, or None if it is not a valid one."""
-    m = _TRACEPARENT.match((traceparent or "").strip().lower())
+    m = _TRACEPARENT.match(traceparent.strip().lower()) if traceparent else None
     if m is None or m.group(1) == "ff" or set(m.group(2)) == {"0"}:
         return None
     return m.group(2)
@@ -49,7 +49,7 @@ def child_traceparent(trace_id: str, task_id: str, given: str | None) -> str | N
     None when the trace id is not W3C-shaped (a caller-chosen one) and none was given."""
     if not _HEX32.match(trace_id) or not _HEX32.match(task_id):
         return given
-    m = _TRACEPARENT.match((given or "").strip().lower())
+    m = _TRACEPARENT.match(given.strip().lower()) if given else None
     flags = m.group(4) if m is not None else "01"
     return f"00-{trace_id}-{task_id[:16]}-{flags}"
 
