@@ -171,7 +171,7 @@ class Run:
                 self._end_wait()
                 self._go_on(_WOKE)
 
-        w.timer = driver.clock.call_at(driver.clock.now() + max(0.0, seconds), over)
+        w.timer = driver.dispatch.deadlines.call_at(driver.clock.now() + max(0.0, seconds), over)
         if for_agents:
             w.waker = over
             driver.on_agents(over)
@@ -195,7 +195,7 @@ class Run:
 
         w.ticket = driver.slots.enter(env.capability, env.priority, q.since, env.caller,
                                       woken)
-        w.timer = driver.clock.call_at(driver.clock.now() + q.left, turn)
+        w.timer = driver.dispatch.deadlines.call_at(driver.clock.now() + q.left, turn)
 
     def _end_wait(self) -> None:
         """Leave the wait in progress (over, stopped or failed): nothing of it stays armed,
