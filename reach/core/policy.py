@@ -294,13 +294,10 @@ def pressure(level: float, capacity: int, waiting: int) -> float:
     return min(level, 0.5 + 0.5 * waiting / max(1, capacity))
 
 
-def hedge_after(*, idempotent: bool, declared: bool, requested: bool | None,
-                p95: float | None) -> float | None:
-    """When to send a second copy of a read still running: the capability's P95, for an
-    idempotent capability that hedges (as declared, unless the caller said otherwise)."""
-    if not idempotent or not (declared if requested is None else requested):
-        return None
-    return p95
+def hedges(*, idempotent: bool, declared: bool, requested: bool | None) -> bool:
+    """Whether a read still running gets a second copy (at the capability's P95): only an
+    idempotent capability that hedges, as declared unless the caller said otherwise."""
+    return idempotent and (declared if requested is None else requested)
 
 
 def caller_bound(left: float | None, own_timeout: float) -> bool:

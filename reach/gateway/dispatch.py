@@ -326,13 +326,11 @@ class Dispatcher:
         """When to send a hedge of this attempt (None: never)."""
         env = task.envelope
         cap = record.capabilities.get(env.capability)
-        if cap is None or not cap.spec.idempotent or (  # most calls: no window read at all
-                not cap.spec.hedge if env.hedge is None else not env.hedge):
-            return None
+        if cap is None or not policy.hedges(idempotent=cap.spec.idempotent,
+                                            declared=cap.spec.hedge, requested=env.hedge):
+            return None  # most calls: no window read at all
         window = self.latency.get(env.capability)
-        return policy.hedge_after(idempotent=cap.spec.idempotent, declared=cap.spec.hedge,
-                                  requested=env.hedge,
-                                  p95=None if window is None else window.p95())
+        return None if window is None else window.p95()
 
     def _hedge_target(self, task: Task, record: AgentRecord) -> AgentRecord | None:
         env = task.envelope

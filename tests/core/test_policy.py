@@ -135,10 +135,11 @@ def test_pressure_hedge_and_caller_bound() -> None:
     assert policy.pressure(1.0, capacity=4, waiting=0) == 0.5
     assert policy.pressure(1.0, capacity=4, waiting=4) == 1.0
     assert policy.pressure(0.7, capacity=0, waiting=9) == 0.7
-    assert policy.hedge_after(idempotent=True, declared=True, requested=None, p95=0.2) == 0.2
-    assert policy.hedge_after(idempotent=True, declared=False, requested=True, p95=0.2) == 0.2
-    assert policy.hedge_after(idempotent=True, declared=True, requested=False, p95=0.2) is None
-    assert policy.hedge_after(idempotent=False, declared=True, requested=True, p95=0.2) is None
+    assert policy.hedges(idempotent=True, declared=True, requested=None) is True
+    assert policy.hedges(idempotent=True, declared=False, requested=True) is True
+    assert policy.hedges(idempotent=True, declared=True, requested=False) is False
+    assert policy.hedges(idempotent=False, declared=True, requested=True) is False
+    assert policy.hedges(idempotent=True, declared=False, requested=None) is False
     assert policy.caller_bound(0.5, 1.2) and not policy.caller_bound(2.0, 1.2)
     assert not policy.caller_bound(None, 1.2)
 
