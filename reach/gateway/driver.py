@@ -42,7 +42,6 @@ from reach.core.life import (
     Sleep,
     Update,
     WaitAgents,
-    Woke,
 )
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
@@ -54,7 +53,7 @@ from reach.gateway.book import TaskBook
 from reach.gateway.clock import within
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
-from reach.gateway.runs import Run
+from reach.gateway.runs import WOKE, Run
 from reach.gateway.slots import Queueing, SlotQueue
 from reach.ports import Clock, TaskStore
 
@@ -165,7 +164,7 @@ class Driver:
             event = self.answer_now(task, command)
             assert event is not None
             return event
-        return _WOKE
+        return WOKE
 
     def answer_now(self, task: Task, command: Command) -> Event | None:
         """The answer to a request that needs no waiting (``Charge``, ``LookFor``), else
@@ -355,10 +354,6 @@ class Driver:
         capacity = sum(r.max_concurrency for r in self.registry.declaring(capability).values()
                        if r.reachable)
         return policy.pressure(sat.level, capacity, self.slots.waiting(capability))
-
-
-_WOKE = Woke()
-
 
 
 def _ready(record: AgentRecord, capability: str) -> bool:

@@ -27,7 +27,7 @@ from reach.gateway.dispatch import Dispatcher, Try
 from reach.gateway.slots import Queueing, SlotQueue, Ticket
 from reach.ports import Clock, TaskStore, Timer
 
-_WOKE = Woke()
+WOKE = Woke()  # the answer to a wait that is over (one for every run and coroutine)
 
 
 class _Wait:
@@ -151,7 +151,7 @@ class Run:
             return event
         if isinstance(request, (Sleep, WaitAgents)):
             if isinstance(request, WaitAgents) and request.seconds <= 0:
-                return _WOKE  # no time to wait: look again at once
+                return WOKE  # no time to wait: look again at once
             self._sleep(request.seconds, isinstance(request, WaitAgents))
             return None
         event = driver.answer_now(task, request)
@@ -169,7 +169,7 @@ class Run:
         def over() -> None:
             if self.wait is w:  # (not a wait this run has since left)
                 self._end_wait()
-                self._go_on(_WOKE)
+                self._go_on(WOKE)
 
         w.timer = driver.dispatch.deadlines.call_at(driver.clock.now() + max(0.0, seconds), over)
         if for_agents:
