@@ -88,17 +88,13 @@ class Driver:
         self.budget = budget
         self.g = gateway
         self.crew = crew  # owns each task's run, or the coroutine it was handed to
-        self._changed: asyncio.Future[None] | None = None
-        # Runs waiting for agents (``on_agents``), in arrival order, and their loop.
+        # Who waits for the agents to change (``on_agents``), in arrival order, and their loop.
         self._agent_waiters: dict[Callable[[], None], None] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def wake(self) -> None:
-        """The agents changed: tasks waiting for one (``wait_for_agents``, ``on_agents``)
+        """The agents changed: tasks waiting for one (``on_agents``, ``wait_for_agents``)
         look again, at the next turn of the loop."""
-        if self._changed is not None and not self._changed.done():
-            self._changed.set_result(None)
-        self._changed = None
         if self._agent_waiters and self._loop is not None:
             waiters, self._agent_waiters = self._agent_waiters, {}
             for fn in waiters:
@@ -113,9 +109,18 @@ class Driver:
         self._agent_waiters.pop(fn, None)
 
     async def wait_for_agents(self, limit: float) -> None:
-        if self._changed is None:
-            self._changed = asyncio.get_running_loop().create_future()
-        await within(self.clock, self._changed, limit)
+        """``on_agents`` for a coroutine (a hedged life's): back at the change or at ``limit``."""
+        changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not changed.done():
+                changed.set_result(None)
+
+        self.on_agents(wake)
+        try:
+            await within(self.clock, changed, limit)
+        finally:
+            self.off_agents(wake)
 
     # ------------------------------------------------------------ carrying a life out
 
