@@ -134,7 +134,7 @@ def may_hold_nonfinite(raw: str | bytes) -> bool:
     if _EXPONENTS[0] in shapes or _EXPONENTS[1] in shapes:  # a hex id's, or a number's?
         if _ends_an_exponent(shapes):
             return True
-    return len(shapes) >= 210 and _LONG in shapes
+    return _LONG in shapes
 
 
 def _ends_an_exponent(shapes: bytes) -> bool:
