@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from reach._lazy import exports
 from reach._version import __version__ as __version__
 from reach.errors import (
+    Cancelled,
     InvalidParams,
     NoRoute,
     ProtocolError,
@@ -49,6 +50,7 @@ _LAZY = {
 __all__ = [
     "Admin",
     "Agent",
+    "Cancelled",
     "Client",
     "Context",
     "Handle",

@@ -12,6 +12,7 @@
     [[rule]]
     name = "ledger-breaker"
     kind = "breaker_open"               # dead_letters | breaker_open | p95_latency | no_agent
+                                        # | backlog_age
     threshold = 30                      # seconds not closed
     agent = "ledger-*"
 
@@ -32,7 +33,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from reach.core.alerts import BREAKER_OPEN, DEAD_LETTERS, KINDS, NO_AGENT, P95_LATENCY, Rule
+from reach.core.alerts import (
+    BACKLOG_AGE,
+    BREAKER_OPEN,
+    DEAD_LETTERS,
+    KINDS,
+    NO_AGENT,
+    P95_LATENCY,
+    Rule,
+)
 from reach.core.backoff import Backoff
 from reach.envvars import expand
 
@@ -83,6 +92,7 @@ _RULE_KEYS = {
     BREAKER_OPEN: {"threshold", "capability", "agent"},
     P95_LATENCY: {"threshold", "capability"},
     NO_AGENT: {"threshold", "capability"},
+    BACKLOG_AGE: {"threshold", "capability"},
 }
 _COMMON = {"name", "kind", "for", "clear_for", "hysteresis", "notify"}
 _WEBHOOK_KEYS = {"name", "url", "headers", "timeout", "attempts", "backoff"}
@@ -168,7 +178,7 @@ def _rule(table: dict[str, Any], where: str, webhooks: set[str]) -> Rule:
         raise AlertsFileError(f"{where}: unknown key(s) {extra} for a {kind} rule; allowed: "
                               f"{sorted(allowed)}")
     threshold: float | None = None
-    if "threshold" in table or kind in (DEAD_LETTERS, BREAKER_OPEN):
+    if "threshold" in table or kind in (DEAD_LETTERS, BREAKER_OPEN, BACKLOG_AGE):
         if "threshold" not in table:
             unit = "dead letters per window" if kind == DEAD_LETTERS else "seconds"
             raise AlertsFileError(f"{where}: a {kind} rule needs threshold = N ({unit})")

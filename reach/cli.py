@@ -70,7 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--ack-timeout", type=float, default=5.0, metavar="S",
                        help="seconds an agent has to acknowledge a delivery (default 5)")
     serve.add_argument("--queue-wait", type=float, default=0.2, metavar="S",
-                       help="how long work waits for a free slot before 'rejected' (default 0.2)")
+                       help="how long a synchronous call waits for a free slot before "
+                            "'rejected' (default 0.2)")
+    serve.add_argument("--max-wait", type=float, default=3600.0, metavar="S",
+                       help="how long a submitted task without a timeout waits its turn for a "
+                            "free slot or an agent before it is dead-lettered (default 3600)")
+    serve.add_argument("--max-backlog", type=int, default=10_000, metavar="N",
+                       help="tasks of one capability waiting their turn before new submits "
+                            "are refused with 'rejected' (default 10000)")
     serve.add_argument("--max-retries", type=int, default=2, metavar="N",
                        help="default retries per task (default 2)")
     serve.add_argument("--strategy", choices=STRATEGIES, default="weighted",
@@ -221,7 +228,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             http_port=None if args.no_http else http_port,
             heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
             offline_after=args.offline_after, ack_timeout=args.ack_timeout,
-            queue_wait=args.queue_wait, max_retries=args.max_retries, strategy=args.strategy,
+            queue_wait=args.queue_wait, max_wait=args.max_wait, max_backlog=args.max_backlog,
+            max_retries=args.max_retries, strategy=args.strategy,
             recovery_grace=args.recovery_grace, admin_token=admin_token(args),
             retry_budget=args.retry_budget, auto_replay=args.auto_replay,
             metrics_public=args.metrics_public, json_logs=args.json_logs,

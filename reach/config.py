@@ -40,7 +40,12 @@ class Settings:
     probe_slow_call: float = 3.0
     # delivery
     ack_timeout: float = 5.0
-    queue_wait: float = 0.2
+    queue_wait: float = 0.2  # a synchronous call's wait for a slot (then ``rejected``)
+    # The backlog (docs/protocol.md §8): a submitted task waits its turn for a free slot or a
+    # routable agent until its deadline, else max_wait from its submit; past max_backlog
+    # waiting tasks of a capability the door refuses new submits (``rejected``)
+    max_wait: float = 3600.0
+    max_backlog: int = 10_000
     priority_aging: float = 50.0  # priority levels gained per second of waiting for a slot
     max_retries: int = 2
     backoff: Backoff = field(default_factory=Backoff)
@@ -149,7 +154,7 @@ class Settings:
                      "max_caller_tasks", "recent_bytes", "dead_letters_max",
                      "dead_letter_bytes", "dead_letter_retention", "idempotency_keys_max",
                      "last_good_entries", "last_good_bytes", "max_peer_agents", "peer_flush",
-                     "http_body_timeout", "http_idle_timeout"):
+                     "http_body_timeout", "http_idle_timeout", "max_wait", "max_backlog"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         self._check_store()

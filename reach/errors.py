@@ -9,6 +9,7 @@
     ├── TaskFailed      task_failed     the task ended in error (carries the remote error)
     │   └── TaskError                   a handler's deliberate answer: final, never retried
     ├── ReachTimeout    timeout         no answer within the deadline (also a TimeoutError)
+    ├── Cancelled       cancelled       the task was cancelled (by its caller or an operator)
     └── ProtocolError   protocol_error  a malformed, unknown, oversize or wrong-version frame
 
 Every error has a stable ``code`` (sent on the wire) and a message that says what to do next.
@@ -117,6 +118,13 @@ class ReachTimeout(ReachError, TimeoutError):
     code = "timeout"
 
 
+class Cancelled(ReachError):
+    """The task was cancelled before it ended (``handle.cancel()``, ``DELETE
+    /v1/tasks/{id}``, an operator): its agent was told to stop; ``details.by`` says who."""
+
+    code = "cancelled"
+
+
 class ProtocolError(ReachError):
     """A frame was malformed, unknown, oversize or of an unsupported version."""
 
@@ -126,7 +134,7 @@ class ProtocolError(ReachError):
 _BY_CODE: dict[str, type[ReachError]] = {
     cls.code: cls
     for cls in (NoRoute, Unavailable, Rejected, InvalidParams, Unauthorized, TaskFailed,
-                ReachTimeout, ProtocolError)
+                ReachTimeout, Cancelled, ProtocolError)
 }
 
 

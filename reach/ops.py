@@ -151,9 +151,13 @@ class Ops:
 
     def metrics(self) -> dict[str, Any]:
         """Calls, faults, answers, retries, rejections, in-flight and latency percentiles, per
-        capability, per agent and in total (docs/admin-feed.md, "Metrics"); a cluster's
+        capability, per agent and in total (docs/admin-feed.md, "Metrics"); ``backlog``: per
+        capability, the tasks waiting their turn and the oldest one's age; a cluster's
         node adds ``cluster``: the counters of every node summed, and each node's totals."""
         snap = self.gateway.metrics.snapshot()
+        # The backlog: tasks accepted and waiting their turn, and the oldest one's age
+        snap["backlog"] = {cap: {"waiting": n, "oldest_s": round(age, 3)} for cap, (n, age)
+                           in sorted(self.gateway.book.waiting(self.gateway.clock.wall()).items())}
         if self.cluster is not None:  # a cluster's node: the whole cluster's counters too
             snap["cluster"] = self.cluster.metrics()
         return snap
@@ -318,6 +322,15 @@ class Ops:
         """A task's full view, from memory or the store."""
         task = await self.gateway.task(task_id)
         return None if task is None else task.view()
+
+    async def cancel(self, task_id: str, *, reason: str = "", by: str = "operator"
+                     ) -> dict[str, Any]:
+        """Cancel a live task as an operator (any caller's): it ends ``cancelled`` and its
+        agent is told to stop. A task that ended already is answered as it ended."""
+        task = self.gateway.cancel(task_id, by, reason) or await self.gateway.task(task_id)
+        if task is None:
+            raise InvalidParams(f"no task {task_id!r}; see reach.find() for a head of an id")
+        return task.view()
 
     async def find_trace(self, trace_id: str) -> TraceView:
         """``trace()`` for any trace, also one memory no longer holds (read from the store)."""

@@ -85,6 +85,11 @@ async def _task(ops: Ops, args: dict[str, Any]) -> Any:
     return view
 
 
+async def _cancel(ops: Ops, args: dict[str, Any]) -> Any:
+    return await ops.cancel(str(args["task_id"]), reason=str(args.get("reason") or ""),
+                            by="admin")
+
+
 async def _phrases(ops: Ops, args: dict[str, Any]) -> Any:
     cap = args.get("capability")
     return {"phrases": ops.phrases.phrases(None if cap is None else str(cap))}
@@ -117,6 +122,7 @@ COMMANDS: dict[str, Command] = {
     "trace": _trace,
     "find": _find,
     "task": _task,
+    "cancel": _cancel,
     "phrases": _phrases,
     "forget_phrase": _forget_phrase,
     "push_dead_letters": _push_dead_letters,

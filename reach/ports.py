@@ -56,9 +56,11 @@ class AgentLink(Protocol):
         was sent and the gateway fails over at once). Never blocks."""
         ...
 
-    def cancel(self, task_id: str, attempt: int) -> None:
-        """The gateway no longer waits for this attempt (answered, timed out, hedge lost):
-        forget it, and tell the agent to stop where the link can."""
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        """The gateway no longer waits for this attempt (answered, timed out, a hedge lost, the
+        task cancelled, a stop): forget it, and, when ``tell``, have the agent stop it where
+        the link can. (Not at a stop or a let-go: the task resumes and goes back to that
+        agent, whose key cache knows it; a stopped run would be forgotten and run again.)"""
         ...
 
     def close(self, reason: str) -> Awaitable[None]:

@@ -92,6 +92,11 @@ class OperatorSurface:
     async def task(self, task_id: str) -> dict[str, Any] | None:
         return await self.ops.task(task_id)
 
+    async def cancel(self, task_id: str, reason: str = "") -> dict[str, Any]:
+        """Cancel a live task (any caller's): it ends ``cancelled``, its agent is told to
+        stop, its caller hears ``Cancelled``. A task that ended already stays as it ended."""
+        return await self.ops.cancel(task_id, reason=reason)
+
     async def find_trace(self, trace_id: str) -> TraceView:
         """``trace()`` for any trace the store has, also one memory no longer holds."""
         return await self.ops.find_trace(trace_id)

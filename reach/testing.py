@@ -261,8 +261,10 @@ class FakeAgentLink:
             reply.resolve("lost")
         self.pending.clear()
 
-    def cancel(self, task_id: str, attempt: int) -> None:
-        self.cancelled.append((task_id, attempt))
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        """Forget the attempt; ``cancelled`` lists those the agent was told to stop."""
+        if tell:
+            self.cancelled.append((task_id, attempt))
         self.pending.pop((task_id, attempt), None)
 
     async def close(self, reason: str) -> None:

@@ -179,3 +179,28 @@ async def test_stopping_with_pages_queued_says_how_many_were_not_delivered(
     release.set()
     await runner.cleanup()
     assert "2 alert notification(s) not delivered: the coordinator stopped" in caplog.text
+
+
+async def test_a_backlog_age_rule_fires_while_a_task_waits_too_long_and_resolves() -> None:
+    rules = (al.Rule("stuck", al.BACKLOG_AGE, threshold=0.05, capabilities=("x.*",)),)
+    cluster = await Cluster.start(alerts=AlertConfig(rules, interval=0.01))
+    reach = cluster.reach
+    release = asyncio.Event()
+
+    async def hold() -> str:
+        await release.wait()
+        return "done"
+
+    try:
+        await cluster.add_agent("w1", {"x.hold": hold}, max_concurrency=1)
+        client = await cluster.client()
+        handles = [await client.submit("x.hold", {}) for _ in range(2)]  # one waits its turn
+        await wait_until(lambda: any(a["rule"] == "stuck" for a in reach.alerts()))
+        [view] = reach.alerts()
+        assert (view["capability"], view["unit"]) == ("x.hold", "s")
+        assert view["value"] > 0.05 and "in the backlog" in view["summary"]
+        release.set()
+        assert [await h.result(timeout=5) for h in handles] == ["done", "done"]
+        await wait_until(lambda: not reach.alerts())
+    finally:
+        await cluster.close()

@@ -9,6 +9,7 @@ import reach
 EXPECTED_ALL = [
     "Admin",
     "Agent",
+    "Cancelled",
     "Client",
     "Context",
     "Handle",

@@ -492,6 +492,7 @@ async def test_a_task_that_comes_back_to_the_slot_queue_stays_queued() -> None:
     is taken directly: it must end as a plain ``Rejected`` with the task still queued."""
     import time as _time
 
+    from reach.core.life import Pick
     from reach.core.tasks import Envelope, TaskState, new_task
     from reach.errors import Rejected
     from reach.testing import Cluster
@@ -516,10 +517,11 @@ async def test_a_task_that_comes_back_to_the_slot_queue_stays_queued() -> None:
         now = _time.time()
         task = new_task(Envelope(task_id="t-requeued", trace_id="tr-requeued",
                                  capability="work.hold", params={}, caller="test",
-                                 idempotency_key="k-requeued", created_at=now), now)
+                                 idempotency_key="k-requeued", created_at=now,
+                                 queue_wait=0.2, fail_fast=True), now)  # a call's
         task.move(TaskState.QUEUED, now, "waiting for a free slot")  # its first wait
         with pytest.raises(Rejected):
-            await gateway.driver._acquire(task, frozenset(), None)
+            await gateway.driver._acquire(task, Pick(frozenset(), None))
         assert task.state is TaskState.QUEUED
         gate.set()
         assert await first.result(5) == "done"

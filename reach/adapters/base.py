@@ -310,7 +310,8 @@ class Adapter(ABC):
             self._run(work, declared, reply), name=f"reach-call-{work.task_id}")
         return True
 
-    def cancel(self, task_id: str, attempt: int) -> None:
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        # (the call is aborted either way: an adapter keeps no key cache a resend could hit)
         call = self._calls.pop((task_id, attempt), None)
         if call is not None and not call.done():
             call.cancel()

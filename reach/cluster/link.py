@@ -52,8 +52,8 @@ class PeerLink:
     def deliver(self, work: Work, reply: Reply) -> bool:
         return self.conn.forward(self.agent_id, work, reply)
 
-    def cancel(self, task_id: str, attempt: int) -> None:
-        self.conn.cancel(task_id, attempt)
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        self.conn.cancel(task_id, attempt, tell=tell)
 
     async def close(self, reason: str) -> None:
         """One remote agent ends here; the connection it shares stays (``Peers.remove``)."""
@@ -106,8 +106,10 @@ class PeerConnection:
         self.pending[(work.task_id, work.attempt)] = reply
         return True
 
-    def cancel(self, task_id: str, attempt: int) -> None:
-        if self.pending.pop((task_id, attempt), None) is not None:
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        """Forget the attempt; ``tell``: the holder node gives it up too, and tells its
+        agent to stop (else its answer, if one comes, is ignored here)."""
+        if self.pending.pop((task_id, attempt), None) is not None and tell:
             self.out.post(p.dump(_Cancel(task_id=task_id, attempt=attempt)))
 
     # ------------------------------------------------------------ what the peer sends

@@ -198,8 +198,7 @@ class AgentRecord:
     def warm_span(self, capability: str) -> float:
         """The warm-up period of ``capability`` here: its ``warmup_s``, else the default."""
         cap = self.capabilities.get(capability)
-        declared = None if cap is None else cap.spec.warmup_s
-        return self.warmup if declared is None else declared
+        return self.warmup if cap is None or cap.spec.warmup_s is None else cap.spec.warmup_s
 
     def warm_share(self, capability: str, now: float) -> float:
         """How far into its warm-up for ``capability`` (reach.core.warmup.share): 0.1 … 1."""
@@ -229,9 +228,10 @@ class AgentRecord:
             good, faults = rate.counts(now)
             ok, bad = ok + good, bad + faults
         return {
-            "name": self.name, "agent_id": self.agent_id, "state": self.state.value,
-            "kind": self.kind,
-            "version": self.version, "inflight": self.inflight,
+            "name": self.name, "agent_id": self.agent_id,  # drained: not "suspected", a fault
+            "state": "drained" if self.draining and self.state is not Liveness.OFFLINE
+            else self.state.value,
+            "kind": self.kind, "version": self.version, "inflight": self.inflight,
             "max_concurrency": self.max_concurrency, "load": self.load,
             "queue_depth": self.queue_depth, "calls": self.calls, "faults": self.faults,
             "capabilities": sorted(self.capabilities),

@@ -2,7 +2,7 @@
 
 A ``Rule`` says what to watch (``kind``), which subjects (capability / agent globs), the
 threshold, how long a bad value must last before it pages (``hold``, the file's ``for``) and
-how long a good one must last before the page is called off (``clear_for``). Four kinds:
+how long a good one must last before the page is called off (``clear_for``). Five kinds:
 
     dead_letters   more than ``threshold`` new dead letters in the last ``window`` seconds
                    (one subject: every capability the rule's filter matches, together)
@@ -11,6 +11,7 @@ how long a good one must last before the page is called off (``clear_for``). Fou
     p95_latency    a capability's P95 above ``threshold`` ms, or above its declared
                    ``latency_ms`` when the rule names none (undeclared: not watched)
     no_agent       fewer than ``threshold`` (default 1) reachable agents for a capability
+    backlog_age    a capability's oldest task waiting its turn older than ``threshold`` s
 
 Each (rule, subject) is a ``Track``: ok → pending (bad, waiting ``hold``) → firing → clearing
 (good, waiting ``clear_for``) → ok. Exactly one ``firing`` transition and one ``resolved``
@@ -33,10 +34,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT = (
-    "dead_letters", "breaker_open", "p95_latency", "no_agent")
-KINDS = (DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT)
-UNITS = {DEAD_LETTERS: "letters", BREAKER_OPEN: "s", P95_LATENCY: "ms", NO_AGENT: "agents"}
+DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT, BACKLOG_AGE = (
+    "dead_letters", "breaker_open", "p95_latency", "no_agent", "backlog_age")
+KINDS = (DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT, BACKLOG_AGE)
+UNITS = {DEAD_LETTERS: "letters", BREAKER_OPEN: "s", P95_LATENCY: "ms", NO_AGENT: "agents",
+         BACKLOG_AGE: "s"}
 FIRING, RESOLVED = "firing", "resolved"
 
 
@@ -202,6 +204,9 @@ def summary(kind: str, capability: str | None, agent: str | None, value: float,
         return f"no agent for {capability} for {age:.0f} s"
     if kind == P95_LATENCY:
         return f"p95 {value:.0f} ms > {threshold:.0f} ms on {capability}"
+    if kind == BACKLOG_AGE:
+        return f"a task of {capability} waited {value:.0f} s in the backlog (over " \
+               f"{threshold:.0f} s)"
     where = "every capability" if capability in (None, "*") else capability
     return f"{value:.0f} new dead letters (over {threshold:.0f}) on {where}"
 
@@ -359,6 +364,14 @@ def agent_readings(rule: Rule, reachable: Mapping[str, int]) -> list[Reading]:
             wanted.setdefault(pattern, 0)
     return [Reading(cap, None, float(n), _threshold(rule))
             for cap, n in sorted(wanted.items()) if rule.capability_matches(cap)]
+
+
+def backlog_readings(rule: Rule, oldest: Mapping[str, float], now: float) -> list[Reading]:
+    """One reading per matching capability with tasks waiting their turn: the oldest one's
+    age in seconds (``oldest``: capability → that age), bad since it crossed the threshold."""
+    limit = _threshold(rule)
+    return [Reading(cap, None, age, limit, now - age + limit if age > limit else None)
+            for cap, age in sorted(oldest.items()) if rule.capability_matches(cap)]
 
 
 def _threshold(rule: Rule) -> float:

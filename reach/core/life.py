@@ -52,14 +52,15 @@ from reach.core.life_events import (
     Sleep,
     Update,
     WaitAgents,
+    WaitedOut,
     Woke,
 )
 from reach.core.tasks import Attempt, Outcome, Task, TaskState
-from reach.errors import ReachTimeout, Unavailable
+from reach.errors import ReachTimeout, Rejected, Unavailable
 
 __all__ = ["REQUESTS", "AgentIs", "Budget", "Charge", "Command", "CountRejected", "CountRetry",
            "Dispatch", "Ended", "Event", "Finish", "Life", "LookFor", "Move", "NoneFits", "Pick",
-           "Picked", "Refused", "Rules", "Sleep", "Update", "WaitAgents", "Woke"]
+           "Picked", "Refused", "Rules", "Sleep", "Update", "WaitAgents", "WaitedOut", "Woke"]
 
 S = TaskState
 RESUMED = "resumed"  # the history note ``Gateway.resume`` leaves on a task it takes up again
@@ -78,6 +79,8 @@ class Rules(Protocol):
     def retry_budget(self) -> float: ...
     @property
     def retry_budget_window(self) -> float: ...
+    @property
+    def max_wait(self) -> float: ...
 
 
 _GO_BACK = policy.GoBack()
@@ -122,6 +125,11 @@ class Life:
     held: Attempt | None = None
     retry: policy.Retry | None = None  # a retry waiting for the budget's answer
     why: str = ""  # that retry's cause
+    # A submit's backlog: it waits its turn for a slot or an agent until then (and never past
+    # ``deadline``); None for a task with a ``queue_wait`` of its own, which waits that long
+    # for a slot from each pick.
+    backlog_until: float | None = None
+    waits_for_agents: float | None = None  # until when it may wait for a routable agent
 
     def __post_init__(self) -> None:
         self.tries = policy.Tries(self.task.envelope.max_retries)
@@ -137,12 +145,21 @@ class Life:
         env = task.envelope
         if env.timeout is not None:
             self.deadline = now + env.timeout
+        if env.queue_wait is None:  # (a resumed task's runs from its submit: below)
+            self.backlog_until = self.waits_for_agents = now + self.rules.max_wait
+        elif not env.fail_fast:
+            self.waits_for_agents = now + env.queue_wait
         history = task.history
         if not history or history[-1][2] != RESUMED:
             return self._next(now)
-        # A restart changes none of the task's budget: its deadline runs from its submit, its
-        # tries so far count, and it keeps its completion timeout (the latency history behind
-        # it is gone with the old process; a caller's deadline sets it otherwise).
+        # A restart changes none of the task's budget: its deadline and max_wait run from its
+        # submit, its tries so far count, and it keeps its completion timeout (the latency
+        # history behind it is gone with the old process; a caller's deadline sets it
+        # otherwise). (A replay is new work: its max_wait runs from now.)
+        if self.backlog_until is not None:
+            waited = wall - env.created_at
+            self.backlog_until = self.waits_for_agents = \
+                self.backlog_until - (waited if waited > 0 else 0.0)
         if env.timeout is not None:
             self.deadline = now + policy.time_left(env.created_at, env.timeout, wall)
         else:
@@ -179,7 +196,10 @@ class Life:
         if isinstance(event, NoneFits):
             return self._none_fits(event, now)
         if isinstance(event, Refused):
-            return [_REJECTED, *self._end(Finish(S.FAILED, error=event.error))]
+            end = self._end(Finish(S.FAILED, error=event.error))
+            return [_REJECTED, *end] if isinstance(event.error, Rejected) else end
+        if isinstance(event, WaitedOut):
+            return self._end(Finish(S.DEAD, error=event.error))
         if isinstance(event, AgentIs):
             return self._agent_is(event, now)
         if isinstance(event, Budget):
@@ -196,7 +216,7 @@ class Life:
                 f"{env.capability!r} did not complete within {env.timeout}s")))
         if self.lost is not None:
             return [LookFor(self.lost.agent_id)]
-        return [Pick(frozenset(self.exclude), self.deadline)]
+        return [Pick(frozenset(self.exclude), self.deadline, self.backlog_until)]
 
     def _dispatch(self, record: AgentRecord) -> list[Command]:
         # A hop is a dispatch (as resumed_tries counts them): a wait for agents, a breaker or
@@ -266,9 +286,32 @@ class Life:
             self.since = now
             breaker = step.for_breaker and not spent and not event.probing
             return self._wait(_BREAKER if breaker else _POLL, step.seconds)
+        if self.waits_for_agents is not None:
+            return self._wait_for_agents(event, now)
         if isinstance(step, policy.Retry):
             return self._retry(step, str(event.error), now)
         return self._end(Finish(S.DEAD, error=event.error))
+
+    def _wait_for_agents(self, event: NoneFits, now: float) -> list[Command]:
+        """A task that may wait (a submit, or a call that asked to) waits for an agent in
+        state ``queued`` instead of spending retries, until its wait or deadline is over;
+        then it ends dead with the reason, a dead letter to replay."""
+        assert self.waits_for_agents is not None
+        until = self.waits_for_agents
+        if self.deadline is not None:
+            until = min(until, self.deadline)
+        left = until - now
+        if left <= 0:
+            env = self.task.envelope
+            return self._end(Finish(S.DEAD, error=Unavailable(
+                f"no agent could take {env.capability!r} while the task waited for one "
+                f"({event.error}); replay it from the dead letters once one can",
+                capability=env.capability)))
+        self.waiting = _POLL
+        wait: list[Command] = [WaitAgents(min(left, policy.AGENT_POLL))]
+        if self.task.state is S.QUEUED:
+            return wait
+        return [Move(S.QUEUED, "waiting for an agent"), *wait]
 
     def _ended(self, event: Ended, now: float) -> list[Command]:
         verdict, attempt, record = event.verdict, event.attempt, event.record

@@ -11,7 +11,7 @@ from typing import Any
 from reach.core import policy
 from reach.core.agents import AgentRecord
 from reach.core.tasks import Attempt, TaskState
-from reach.errors import ReachError, Rejected, Unavailable
+from reach.errors import ReachError, ReachTimeout, Unavailable
 
 # ---------------------------------------------------------------- commands (what to do)
 
@@ -54,11 +54,13 @@ class CountRejected:
 @dataclass(slots=True)
 class Pick:
     """Request: an agent with a free slot, not in ``exclude`` unless only those are left,
-    waiting in the slot queue up to the queue wait (never past ``deadline``). Answered by
-    ``Picked``, ``NoneFits`` or ``Refused``."""
+    waiting in the slot queue up to ``until`` (None: the task's ``queue_wait`` from now),
+    never past ``deadline``. Answered by ``Picked``, ``NoneFits``, ``Refused`` or
+    ``WaitedOut``."""
 
     exclude: frozenset[str]
     deadline: float | None
+    until: float | None = None
 
 
 @dataclass(slots=True)
@@ -124,9 +126,19 @@ class NoneFits:
 
 @dataclass(slots=True)
 class Refused:
-    """Every agent is saturated and the task could not wait, or it was shed."""
+    """Every agent is saturated and the task could not wait, or it was shed (``Rejected``);
+    or the agents declaring the capability now refuse the task itself (its params, its
+    caller's scope): it fails."""
 
-    error: Rejected
+    error: ReachError
+
+
+@dataclass(slots=True)
+class WaitedOut:
+    """A submitted task's wait in the backlog for a free slot is over (its deadline, or
+    ``max_wait``): it ends dead, a dead letter to replay, not refused after acceptance."""
+
+    error: ReachTimeout
 
 
 @dataclass(slots=True)
@@ -165,7 +177,7 @@ class Budget:
     ok: bool
 
 
-Event = Picked | NoneFits | Refused | AgentIs | Ended | Woke | Budget
+Event = Picked | NoneFits | Refused | WaitedOut | AgentIs | Ended | Woke | Budget
 
 #: The commands that ask for an answer (the next event); the others need none.
 REQUESTS = frozenset({Pick, LookFor, Dispatch, WaitAgents, Sleep, Charge})

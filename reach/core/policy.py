@@ -32,6 +32,9 @@ from reach.core.tasks import Outcome, TaskState
 EXTRA_HOPS = 16
 #: While a resumed task waits for the agent that was running it, it looks again this often.
 RECOVERY_POLL = 0.5
+#: A task waiting for an agent looks again this often at the latest (a change of the agents
+#: wakes it at once; this catches what no change announces).
+AGENT_POLL = 1.0
 
 
 # ---------------------------------------------------------------- one attempt's end

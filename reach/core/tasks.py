@@ -33,24 +33,30 @@ class TaskState(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     DEAD = "dead"
+    CANCELLED = "cancelled"  # its caller (or an operator) cancelled it: not a dead letter
 
 
 S = TaskState
-TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.DEAD})
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED})
 _ACTIVE = (S.QUEUED, S.DISPATCHED, S.RUNNING, S.RETRYING)
 
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     # ... → succeeded without a dispatch: answered by its fallback (reach.core.fallback)
-    S.PENDING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD}),
-    S.QUEUED: frozenset({S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD}),
+    # Any unfinished state → cancelled (the caller or an operator cancelled it).
+    S.PENDING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD,
+                          S.CANCELLED}),
+    S.QUEUED: frozenset({S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD,
+                         S.CANCELLED}),
     S.DISPATCHED: frozenset({S.RUNNING, S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED,
-                             S.DISPATCHED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED}),
+                             S.DISPATCHED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED,
+                          S.CANCELLED}),
     S.RETRYING: frozenset({S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED,
-                           S.DEAD}),
+                           S.DEAD, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.DEAD: frozenset({S.PENDING}),
+    S.CANCELLED: frozenset(),
 }
 
 
@@ -97,6 +103,12 @@ class SubmitRequest:
     tags: Mapping[str, str | bool] | None = None  # only agents declaring them (core.tags)
     fallback: dict[str, Any] | None = None  # this call's fallback (reach.core.fallback)
     routed: bool = False  # ``capability`` was found for ``intent`` by the coordinator itself
+    # How long the task may wait its turn for a free slot or a routable agent; None: a
+    # submit's wait (until its deadline, else ``max_wait``) or a call's (``queue_wait``).
+    queue_wait: float | None = None
+    # A synchronous call (the caller waits for the answer): without its own ``queue_wait`` it
+    # waits ``queue_wait`` for a slot and fails fast when no agent can take it.
+    call: bool = False
 
 
 @dataclass(slots=True)
@@ -129,6 +141,11 @@ class Envelope:
     # the one agents get, naming this task). An exported task span's parent (reach.server.otel);
     # not stored: a resumed task's span has the trace but no parent span.
     parent_span: str | None = None
+    # How long it may wait its turn (a free slot, a routable agent) from each pick; None: a
+    # submit's backlog wait, until its deadline, else ``max_wait`` from its submit. Not
+    # stored: a resumed task waits as a submit does.
+    queue_wait: float | None = None
+    fail_fast: bool = False  # no agent can take it: fail now (a call that did not ask to wait)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -23,7 +23,7 @@ from reach.core.tasks import TERMINAL, Task, TaskState
 S = TaskState
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_SEVERITY = {"succeeded": 0, "running": 1, "failed": 2, "dead": 3}
+_SEVERITY = {"succeeded": 0, "cancelled": 1, "running": 2, "failed": 3, "dead": 4}
 
 
 def trace_id_of(traceparent: str | None) -> str | None:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 
 from reach.core import intent as intents
 from reach.core import intent_learn as learning
+from reach.core import reasons
 from reach.core import tags as tagging
 from reach.core.agents import Declared
 from reach.core.registry import Registry
 from reach.core.tasks import Task
-from reach.errors import InvalidParams, NoRoute, Unauthorized
+from reach.errors import InvalidParams, NoRoute, Rejected, Unauthorized, Unavailable
 from reach.gateway.book import TaskBook
 
 
@@ -59,6 +60,37 @@ def check_join(book: TaskBook, trace_id: str, caller: str, parent_task_id: str |
     raise Unauthorized(
         f"trace {trace_id!r} belongs to another caller; start a new trace, or name as "
         f"parent_task_id the task your agent is running", trace_id=trace_id)
+
+
+def not_connected(capability: str, agents: set[str]) -> Unavailable:
+    """A call to a capability declared before but by no agent connected now."""
+    return Unavailable(
+        f"{capability!r} is declared by {sorted(agents)}, not connected now (after a restart "
+        f"agents reconnect by themselves); retry shortly, or submit it to wait for one",
+        capability=capability)
+
+
+def check_reachable(capability: str, declaring: Declared, tags: tagging.Wanted | None,
+                    now: float) -> None:
+    """A call that did not ask to wait, to a capability declared but with nobody healthy
+    right now: say so at once rather than accept and wait (a submit waits instead)."""
+    if any(r.reachable for r in declaring.values()) and (
+            not tags or any_tagged(declaring, tags)):
+        return
+    pool = [r for r in declaring.values() if not tags or tagging.matches(
+        tagging.parse(r.capabilities[capability].spec.tags), tags)]
+    why = reasons.none_can(capability, pool, now)
+    raise Unavailable(why if not tags else f"{why} (with tags {tagging.describe(tags)})",
+                      capability=capability)
+
+
+def backlog_full(capability: str, waiting: int, limit: int) -> Rejected:
+    """A submit refused before acceptance: ``capability``'s backlog is at ``max_backlog``
+    (nothing accepted is refused later)."""
+    return Rejected(
+        f"{capability!r} has {waiting} tasks waiting for a free agent, its limit "
+        f"(max_backlog {limit}); slow down and retry, or add agents",
+        level=1.0, capability=capability, backlog=waiting)
 
 
 def any_tagged(declaring: Declared, tags: tagging.Wanted) -> bool:

@@ -180,16 +180,19 @@ class Dispatcher:
         if link is None or not link.deliver(work, t.delivery):
             t.delivery.resolve("unsent")  # proof it never reached the agent
 
-    def _release(self, t: Try) -> None:
+    def _release(self, t: Try, tell: bool = True) -> None:
         record = t.record
         record.give(t.task.envelope.capability)
         if t.link is not None:
-            t.link.cancel(t.task.task_id, t.attempt.number)
+            t.link.cancel(t.task.task_id, t.attempt.number, tell=tell)
 
     def abandon(self, t: Try) -> None:
-        """The attempt ends unjudged: the coordinator stopped, a hedge lost, or its commit
-        failed. Its slot is given back; the agent is told the work is given up."""
-        self._release(t)
+        """The attempt ends unjudged: a hedge lost, the task was cancelled, its commit failed,
+        or the coordinator stopped or let the task go. Its slot is given back. The agent is
+        told to stop only work given up for good (a hedge lost, a cancelled task): a stopped
+        or let-go task resumes and goes back to the agent whose key cache knows it, which a
+        cancelled run would have forgotten (it would run a second time)."""
+        self._release(t, t.attempt.outcome == CANCELLED or t.task.state is S.CANCELLED)
         t.delivery.resolve("lost")
         t.record.breaker.probing = False
         self.metrics.ended(t.task.envelope.capability, t.record.name,

@@ -42,19 +42,28 @@ from reach.core.life import (
     Sleep,
     Update,
     WaitAgents,
+    WaitedOut,
 )
 from reach.core.metrics import Metrics
 from reach.core.registry import Registry
 from reach.core.resilience import RetryBudget
 from reach.core.routing import Router, Saturated
 from reach.core.tasks import Attempt, Outcome, Task, TaskState
-from reach.errors import ReachError, Rejected, Unavailable
+from reach.errors import (
+    InvalidParams,
+    NoRoute,
+    ReachError,
+    ReachTimeout,
+    Rejected,
+    Unauthorized,
+    Unavailable,
+)
 from reach.gateway.book import TaskBook
 from reach.gateway.clock import within
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.runs import WOKE, Run
-from reach.gateway.slots import Queueing, SlotQueue
+from reach.gateway.slots import Queueing, SlotQueue, backlog_over
 from reach.ports import Clock, TaskStore
 
 S = TaskState
@@ -156,11 +165,13 @@ class Driver:
             return self.ended(life, verdict, payload, attempt, record)
         if isinstance(command, Pick):
             try:
-                return Picked(await self._acquire(task, command.exclude, command.deadline))
+                return Picked(await self._acquire(task, command))
             except Unavailable as exc:
-                return NoneFits(exc, *self._breaker_wait(task.envelope.capability))
+                return self.none_fits(task, exc)
             except Rejected as exc:
                 return Refused(exc)
+            except ReachTimeout as exc:
+                return WaitedOut(exc)
         if isinstance(command, WaitAgents):
             await self.wait_for_agents(command.seconds)
         elif isinstance(command, Sleep):
@@ -237,9 +248,23 @@ class Driver:
         try:
             return Picked(self._pick(task, exclude))
         except Unavailable as exc:
-            return NoneFits(exc, *self._breaker_wait(env.capability))
+            return self.none_fits(task, exc)
         except Saturated:
             return None
+
+    def none_fits(self, task: Task, exc: Unavailable) -> Event:
+        """``NoneFits``; or ``Refused`` when the agents declaring the capability now refuse
+        the task itself (params, scope): one accepted while none was connected, or whose
+        agents changed while it waited."""
+        env = task.envelope
+        declaring = self.registry.declaring(env.capability)
+        if declaring:
+            try:
+                self.router.admit(env.capability, env.params, env.caller, declaring,
+                                  self.registry.names, env.tags)
+            except (InvalidParams, NoRoute, Unauthorized) as bad:
+                return Refused(bad)
+        return NoneFits(exc, *self._breaker_wait(env.capability))
 
     def _others_left(self, capability: str, exclude: set[str],
                      tags: tagging.Wanted | None = None) -> bool:
@@ -263,33 +288,38 @@ class Driver:
         return any(r.capabilities[capability].spec.idempotent
                    for r in self.registry.declaring(capability).values())
 
-    async def _acquire(self, task: Task, exclude: frozenset[str],
-                       deadline: float | None) -> AgentRecord:
-        """An agent with a free slot; waits up to ``queue_wait`` when all are saturated."""
+    async def _acquire(self, task: Task, pick: Pick) -> AgentRecord:
+        """An agent with a free slot; waits its turn when all are saturated."""
         env = task.envelope
-        q = self.queueing(task, exclude, deadline)
+        q = self.queueing(task, pick)
         while (record := self.try_slot(task, q)) is None:
-            # The first queued time is kept across wake-ups: a waiter that lost the race
-            # for a slot keeps its age, it does not go to the back.
+            # (a waiter that lost the race for a slot keeps its age: ``q.since``)
             await self.slots.wait(env.capability, env.priority, q.since, q.left, env.caller)
         return record
 
-    def queueing(self, task: Task, exclude: frozenset[str],
-                 deadline: float | None) -> Queueing:
-        """A pick that may wait for a slot, from now on."""
+    def queueing(self, task: Task, pick: Pick) -> Queueing:
+        """A pick that may wait for a slot: up to ``pick.until`` (a submit), or its wait."""
         env = task.envelope
         now = self.clock.now()
+        until = pick.until
+        if until is None:
+            until = now + (self.settings.queue_wait if env.queue_wait is None
+                           else env.queue_wait)
         # Already queued when the life comes back here (a resumed task that waited for its
         # agent, or a wait for breakers): it stays queued, it does not queue again. And a
         # newcomer does not take a slot that a less busy caller is waiting for.
-        return Queueing(exclude, deadline, now, now + self.settings.queue_wait,
-                        task.state is S.QUEUED,
-                        self.slots.yields_to(env.capability, env.caller, self.book.usage))
+        since = now
+        if pick.until is not None:  # a submit keeps its place from its submit, across restarts
+            since -= max(0.0, self.clock.wall() - env.created_at)
+        return Queueing(pick.exclude, pick.deadline, since, until, task.state is S.QUEUED,
+                        self.slots.yields_to(env.capability, env.caller, self.book.usage),
+                        pick.until is not None)
 
     def try_slot(self, task: Task, q: Queueing) -> AgentRecord | None:
         """One try of ``q``'s pick: the agent, or None when the task must wait (up to
         ``q.left`` seconds) in the slot queue, queued by then. Raises ``Unavailable`` as the
-        router does, or ``Rejected`` when shed or when its time to wait is over."""
+        router does, ``Rejected`` when shed or when a call's time to wait is over, or
+        ``ReachTimeout`` when a submit's wait in the backlog is (``backlog_over``)."""
         env = task.envelope
         clock = self.clock
         try:
@@ -317,6 +347,8 @@ class Driver:
             if q.deadline is not None:
                 left = min(left, q.deadline - clock.now())
             if left <= 0:
+                if q.backlog:
+                    raise backlog_over(env, q, clock.now(), self.settings.max_wait) from None
                 raise Rejected(
                     f"every agent for {env.capability!r} is at its max_concurrency; "
                     f"slow down and retry", level=self._pressure(env.capability, sat),
@@ -333,9 +365,11 @@ class Driver:
         try:
             record = self.try_slot(task, q)
         except Unavailable as exc:
-            return NoneFits(exc, *self._breaker_wait(task.envelope.capability))
+            return self.none_fits(task, exc)
         except Rejected as exc:
             return Refused(exc)
+        except ReachTimeout as exc:
+            return WaitedOut(exc)
         return None if record is None else Picked(record)
 
     def _pick(self, task: Task, exclude: frozenset[str]) -> AgentRecord:

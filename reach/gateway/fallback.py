@@ -135,7 +135,10 @@ class Fallbacks:
             try:
                 admission = self.gateway.accept(SubmitRequest(
                     plan.capability, env.params, env.caller, None, env.priority, left, None,
-                    env.trace_id, env.parent_task_id, fallback=FOLLOWED))
+                    env.trace_id, env.parent_task_id, fallback=FOLLOWED,
+                    # (it waits its turn as the task it answers for would have)
+                    queue_wait=None if env.fail_fast else env.queue_wait,
+                    call=env.fail_fast))
             except ReachError as exc:
                 note = f"{plan.capability!r} refused it: {exc.code}: {exc}"
             else:

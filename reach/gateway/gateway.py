@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reach.config import Settings
-from reach.core import names, reasons, traces
+from reach.core import names, traces
 from reach.core import tags as tagging
 from reach.core.agents import AgentRecord
 from reach.core.intent_learn import Phrase
@@ -29,7 +29,7 @@ from reach.core.resilience import BreakerState, RetryBudget
 from reach.core.routing import Router
 from reach.core.tasks import Envelope, Outcome, SubmitRequest, Task, TaskState, new_task
 from reach.errors import InvalidParams, ReachError, Rejected, Unavailable
-from reach.gateway import admission
+from reach.gateway import admission, cancelling
 from reach.gateway.admission import Admission
 from reach.gateway.audit import Audit
 from reach.gateway.book import ChunkSink, TaskBook, replay_note
@@ -62,6 +62,8 @@ class Gateway:
         self.metrics = Metrics()
         self.book = TaskBook(settings, self.events)
         self.then = self.book.then  # call back once an admission's commit is done
+        self.remember_key, self.prune_keys = self.book.remember_key, self.book.prune_keys
+        self.prune_dead = self.book.prune_dead
         self.slots = SlotQueue(settings.priority_aging, clock)
         self.budget = RetryBudget(settings.retry_budget, settings.retry_budget_min,
                                   settings.retry_budget_window)
@@ -169,24 +171,19 @@ class Gateway:
             return Admission(first, True, commit if commit is not None and not commit.done()
                              else None, first_id)
         declaring = self.registry.declaring(cap)
-        if not declaring and cap in self.known:
-            raise Unavailable(
-                f"{cap!r} is declared by {sorted(self.known[cap])}, not connected now "
-                f"(after a restart agents reconnect by themselves); retry shortly",
-                capability=cap)
+        fail_fast = req.call and req.queue_wait is None  # (a call that did not ask to wait)
         tags = tagging.check(req.tags) if req.tags else None
-        self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags,
-                          typed=capability)
+        if declaring or cap not in self.known:
+            self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags,
+                              typed=capability)
+        elif fail_fast:  # (a submit waits for the agents: its params are checked on pick)
+            raise admission.not_connected(cap, self.known[cap])
         plan = self.fallbacks.plan(req, cap, declaring)
-        # Declared but nobody healthy right now: say so at once rather than accept and wait
-        # (unless there is a fallback to answer with: the driver serves it at once).
-        if plan is None and (not any(r.reachable for r in declaring.values()) or (
-                tags and not admission.any_tagged(declaring, tags))):
-            pool = [r for r in declaring.values() if not tags or tagging.matches(
-                tagging.parse(r.capabilities[cap].spec.tags), tags)]
-            why = reasons.none_can(cap, pool, self.clock.wall())
-            raise Unavailable(why if not tags else f"{why} (with tags {tagging.describe(tags)})",
-                              capability=cap)
+        if fail_fast and plan is None:  # (a fallback would answer: the driver serves it)
+            admission.check_reachable(cap, declaring, tags, self.clock.wall())
+        backlog = self.book.backlog
+        if backlog and backlog.get(cap, 0) >= self.settings.max_backlog:
+            raise admission.backlog_full(cap, backlog[cap], self.settings.max_backlog)
         live = self.book.usage(caller)
         if live >= self.settings.max_caller_tasks:
             raise Rejected(
@@ -213,6 +210,8 @@ class Gateway:
             traceparent=traces.child_traceparent(trace_id, task_id, req.traceparent),
             hedge=req.hedge, tags=tags, fallback=False if req.fallback is FOLLOWED else plan,
             parent_span=traces.span_id_of(req.traceparent) if req.traceparent else None,
+            queue_wait=self.settings.queue_wait if fail_fast else req.queue_wait,
+            fail_fast=fail_fast,
         )
         task = new_task(env, now)
         self.book.track(task)
@@ -250,7 +249,10 @@ class Gateway:
     # ------------------------------------------------------------ state and events
 
     def move(self, task: Task, state: TaskState, note: str = "") -> None:
+        before = task.state
         task.move(state, self.clock.wall(), note)
+        if before is S.QUEUED or state is S.QUEUED:
+            self.book.moved(task, before)
         if self.events.active:
             self._publish(task, note)
 
@@ -374,14 +376,10 @@ class Gateway:
         self.store.update(task)
         self.driver.begin(task)
 
-    def remember_key(self, key: str, task_id: str, created_at: float) -> None:
-        self.book.remember_key(key, task_id, created_at)
-
-    def prune_keys(self, before: float) -> int:
-        return self.book.prune_keys(before)
-
-    def prune_dead(self, before: float) -> int:
-        return self.book.prune_dead(before)
+    def cancel(self, task_id: str, by: str, reason: str = "") -> Task | None:
+        """End a live task as ``cancelled`` (reach.gateway.cancelling); None if not live."""
+        return cancelling.cancel(self, self.book, self._drivers, task_id, by,
+                                 self.clock.wall(), reason)
 
     @property
     def in_flight(self) -> int:

@@ -54,8 +54,7 @@ class Carrier(Protocol):
 
     def pick_now(self, task: Task, exclude: frozenset[str]) -> Event | None: ...
 
-    def queueing(self, task: Task, exclude: frozenset[str],
-                 deadline: float | None) -> Queueing: ...
+    def queueing(self, task: Task, pick: Pick) -> Queueing: ...
 
     def slot_event(self, task: Task, q: Queueing) -> Event | None: ...
 
@@ -143,7 +142,7 @@ class Run:
         if isinstance(request, Pick):
             event = driver.pick_now(task, request.exclude)
             if event is None:  # it may have to wait for a slot
-                q = driver.queueing(task, request.exclude, request.deadline)
+                q = driver.queueing(task, request)
                 event = driver.slot_event(task, q)
                 if event is None:
                     self.queueing = q

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from reach.core import counts
+from reach.core.tasks import Envelope
+from reach.errors import ReachTimeout
 from reach.gateway.clock import expires
 from reach.ports import Clock
 
@@ -62,7 +64,20 @@ class Queueing:
     until: float  # when ``queue_wait`` is over
     queued: bool  # in state ``queued`` already
     fair_wait: bool  # queue first behind a less busy caller's waiters
+    backlog: bool = False  # a submit's wait: out of time, it ends dead (not ``rejected``)
     left: float = 0.0  # how long the next wait may last
+
+
+def backlog_over(env: Envelope, q: Queueing, now: float, max_wait: float) -> ReachTimeout:
+    """Why a submit's wait in the backlog for a slot ended without one (``now``: the
+    clock's)."""
+    waited = f"it waited {now - q.since:.1f}s in the backlog: every agent for " \
+             f"{env.capability!r} stayed at its max_concurrency"
+    if q.deadline is not None and q.deadline <= now:
+        return ReachTimeout(f"{env.capability!r} did not complete within {env.timeout}s; "
+                            f"{waited}", capability=env.capability)
+    return ReachTimeout(f"{waited} for max_wait ({max_wait:.0f}s); replay it from the dead "
+                        f"letters, or add agents", capability=env.capability)
 
 
 class SlotQueue:

@@ -225,15 +225,20 @@ class Client(Waiters):
                      timeout: float | None = None, max_retries: int | None = None,
                      trace_id: str | None = None, parent_task_id: str | None = None,
                      traceparent: str | None = None, hedge: bool | None = None,
-                     fallback: dict[str, Any] | None = None) -> Handle:
+                     fallback: dict[str, Any] | None = None,
+                     queue_wait: float | None = None) -> Handle:
         """Hand a task over; returns once the coordinator has durably accepted it. ``hedge``
         and ``fallback`` override the capability's own (``handle.fallback`` tells, later);
-        ``tags`` (``{"region": "eu"}``) keeps the task to agents declaring them (§7)."""
+        ``tags`` (``{"region": "eu"}``) keeps the task to agents declaring them (§7).
+
+        An accepted task waits its turn when every agent is busy or none can take it now (a
+        restart, a drain): until its ``timeout``, else the coordinator's ``max_wait``, or
+        ``queue_wait`` seconds if given. A full backlog refuses the submit (``Rejected``)."""
         handle, _ = await self._submit(SubmitRequest(
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
             parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
-            fallback=fallback))
+            fallback=fallback, queue_wait=queue_wait))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
@@ -242,9 +247,13 @@ class Client(Waiters):
                    max_retries: int | None = None,
                    trace_id: str | None = None, parent_task_id: str | None = None,
                    traceparent: str | None = None, hedge: bool | None = None,
-                   fallback: dict[str, Any] | None = None, detail: bool = False) -> Any:
+                   fallback: dict[str, Any] | None = None, detail: bool = False,
+                   queue_wait: float | None = None) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
         ``detail=True`` returns an ``Answer`` (the value, and its ``Fallback`` if it is one).
+        A call fails fast: ``Rejected`` when every agent stays busy for the coordinator's
+        short ``queue_wait``, ``Unavailable`` when none can take it now; ``queue_wait=S`` lets
+        it wait up to S seconds for either (``submit`` waits until its deadline).
 
         Only the outcome is awaited, so a quick call costs one frame each way: the coordinator
         folds its acknowledgement into the answer (``defer_ack``)."""
@@ -252,7 +261,7 @@ class Client(Waiters):
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
             parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
-            fallback=fallback)
+            fallback=fallback, queue_wait=queue_wait)
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
@@ -305,6 +314,12 @@ class Client(Waiters):
         """Any task's state, attempts and history, also after a coordinator restart."""
         req_id = next(self._ids)
         frame = await self._request(p.Status(id=req_id, task_id=task_id), req_id)
+        return dict(frame.task)
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        """Cancel one of this caller's tasks (``Handle.cancel``); its view after the cancel."""
+        req_id = next(self._ids)
+        frame = await self._request(p.Cancel(id=req_id, task_id=task_id), req_id)
         return dict(frame.task)
 
     async def _subscribe(self, task_id: str) -> asyncio.Future[Any]:

@@ -31,6 +31,10 @@ class Context:
     parent_task_id: str | None = None
     traceparent: str | None = None
     deadline: float | None = None  # time.monotonic() value, None when the caller set none
+    # The coordinator gave this attempt up (its caller cancelled the task, it timed out, a
+    # hedge won elsewhere): an async handler is also cancelled; a thread handler, which
+    # cannot be, should look here between steps and stop.
+    cancelled: bool = False
     _client: Callable[[], Awaitable[Client]] | None = field(default=None, repr=False)
 
     def time_left(self) -> float | None:

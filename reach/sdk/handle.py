@@ -18,6 +18,8 @@ class Tasks(Protocol):
 
     async def status(self, task_id: str) -> dict[str, Any]: ...
 
+    async def cancel(self, task_id: str) -> dict[str, Any]: ...
+
     async def _subscribe(self, task_id: str) -> asyncio.Future[Any]: ...
 
 
@@ -50,6 +52,12 @@ class Handle:
 
     async def status(self) -> dict[str, Any]:
         return await self.client.status(self.task_id)
+
+    async def cancel(self) -> dict[str, Any]:
+        """Cancel the task: it ends in state ``cancelled`` and its agent is told to stop
+        (``result()`` then raises ``Cancelled``). A task that has ended already stays as it
+        ended. Returns the task's view as it is after the cancel."""
+        return await self.client.cancel(self.task_id)
 
     def __repr__(self) -> str:
         return f"Handle(task_id={self.task_id!r}, trace_id={self.trace_id!r})"

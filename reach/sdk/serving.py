@@ -44,6 +44,7 @@ from pydantic_core import PydanticSerializationError, to_json
 from reach.core.names import normalize
 from reach.errors import ReachError, TaskError
 from reach.sdk.client import Client
+from reach.sdk.context import Context
 from reach.sdk.faults import FaultLog
 from reach.sdk.handlers import Handler, arguments, jsonable
 from reach.wire import protocol as p
@@ -88,6 +89,7 @@ class Serving:
         self._acks: deque[tuple[float, p.Invoke, int, asyncio.Future[Outcome]]] = deque()
         self._ack_timer: asyncio.TimerHandle | None = None
         self._by_task: dict[str, asyncio.Task[None]] = {}
+        self._contexts: dict[str, Context] = {}  # task id → the context its handler holds
         self._done: OrderedDict[CacheKey, Outcome] = OrderedDict()
         self._work: set[asyncio.Task[Any]] = set()
         self._slots: asyncio.Semaphore | None = None
@@ -184,6 +186,9 @@ class Serving:
         elif isinstance(frame, p.Probe):
             self._on_probe(frame)
         elif isinstance(frame, p.Cancel):
+            ctx = self._contexts.get(frame.task_id)
+            if ctx is not None:
+                ctx.cancelled = True
             work = self._by_task.get(frame.task_id)
             if work is not None:
                 work.cancel()
@@ -303,6 +308,8 @@ class Serving:
         try:
             self.executions += 1
             kwargs = arguments(handler, f, self._get_client)
+            if handler.ctx_param is not None:
+                self._contexts[f.task_id] = kwargs[handler.ctx_param]
             if handler.streaming:
                 chunks: list[Any] = []
                 stream = handler.fn(**kwargs)
@@ -340,6 +347,7 @@ class Serving:
                           agent=self.name, type=type(exc).__name__)
         finally:
             self._slots.release()
+            self._contexts.pop(f.task_id, None)
 
     def _by_normalized(self, capability: str) -> Handler | None:
         for name, handler in self.handlers.items():

@@ -29,7 +29,7 @@ def submit_frame(req_id: int, r: SubmitRequest, *, defer_ack: bool, limit: int) 
         timeout=r.timeout, max_retries=r.max_retries, trace_id=r.trace_id,
         parent_task_id=r.parent_task_id, traceparent=r.traceparent, wait=True,
         intent=r.intent, defer_ack=defer_ack, hedge=r.hedge, tags=tagging.check(r.tags),
-        fallback=r.fallback))
+        fallback=r.fallback, queue_wait=r.queue_wait))
     size = p.oversize(text, limit)
     if size is not None:
         raise ProtocolError(f"the submit is {size} bytes, over the {limit}-byte frame limit; "

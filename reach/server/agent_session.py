@@ -39,6 +39,7 @@ GIVEN_UP = 1024  # (task, attempt) pairs one session remembers as given up, for 
 AGENT_SENDS = ("heartbeat", "ack", "chunk", "result", "error", "deregister", "probe_result",
                "register")
 _Probe = p.unchecked(p.Probe)
+_Cancel = p.unchecked(p.Cancel)
 
 
 class AgentSession(Session):
@@ -207,7 +208,10 @@ class AgentSession(Session):
         self.pending[(work.task_id, work.attempt)] = reply
         return True
 
-    def cancel(self, task_id: str, attempt: int) -> None:
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        """The gateway gave the attempt up (it timed out, a hedge lost, the task was
+        cancelled): the agent is told to stop it (a ``cancel`` frame; the SDK cancels the
+        handler), and its answer, if one still comes, is a late one."""
         key = (task_id, attempt)
         reply = self.pending.pop(key, None)
         if reply is None:  # answered (or lost with the connection): nothing to remember
@@ -216,6 +220,8 @@ class AgentSession(Session):
         self.given_up[key] = _why(reply) or "cancelled"
         if len(self.given_up) > GIVEN_UP:
             self.given_up.popitem(last=False)
+        if tell:
+            self.out.post(p.dump(_Cancel(task_id=task_id, attempt=attempt)))
 
     async def close(self, reason: str) -> None:
         await self.ws.close(1000, reason)

@@ -124,6 +124,9 @@ class Alerting:
                 out[rule.name] = self.deaths.readings(rule, now)
             elif rule.kind == al.NO_AGENT:
                 out[rule.name] = al.agent_readings(rule, reachable)
+            elif rule.kind == al.BACKLOG_AGE:
+                oldest = {cap: age for cap, (_, age) in self.gateway.book.waiting(now).items()}
+                out[rule.name] = al.backlog_readings(rule, oldest, now)
             else:
                 out[rule.name] = self._latency(rule)
         return out

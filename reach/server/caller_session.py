@@ -19,7 +19,7 @@ from websockets.asyncio.server import ServerConnection
 
 from reach.core.tasks import SubmitRequest, TaskState
 from reach.core.trust import may_read
-from reach.errors import InvalidParams, ProtocolError, ReachError, Unavailable
+from reach.errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
 from reach.ports import DuplicateKey, Timer
 from reach.server.services import Services
 from reach.server.session import LoopLag, Session, error_frame, refuse, wire_error
@@ -32,7 +32,7 @@ HEAVY_CALLER = 16  # unfinished tasks that make a caller heavy
 MAX_UNACKED = 1024  # submits one caller session has read and not yet seen committed
 SHARED_UNACKED = 32  # the same while other callers have work in flight
 DEFER_ACK = 0.05  # how long a `defer_ack` submit's acknowledgement may wait for its outcome
-CALLER_SENDS = ("submit", "status", "result")
+CALLER_SENDS = ("submit", "status", "result", "cancel")
 _Welcome = p.unchecked(p.Welcome)
 _Accepted = p.unchecked(p.Accepted)
 _Chunk = p.unchecked(p.Chunk)
@@ -97,6 +97,8 @@ class CallerSession(Session):
             self._spawn(self._status(frame))
         elif frame.type == "result":
             self._spawn(self._await(frame))
+        elif frame.type == "cancel":
+            self._spawn(self._cancel(frame))
         else:
             raise ProtocolError(f"frame type {frame.type!r} is not accepted from a caller; a "
                                 f"caller sends {', '.join(CALLER_SENDS)}", type=frame.type,
@@ -148,7 +150,7 @@ class CallerSession(Session):
         request = SubmitRequest(
             f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
             f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent, f.hedge,
-            f.tags, f.fallback)
+            f.tags, f.fallback, queue_wait=f.queue_wait, call=f.defer_ack)
         routing = self.services.intent_routing
         if routing is not None and f.intent and not f.capability:
             self._spawn(self._route(f, request, routing))
@@ -296,6 +298,21 @@ class CallerSession(Session):
     async def _status(self, f: p.Status) -> None:
         task = await self._readable(f.task_id, f.id)
         if task is not None and not self.out.closed:  # (a task view can be megabytes)
+            self.out.post(p.dump(_TaskInfo(id=f.id, task=task.view())))
+
+    async def _cancel(self, f: p.Cancel) -> None:
+        """Cancel one of this caller's own tasks; answered with its view (ended, whether by
+        this cancel or before it). Another caller's task is answered as no task at all."""
+        task = await self._readable(f.task_id, f.id)
+        if task is None:
+            return
+        if task.envelope.caller != self.caller:  # (it may read it: it ran it, not asked it)
+            self.out.post(error_frame(Unauthorized(
+                f"task {f.task_id!r} is {task.envelope.caller!r}'s; only its caller (or an "
+                f"operator: reach cancel) may cancel it", task_id=f.task_id), id=f.id))
+            return
+        task = self.services.gateway.cancel(f.task_id, self.caller) or task
+        if f.id is not None and not self.out.closed:
             self.out.post(p.dump(_TaskInfo(id=f.id, task=task.view())))
 
     async def _await(self, f: p.Result) -> None:

@@ -28,6 +28,7 @@ from reach.errors import (
     ProtocolError,
     ReachError,
     ReachTimeout,
+    Unauthorized,
     Unavailable,
 )
 from reach.gateway.clock import within
@@ -88,6 +89,7 @@ class FrontDoor:
         self.app.router.add_post("/v1/intent", self.intent)
         self.app.router.add_post("/v1/tasks", self.submit)
         self.app.router.add_get("/v1/tasks/{task_id}", self.status)
+        self.app.router.add_delete("/v1/tasks/{task_id}", self.cancel)
         self.app.router.add_get("/v1/tasks/{task_id}/stream", self.stream)
         self.app.router.add_get("/v1/capabilities", self.capabilities)
         self.app.router.add_get("/openapi.json", self.openapi)
@@ -256,7 +258,7 @@ class FrontDoor:
         timeout = query.timeout if query.timeout is not None else h.timeout
         req = SubmitRequest(request.match_info["capability"], params, caller,
                             h.idempotency_key, query.priority, timeout,
-                            traceparent=h.traceparent)
+                            traceparent=h.traceparent, queue_wait=query.queue_wait, call=True)
         return await self._run(request, req, timeout)
 
     async def intent(self, request: web.Request) -> web.StreamResponse:
@@ -266,7 +268,7 @@ class FrontDoor:
         timeout = body.timeout if body.timeout is not None else h.timeout
         req = SubmitRequest(body.choose or "", body.params, caller, h.idempotency_key, 5,
                             timeout, traceparent=h.traceparent, intent=body.intent,
-                            tags=body.tags)
+                            tags=body.tags, call=True)
         return await self._run(request, req, timeout)
 
     async def _run(self, request: web.Request, req: SubmitRequest, timeout: float | None
@@ -285,7 +287,8 @@ class FrontDoor:
         req = SubmitRequest(body.capability or "", body.params, caller, h.idempotency_key,
                             body.priority, body.timeout, body.max_retries,
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
-                            tags=body.tags, fallback=body.fallback)
+                            tags=body.tags, fallback=body.fallback,
+                            queue_wait=body.queue_wait)
         task, duplicate = await self.admit(req, self.chunks.sink)
         self._forget_when_done(task)
         env = task.envelope
@@ -307,6 +310,19 @@ class FrontDoor:
         outcome = self.gateway.outcome(task.task_id)
         if query.wait and outcome is not None and not task.terminal:
             await within(self.services.clock, outcome, query.wait)
+        return web.Response(body=to_json(task.view()), content_type=JSON,
+                            headers={"X-Reach-State": task.state.value, **self._trace(task)})
+
+    async def cancel(self, request: web.Request) -> web.StreamResponse:
+        """``DELETE /v1/tasks/{task_id}``: cancel one of the caller's tasks; answers its view
+        (state ``cancelled``, or as it ended if it ended first)."""
+        caller, _ = self._who(request)
+        task = await self._readable(caller, request.match_info["task_id"])
+        if task.envelope.caller != caller:  # it ran it (it may read it), it did not ask it
+            raise HttpProblem(Unauthorized(
+                f"task {task.task_id!r} is {task.envelope.caller!r}'s; only its caller (or an "
+                f"operator) may cancel it", task_id=task.task_id), 403)
+        task = self.gateway.cancel(task.task_id, caller) or task
         return web.Response(body=to_json(task.view()), content_type=JSON,
                             headers={"X-Reach-State": task.state.value, **self._trace(task)})
 

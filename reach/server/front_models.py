@@ -97,6 +97,10 @@ class SubmitBody(_In):
     fallback: Fallback = Field(default=None, description="what to answer if no agent can: "
                                "{\"value\": v}, {\"last_good\": {\"max_age_s\": s}} or "
                                "{\"capability\": name} (docs/protocol.md §7)")
+    queue_wait: float | None = Field(
+        default=None, ge=0, le=bounds.MAX_TIMEOUT,
+        description="seconds it may wait its turn for a free slot or an agent (default: "
+                    "until its timeout, else the coordinator's max_wait)")
 
     @model_validator(mode="after")
     def _names_the_work(self) -> SubmitBody:
@@ -124,6 +128,10 @@ class CallQuery(_In):
     timeout: float | None = Field(default=None, gt=0, le=bounds.MAX_TIMEOUT,
                                   description="seconds the call may take, retries included")
     priority: int = Field(default=5, ge=0, le=9)
+    queue_wait: float | None = Field(
+        default=None, ge=0, le=bounds.MAX_TIMEOUT,
+        description="seconds the call may wait for a free slot or an agent (default: a "
+                    "short queue_wait for a slot, and no wait for an agent)")
 
 
 class WaitQuery(_In):
@@ -218,7 +226,7 @@ class TaskStatus(_Out):
     parent_task_id: str | None
     traceparent: str | None
     state: Literal["pending", "queued", "dispatched", "running", "retrying", "succeeded",
-                   "failed", "dead"]
+                   "failed", "dead", "cancelled"]
     result: Any = None
     error: TaskFailure | None = None
     attempts: list[AttemptView]

@@ -144,6 +144,16 @@ def document() -> dict[str, Any]:
                                   "headers": {"X-Reach-State": {
                                       "description": "the task's state (for shell callers)",
                                       "schema": {"type": "string"}}, **_trace_headers()}},
+                          **_problems((400, 401, 403, 404, 422, 429))}},
+            "delete": {
+            "operationId": "cancel", "summary": "Cancel one of the caller's tasks: it ends as "
+                                                "cancelled and its agent is told to stop",
+            "parameters": [task_id] + headers,
+            "responses": {"200": {**_json(TaskStatus, "the task after the cancel (as it ended, "
+                                                      "if it ended first)"),
+                                  "headers": {"X-Reach-State": {
+                                      "description": "the task's state (for shell callers)",
+                                      "schema": {"type": "string"}}, **_trace_headers()}},
                           **_problems((400, 401, 403, 404, 422, 429))}}},
         "/v1/tasks/{task_id}/stream": {"get": {
             "operationId": "stream", "summary": "A streaming task's chunks, as server-sent "

@@ -34,6 +34,7 @@ STATUS: dict[str, int] = {
     "timeout": 504,
     "task_failed": 502,
     "protocol_error": 400,
+    "cancelled": 409,  # the task was cancelled (DELETE /v1/tasks/{id}) before it ended
 }
 RETRY_AFTER = {"unavailable": "1", "rejected": "1"}  # seconds, as the Retry-After header
 

@@ -163,7 +163,8 @@ class McpDoor:
             name, intent = str(args.get("choose") or ""), str(args.get("intent") or "")
             args = dict(args.get("params") or {})
         req = SubmitRequest(name, args, caller, None if key is None else str(key), 5, None,
-                            traceparent=_header(ctx, "traceparent"), intent=intent)
+                            traceparent=_header(ctx, "traceparent"), intent=intent,
+                            call=True)
         try:
             task, _ = await self.front.admit(req, None if progress is None else progress.sink)
             done = await self.front.finished(task, None)

@@ -92,12 +92,14 @@ class Relay:
                     "lost", "undelivered") else "lost", agent=self.record.name),
                 task_id=task_id, attempt=attempt))
 
-    def abandon(self) -> None:
-        """The peer went away or gave the attempt up: stop it at the agent, free the slot."""
+    def abandon(self, tell: bool = True) -> None:
+        """The peer gave the attempt up (``tell``: the agent is told to stop it) or went away
+        (not told: the task's new owner sends it back to this agent, whose key cache knows
+        it); the slot is freed either way."""
         if self._end():
             link = self.record.link
             if link is not None:
-                link.cancel(*self.key)
+                link.cancel(*self.key, tell=tell)
 
     def _end(self) -> bool:
         if self.done:
@@ -144,7 +146,7 @@ class PeerSession(Session):
             await asyncio.gather(pump, return_exceptions=True)
             node.feed.unsubscribe(sub)
             for relay in list(self.relays.values()):
-                relay.abandon()
+                relay.abandon(tell=False)
             await self.out.aclose()
 
     async def _handshake(self, hello: p.Hello) -> ReachError | None:

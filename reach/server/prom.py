@@ -64,6 +64,16 @@ class _Collector:
                                 value=len(gateway.live))
         yield GaugeMetricFamily("reach_dead_letters", "unresolved dead letters",
                                 value=len(gateway.dead))
+        depth = GaugeMetricFamily("reach_backlog", "accepted tasks waiting their turn for a "
+                                  "free slot or an agent, per capability", labels=["capability"])
+        oldest = GaugeMetricFamily("reach_backlog_oldest_seconds", "age of the oldest task "
+                                   "waiting its turn (since its submit), per capability",
+                                   labels=["capability"])
+        for cap, (waiting, age) in sorted(gateway.book.waiting(gateway.clock.wall()).items()):
+            depth.add_metric([cap], waiting)
+            oldest.add_metric([cap], age)
+        yield depth
+        yield oldest
 
 
 def _series_families(label: str, table: dict[str, Series]) -> Iterator[Metric]:

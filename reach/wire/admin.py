@@ -59,7 +59,7 @@ class ProbeView(_Object):
 class AgentView(_Object):
     name: str
     agent_id: str
-    state: str  # online | suspected | offline
+    state: str  # online | suspected | offline | drained (``draining``: no new work)
     kind: str = "websocket"  # what carries its work: websocket | http | process | nats | peer
     node: str | None = None  # the coordinator holding the agent's connection (reach.cluster)
     version: str = "0"
@@ -171,10 +171,18 @@ class ClusterMetrics(_Object):
     nodes: dict[str, Series] = Field(default_factory=dict)
 
 
+class Backlog(_Object):
+    """One capability's tasks waiting their turn (a free slot or an agent)."""
+
+    waiting: int = 0
+    oldest_s: float = 0.0  # the oldest one's age since its submit
+
+
 class Metrics(_Object):
     capabilities: dict[str, Series] = Field(default_factory=dict)
     agents: dict[str, Series] = Field(default_factory=dict)
     totals: Series = Field(default_factory=Series)
+    backlog: dict[str, Backlog] = Field(default_factory=dict)
     cluster: ClusterMetrics | None = None  # a cluster's node only
 
 

@@ -229,9 +229,13 @@ class Invoke(Frame):
 
 
 class Cancel(Frame):
+    """Reach → agent: stop this attempt (it was given up). Caller → Reach: cancel this task
+    (``id`` set: answered with a ``task`` frame of the same ``id``, or an ``error``)."""
+
     type: Literal["cancel"] = "cancel"
     task_id: TaskId
     attempt: Attempt = 0
+    id: RequestId | None = None
 
 
 class Probe(Frame):
@@ -301,6 +305,10 @@ class Submit(Frame):
     traceparent: TraceParent | None = None
     wait: bool = True
     defer_ack: bool = False  # only the outcome matters: skip `accepted` if the outcome is quick
+    # Seconds it may wait its turn for a free slot or an agent (§8, the backlog); absent: a
+    # submit waits until its deadline (else the coordinator's max_wait), a ``defer_ack`` call
+    # waits ``queue_wait`` for a slot and fails fast when no agent can take it
+    queue_wait: float | None = Field(default=None, ge=0, le=MAX_TIMEOUT)
     hedge: bool | None = None  # None: as the capability declares
     # Only agents whose capability declares these tags are candidates (reach.core.tags):
     # "key": "value" needs the tag "key=value", "key": true the tag "key" (any value).

@@ -164,6 +164,9 @@ async def test_a_late_result_is_told_it_came_too_late() -> None:
         # completion timeout = 40 ms × 1.2 = 48 ms; the retry comes after a 0.4-0.6 s backoff
         second = await worker.expect("invoke", timeout=3)
         assert second["attempt"] == 2
+        # the attempt it gave up, the coordinator told the agent to stop (§3, cancel)
+        cancel = await worker.expect("cancel")
+        assert (cancel["task_id"], cancel["attempt"]) == (first["task_id"], 1)
         await answer(worker, first, "too late")
         notice = await worker.expect("error")
         assert notice["task_id"] == first["task_id"] and notice["attempt"] == 1
@@ -228,15 +231,19 @@ async def test_errors_without_task_id_from_the_agent_are_logged_and_ignored(
 
 
 async def test_deregister_drains_then_no_new_work(reach: Reach) -> None:
-    """§2.6 / §3: after deregister the agent keeps its in-flight work, gets no new work."""
+    """§2.6 / §3: after deregister the agent keeps its in-flight work, gets no new work (a
+    call is refused at once; a submit waits in the backlog for another agent, §8)."""
     worker = await agent(reach.url, "leaver", [ECHO])
     boss = await caller(reach.url)
     await boss.send(submit(1, "conf.echo"))
     invoke = await worker.expect("invoke")
     await worker.send({"v": 1, "type": "deregister"})
     await asyncio.sleep(0.02)
-    await boss.send(submit(2, "conf.echo"))
+    await boss.send(submit(2, "conf.echo", defer_ack=True))
     refused = await boss.outcome(2)
     assert refused["error"]["code"] == "unavailable"
+    assert "stopped by itself" in refused["error"]["message"]
+    await boss.send(submit(3, "conf.echo"))
+    await boss.expect("accepted", id=3)  # it waits for an agent that takes new work
     await answer(worker, invoke, "finished")
     assert (await boss.outcome(1))["result"] == "finished"

@@ -126,7 +126,8 @@ async def test_checks_in_order_no_route_unauthorized_invalid_unavailable() -> No
         await asyncio.sleep(0.02)
         await boss.send(submit(3, "sales.query", {"bad": 1}))  # schema before online
         assert (await boss.outcome(3))["error"]["code"] == "invalid_params"
-        await boss.send(submit(4, "sales.query", {"region": "e"}))
+        # (a call, marked by defer_ack: a submit would wait for an agent, §8 the backlog)
+        await boss.send(submit(4, "sales.query", {"region": "e"}, defer_ack=True))
         e = (await boss.outcome(4))["error"]
         assert e["code"] == "unavailable" and e["details"]["capability"] == "sales.query"
     async with Reach.start(tokens={"t-a": "sales", "t-c": "planner"},
@@ -193,3 +194,37 @@ async def test_the_callers_timeout_bounds_the_whole_task(reach: Reach) -> None:
     e = (await boss.outcome(1))["error"]
     assert e["code"] == "timeout"
     assert 0.15 < loop.time() - started < 1.5
+
+
+async def test_a_caller_cancels_its_task_and_the_agent_is_told_to_stop(reach: Reach) -> None:
+    """§4 ``cancel`` (caller → coordinator) and §3 ``cancel`` (coordinator → agent): the task
+    ends ``cancelled``, its waiter hears the ``cancelled`` error, the request is answered with
+    the task's view, and the agent running it gets a ``cancel`` for its attempt. Another
+    caller's cancel of it is refused; a cancel after the end changes nothing."""
+    worker = await agent(reach.url, "slow", [{"name": "job.long", "latency_ms": 60_000}])
+    boss = await caller(reach.url, "planner")
+    await boss.send(submit(1, "job.long"))
+    accepted = await boss.expect("accepted", id=1)
+    invoke = await worker.expect("invoke")
+    await worker.send({"v": 1, "type": "ack", "task_id": invoke["task_id"], "attempt": 1})
+    other = await caller(reach.url, "someone-else")
+    await other.send({"v": 1, "type": "cancel", "id": 5, "task_id": accepted["task_id"]})
+    refused = await other.expect("error", id=5)
+    assert refused["error"]["code"] == "invalid_params"  # not its task: as if there were none
+    await boss.send({"v": 1, "type": "cancel", "id": 2, "task_id": accepted["task_id"],
+                     "attempt": 0})
+    error = (await boss.outcome(1))["error"]
+    assert error["code"] == "cancelled" and error["message"] == "cancelled by planner"
+    view = await boss.expect("task", id=2)
+    assert view["task"]["state"] == "cancelled"
+    assert [a["outcome"] for a in view["task"]["attempts"]] == ["cancelled"]
+    cancel = await worker.expect("cancel")
+    assert (cancel["task_id"], cancel["attempt"]) == (invoke["task_id"], 1)
+    # The agent's answer to a cancelled attempt is late: told once, changes nothing.
+    await answer(worker, invoke, "too late")
+    late = await worker.expect("error")
+    assert late["error"]["code"] == "timeout" and late["error"]["details"]["reason"] == \
+        "cancelled"
+    await boss.send({"v": 1, "type": "cancel", "id": 3, "task_id": accepted["task_id"]})
+    again = await boss.expect("task", id=3)
+    assert again["task"]["state"] == "cancelled"

@@ -27,7 +27,8 @@ async def test_protocol_error_details(reach: Reach) -> None:
         ({"v": 2, "type": "status", "id": 3, "task_id": "x"}, {"supported": [1],
                                                               "type": "status"}),
         ({"v": 1, "type": "heartbeat"}, {"type": "heartbeat",
-                                         "expected": ["submit", "status", "result"]}),
+                                         "expected": ["submit", "status", "result",
+                                                      "cancel"]}),
         ({"v": 1, "type": "submit", "id": 4, "priority": 11},
          {"type": "submit", "field": "priority"}),
     ]
@@ -86,7 +87,7 @@ async def test_no_route_and_unavailable_details(reach: Reach) -> None:
     assert error["details"] == {"capability": "err.ehco", "suggestions": ["err.echo"]}
     await worker.send({"v": 1, "type": "deregister"})
     await worker.close()
-    await boss.send(submit(2, "err.echo"))
+    await boss.send(submit(2, "err.echo", defer_ack=True))  # a call (a submit would wait)
     error = error_of(await boss.outcome(2))
     assert error["code"] == "unavailable" and error["details"]["capability"] == "err.echo"
 

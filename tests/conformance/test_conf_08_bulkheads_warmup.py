@@ -61,8 +61,10 @@ async def test_a_long_tier_leaves_slots_for_a_fast_one(reach: Reach) -> None:
     boss = await caller(reach.url)
     await boss.send(submit(1, "conf.report"))
     report = await worker.expect("invoke")
-    await boss.send(submit(2, "conf.report"))  # the long tier's share (1 of 2) is taken
-    error = (await boss.outcome(2))["error"]  # after queue_wait
+    # the long tier's share (1 of 2) is taken: a call is rejected after queue_wait (a
+    # submit would wait its turn, §8 the backlog)
+    await boss.send(submit(2, "conf.report", defer_ack=True))
+    error = (await boss.outcome(2))["error"]
     assert error["code"] == "rejected" and "shed" not in error["details"], error
     await boss.send(submit(3, "conf.price"))
     price = await worker.expect("invoke")

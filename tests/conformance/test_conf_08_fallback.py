@@ -54,7 +54,8 @@ async def test_no_agent_online_is_answered_at_once_with_the_fallback(reach: Reac
     result = await boss.outcome(1)
     assert result["result"] == 0
     assert result["fallback"] == {"kind": "value", "reason": "unavailable"}
-    await boss.send(submit(2, "conf.gone"))  # without one: refused, as before
+    # without one, a call is refused, as before (a submit would wait for an agent)
+    await boss.send(submit(2, "conf.gone", defer_ack=True))
     assert (await boss.outcome(2))["error"]["code"] == "unavailable"
 
 

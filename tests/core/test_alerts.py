@@ -125,7 +125,7 @@ def test_alert_views_and_summaries() -> None:
     assert al.summary(al.DEAD_LETTERS, "orders.*", None, 7, 5, 0).endswith("on orders.*")
     assert {k: al.UNITS[k] for k in al.KINDS} == {
         "dead_letters": "letters", "breaker_open": "s", "p95_latency": "ms",
-        "no_agent": "agents"}
+        "no_agent": "agents", "backlog_age": "s"}
 
 
 def test_rule_filters_match_globs_and_empty_matches_all() -> None:
@@ -311,3 +311,20 @@ def test_a_value_bad_for_less_than_the_hold_at_a_time_never_pages(gaps: list[flo
         now += min(gap, 0.45)
         assert t.step(now, reading(50)) is None
         now += gap
+
+
+def test_backlog_age_reads_each_matching_capability_s_oldest_waiting_task() -> None:
+    rule = Rule("stuck", al.BACKLOG_AGE, threshold=60.0, capabilities=("report.*",))
+    readings = al.backlog_readings(rule, {"report.build": 90.0, "report.mail": 10.0,
+                                          "price.get": 500.0}, now=1000.0)
+    assert readings == [Reading("report.build", None, 90.0, 60.0, since=970.0),
+                        Reading("report.mail", None, 10.0, 60.0, since=None)]
+    evaluator = Evaluator((rule,))
+    [fired] = evaluator.evaluate(1000.0, {"stuck": readings})
+    assert fired.alert.state == FIRING and fired.alert.since == 970.0
+    assert fired.alert.summary(1000.0) == \
+        "a task of report.build waited 90 s in the backlog (over 60 s)"
+    assert fired.alert.to_dict(1000.0)["unit"] == "s"
+    # the backlog drained: its capability is no longer read, which counts as good
+    [resolved] = evaluator.evaluate(1001.0, {"stuck": al.backlog_readings(rule, {}, 1001.0)})
+    assert resolved.alert.state == RESOLVED

@@ -48,9 +48,14 @@ class Rules:
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, jitter=0.0))
     retry_budget: float = 0.2
     retry_budget_window: float = 10.0
+    max_wait: float = 60.0
 
 
 def task(**env: Any) -> Task:
+    """A synchronous call's task unless ``queue_wait`` / ``fail_fast`` say otherwise (a
+    submit's backlog: tests/core/test_life_backlog.py)."""
+    env.setdefault("queue_wait", 0.2)
+    env.setdefault("fail_fast", True)
     return new_task(Envelope(task_id="t1", trace_id="tr", capability=CAP, params={},
                              caller="c", idempotency_key="k", **env), 0.0)
 

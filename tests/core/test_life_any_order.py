@@ -39,10 +39,11 @@ from reach.core.life import (
     Refused,
     Sleep,
     WaitAgents,
+    WaitedOut,
     Woke,
 )
 from reach.core.tasks import Attempt, Envelope, Outcome, TaskState, new_task
-from reach.errors import Rejected, Unavailable
+from reach.errors import ReachTimeout, Rejected, Unavailable
 
 REQUESTS = (Pick, LookFor, Dispatch, WaitAgents, Sleep, Charge)
 # (A loss is drawn more often: it is where at most once can break.)
@@ -66,7 +67,8 @@ def answer(data: st.DataObject, life: Life, request: Command, idempotent: bool) 
             picked, picked, picked,
             st.builds(NoneFits, st.just(Unavailable("none")),
                       st.sampled_from([None, 0.0, 0.5, 4.0]), st.booleans()),
-            st.just(Refused(Rejected("full")))))
+            st.just(Refused(Rejected("full"))),
+            st.just(WaitedOut(ReachTimeout("waited out")))))
     if isinstance(request, Dispatch):
         record = request.record
         attempt = Attempt(number=len(life.task.attempts) + 1, agent_id=record.agent_id,
@@ -95,13 +97,16 @@ def answer(data: st.DataObject, life: Life, request: Command, idempotent: bool) 
 
 @settings(max_examples=500, deadline=None)
 @given(data=st.data(), idempotent=st.booleans(), max_retries=st.integers(0, 3),
-       timeout=st.sampled_from([None, 2.0, 30.0]))
+       timeout=st.sampled_from([None, 2.0, 30.0]),
+       kind=st.sampled_from(["submit", "call", "call that waits"]))
 def test_any_answers_keep_the_promises_of_a_task_s_life(
-        data: st.DataObject, idempotent: bool, max_retries: int, timeout: float | None) -> None:
+        data: st.DataObject, idempotent: bool, max_retries: int, timeout: float | None,
+        kind: str) -> None:
     task = new_task(Envelope(task_id="t", trace_id="tr", capability="c", params={},
                              caller="me", idempotency_key="k", max_retries=max_retries,
-                             timeout=timeout), 0.0)
-    life = Life(task, Rules(), random.Random(0))
+                             timeout=timeout, queue_wait={"submit": None}.get(kind, 0.2),
+                             fail_fast=kind == "call"), 0.0)
+    life = Life(task, Rules(max_wait=6.0), random.Random(0))
     now = 0.0
     commands = life.start(now, now)
     finishes = retries = 0

@@ -189,7 +189,7 @@ class _Link:
     def deliver(self, work: object, reply: object) -> bool:
         return False
 
-    def cancel(self, task_id: str, attempt: int) -> None:
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
         return None
 
     def close(self, reason: str) -> Awaitable[None]:

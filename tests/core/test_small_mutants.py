@@ -106,8 +106,8 @@ def test_only_the_table_moves_a_task_and_every_move_is_recorded():
 
 
 def test_terminal_states_are_final_but_a_dead_letter_replays():
-    assert TERMINAL == {S.SUCCEEDED, S.FAILED, S.DEAD}
-    for src in (S.SUCCEEDED, S.FAILED):
+    assert TERMINAL == {S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED}
+    for src in (S.SUCCEEDED, S.FAILED, S.CANCELLED):
         assert not any(can_move(src, dst) for dst in S)
     assert [dst for dst in S if can_move(S.DEAD, dst)] == [S.PENDING]
     assert can_move(S.DISPATCHED, S.DISPATCHED)  # re-dispatched (a hedge, a resumed task)
@@ -239,3 +239,8 @@ def test_may_read_owner_and_the_agents_that_ran_it():
     assert may_read("alice", "alice", [])
     assert may_read("agent-1", "alice", ["agent-0", "agent-1"])
     assert not may_read("bob", "alice", ["agent-1"])
+
+
+def test_every_unfinished_state_may_be_cancelled_and_nothing_else_may():
+    for src in S:
+        assert can_move(src, S.CANCELLED) == (src not in TERMINAL), src

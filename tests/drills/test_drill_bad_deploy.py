@@ -25,8 +25,8 @@ async def test_bad_deploy_dead_letters_are_completed_by_one_filtered_replay(
     dead-letter queue keeping the whole task, and a filtered bulk replay after the fix.
 
     200 non-idempotent report writes fail while a broken deploy is live (the handler raises a
-    plain exception; the agents' breakers open, so later ones die for want of a healthy
-    agent). Other dead letters sit beside them: one of the same capability from before the
+    plain exception; the agents' breakers open, so later ones wait in the backlog for a
+    healthy agent, up to ``max_wait``, then are dead letters too: 0.5 s here, scaled). Other dead letters sit beside them: one of the same capability from before the
     deploy, and a few of another capability during it. After the fix (and the operator's
     breaker reset), one ``replay_many`` filtered by capability and the deploy's time window
     starts exactly the 200, every one succeeds, each write is done once, and the unrelated
@@ -51,7 +51,7 @@ async def bad_deploy_then_replay(cluster_factory: Callable[..., Awaitable[Cluste
     # from suspecting an agent mid-submit, and a 2 s ack timeout (not 0.5) keeps 200 replayed
     # invokes queued on a loaded machine from counting as unacknowledged: the deploy spent the
     # retry budget, so one such retry dead-letters the task again (`make test`, once).
-    cluster = await cluster_factory(max_retries=2, breaker_open_for=open_for,
+    cluster = await cluster_factory(max_retries=2, breaker_open_for=open_for, max_wait=0.5,
                                     suspect_after=20, offline_after=40, ack_timeout=2.0,
                                     backoff=Backoff(base=0.05, cap=0.1))
     reach = cluster.reach

@@ -56,7 +56,7 @@ async def test_a_deadline_shorter_than_queue_wait_ends_the_wait_for_a_slot() -> 
     try:
         rig.agent("a", lambda w: "hang", max_concurrency=1)
         first = await rig.submit()
-        second = await rig.submit(timeout=0.3)
+        second = await rig.submit(timeout=0.3, call=True)
         assert first.state is S.RUNNING and second.state is S.QUEUED
         await rig.clock.advance(0.29)
         assert second.state is S.QUEUED
@@ -217,7 +217,7 @@ async def test_a_charged_retry_when_no_agent_is_free_obeys_the_retry_budget(
         monkeypatch.setattr(Router, "pick", nobody)
         monkeypatch.setattr(policy, "when_unavailable",
                             lambda *a, **k: policy.Retry(charge=True, anywhere=True))
-        task = await rig.outcome(await rig.submit())
+        task = await rig.outcome(await rig.submit(call=True))
         assert task.state is S.DEAD and task.error is not None
         assert task.error["code"] == "unavailable" and not link.delivered
         assert "retry budget" in task.error["message"]

@@ -205,20 +205,21 @@ async def test_accept_refuses_while_stopping_and_names_that_cannot_be_capabiliti
         rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
 
 
-async def test_accept_refuses_a_capability_whose_agents_are_all_away(rig: Rig) -> None:
+async def test_accept_refuses_a_call_whose_agents_are_all_away(rig: Rig) -> None:
     a, _ = rig.agent("a", ok)
     rig.gateway.known["x.work"] = {"a"}
     rig.registry.disconnected(a, rig.clock.wall())
     with pytest.raises(Unavailable, match=r"1 agent\(s\) declare .x.work. but none can take "
                                           r"it now: a disconnected; retry shortly"):
-        rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
+        rig.gateway.accept(SubmitRequest("x.work", {}, "tester", call=True))
 
 
-async def test_accept_refuses_a_known_capability_nobody_declares_now(rig: Rig) -> None:
+async def test_accept_refuses_a_call_to_a_known_capability_nobody_declares_now(rig: Rig
+                                                                              ) -> None:
     rig.agent("a", ok)
     rig.gateway.known["y.work"] = {"gone-agent"}
     with pytest.raises(Unavailable, match=r"declared by \['gone-agent'\], not connected now"):
-        rig.gateway.accept(SubmitRequest("y.work", {}, "tester"))
+        rig.gateway.accept(SubmitRequest("y.work", {}, "tester", call=True))
 
 
 async def test_a_caller_at_its_task_limit_is_rejected() -> None:

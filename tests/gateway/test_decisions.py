@@ -310,10 +310,10 @@ async def test_a_spent_retry_budget_dead_letters_instead_of_retrying() -> None:
         await rig.close()
 
 
-async def test_a_saturated_agent_queues_then_rejects_after_queue_wait(rig: Rig) -> None:
+async def test_a_saturated_agent_queues_a_call_then_rejects_after_queue_wait(rig: Rig) -> None:
     _, link = rig.agent("a", lambda w: "hang", max_concurrency=1)
     first = await rig.submit()
-    second = await rig.submit()
+    second = await rig.submit(call=True)
     assert first.state is S.RUNNING and second.state is S.QUEUED
     await rig.clock.advance(0.199)
     assert second.state is S.QUEUED

@@ -76,6 +76,6 @@ async def test_an_agent_with_the_tags_that_is_not_online_is_unavailable(rig: Rig
     rig.agent("us", ok, tags=["region=us"])
     rig.registry.disconnected(eu, rig.clock.wall())
     with pytest.raises(Unavailable, match="with tags region=eu"):
-        await rig.submit(tags={"region": "eu"})
+        await rig.submit(tags={"region": "eu"}, call=True)
     task = await rig.submit(tags={"region": "us"})
     assert task.state is S.SUCCEEDED

@@ -128,7 +128,7 @@ async def test_a_late_duplicate_whose_first_row_is_gone_is_refused(
 
 async def test_a_task_that_ends_before_its_commit_answers_in_one_frame() -> None:
     """The commit is held; meanwhile the task is refused a slot (the agent's one slot is busy,
-    queue_wait=0) and fails. Once stored, one frame acknowledges and answers: it carries the
+    its queue_wait=0) and fails. Once stored, one frame acknowledges and answers: it carries the
     trace id an ``accepted`` would have, and no ``accepted`` follows."""
     async with Reach.start(heartbeat_interval=0.1, queue_wait=0) as reach:
         worker = await agent(reach.url, "w", [JOB], max_concurrency=1)  # never answers
@@ -146,7 +146,7 @@ async def test_a_task_that_ends_before_its_commit_answers_in_one_frame() -> None
 
         store._run = held
         try:
-            await boss.send(submit(2, "job.run", {}))
+            await boss.send(submit(2, "job.run", {}, queue_wait=0))  # (no backlog wait)
             async with asyncio.timeout(2):
                 while not reach.gateway.book.recent:  # finished, not yet answered
                     await asyncio.sleep(0.005)

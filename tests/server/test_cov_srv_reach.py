@@ -70,7 +70,7 @@ async def test_a_stored_declaration_with_an_invalid_name_is_skipped(tmp_path: Pa
     async with Reach.start(store=f"sqlite:///{db}", http_port=None) as reach:
         assert reach.gateway.known == {"job.run": {"w"}}
         boss = await caller(reach.url)
-        await boss.send(submit(1, "job.run"))
+        await boss.send(submit(1, "job.run", defer_ack=True))  # a call (a submit would wait)
         err = (await boss.expect("error", id=1))["error"]
         assert err["code"] == "unavailable" and "declared by ['w'], not connected now" \
             in err["message"]
@@ -80,10 +80,10 @@ async def test_a_stored_declaration_with_an_invalid_name_is_skipped(tmp_path: Pa
 async def test_drain_undrain_and_admin_commands_act_on_the_named_agent() -> None:
     async with Reach.start(http_port=None, heartbeat_interval=0.1) as reach:
         worker = await agent(reach.url, "w", [JOB])
-        drained = reach.drain("w")  # no new work: suspected, its in-flight work finishes
-        assert drained["draining"] is True and drained["state"] == "suspected"
+        drained = reach.drain("w")  # no new work: drained, its in-flight work finishes
+        assert drained["draining"] is True and drained["state"] == "drained"
         boss = await caller(reach.url)
-        await boss.send(submit(1, "job.run"))
+        await boss.send(submit(1, "job.run", defer_ack=True))  # a call (a submit would wait)
         assert (await boss.expect("error", id=1))["error"]["code"] == "unavailable"
         undrained = reach.undrain("w")
         assert undrained["draining"] is False and undrained["state"] == "online"

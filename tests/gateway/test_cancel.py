@@ -1,0 +1,125 @@
+"""Cancelling a task (issue 27): wherever its life is, it ends ``cancelled`` at once, leaves
+nothing behind (no slot, no place in a queue, no waiter, no deadline), its caller hears
+``Cancelled``, and an attempt in flight is given up with its agent told to stop. A task
+abandoned by a stop is not told: it resumes, and goes back to the agent whose key cache
+knows it. A real ``Gateway`` on fakes and a ``ManualClock`` (test_decisions' rig).
+"""
+
+from __future__ import annotations
+
+from test_decisions import Rig, ok
+
+from reach.core.tasks import Outcome, TaskState
+from reach.errors import Cancelled, from_wire
+
+S = TaskState
+
+
+async def test_a_running_task_cancelled_ends_at_once_and_its_agent_is_told() -> None:
+    rig = Rig()
+    try:
+        record, link = rig.agent("a", None)
+        task = await rig.submit()
+        assert task.state is S.RUNNING and record.inflight == 1
+        outcome = rig.gateway.outcome(task.task_id)
+        assert outcome is not None
+        assert rig.gateway.cancel(task.task_id, "tester", "changed my mind") is task
+        assert task.state is S.CANCELLED and task.error is not None
+        error = from_wire(task.error)
+        assert isinstance(error, Cancelled)
+        assert error.message == "cancelled by tester: changed my mind"
+        assert error.details["by"] == "tester"
+        assert link.cancelled == [(task.task_id, 1)]  # the agent is told to stop
+        assert record.inflight == 0 and rig.gateway.in_flight == 0
+        assert [a.outcome for a in task.attempts] == [Outcome.CANCELLED]
+        assert (await outcome).state is S.CANCELLED
+        assert task.task_id not in rig.gateway.dead  # not a dead letter: nothing failed
+        assert rig.store.rows[task.task_id]["state"] == "cancelled"
+        history = list(task.history)
+        await rig.clock.advance(60.0)  # no deadline of it is left to fire
+        assert task.state is S.CANCELLED and task.history == history
+        breaker = record.breaker
+        assert breaker.state.value == "closed" and not breaker.outcomes  # not judged
+    finally:
+        await rig.close()
+
+
+async def test_a_task_waiting_its_turn_cancelled_leaves_the_queue_and_the_backlog() -> None:
+    rig = Rig()
+    try:
+        _, link = rig.agent("a", None, max_concurrency=1)
+        first = await rig.submit()
+        waiting = await rig.submit()
+        assert waiting.state is S.QUEUED and rig.gateway.book.backlog == {"x.work": 1}
+        rig.gateway.cancel(waiting.task_id, "tester")
+        assert waiting.state is S.CANCELLED and rig.gateway.book.backlog == {}
+        assert rig.gateway.slots.waiting("x.work") == 0 and not waiting.attempts
+        link.finish(first.task_id, "ok", 1)  # the freed slot goes to no cancelled task
+        await rig.clock.settle()
+        assert len(link.delivered) == 1 and first.state is S.SUCCEEDED
+    finally:
+        await rig.close()
+
+
+async def test_a_task_waiting_for_an_agent_cancelled_is_not_woken_later() -> None:
+    rig = Rig()
+    try:
+        record, _ = rig.agent("a", ok)
+        rig.registry.disconnected(record, rig.clock.wall())
+        task = await rig.submit()
+        assert task.state is S.QUEUED
+        rig.gateway.cancel(task.task_id, "tester")
+        _, link = rig.agent("a", ok)  # the agent's return wakes nobody
+        await rig.clock.advance(5.0)
+        assert task.state is S.CANCELLED and not link.delivered
+    finally:
+        await rig.close()
+
+
+async def test_a_task_backing_off_cancelled_is_not_retried() -> None:
+    rig = Rig()
+    try:
+        _, link = rig.agent("a", lambda w: ("fault", "boom"), idempotent=True)
+        task = await rig.submit()
+        assert task.state is S.RETRYING
+        rig.gateway.cancel(task.task_id, "tester")
+        await rig.clock.advance(5.0)
+        assert task.state is S.CANCELLED and len(link.delivered) == 1
+    finally:
+        await rig.close()
+
+
+async def test_cancelling_an_ended_task_changes_nothing() -> None:
+    rig = Rig()
+    try:
+        rig.agent("a", ok)
+        task = await rig.submit()
+        assert task.state is S.SUCCEEDED
+        assert rig.gateway.cancel(task.task_id, "tester") is None  # not live
+        assert task.state is S.SUCCEEDED
+        assert rig.gateway.cancel("no-such-task", "tester") is None
+    finally:
+        await rig.close()
+
+
+async def test_an_attempt_abandoned_at_a_stop_is_not_told_to_its_agent() -> None:
+    # A stopped coordinator resumes the task later and sends it back to the same agent,
+    # whose key cache answers it; a cancelled run there would be forgotten and run again.
+    rig = Rig()
+    record, link = rig.agent("a", None)
+    task = await rig.submit()
+    assert task.state is S.RUNNING
+    await rig.gateway.stop(0)
+    assert link.cancelled == [] and record.inflight == 0
+    assert not task.terminal  # it resumes on restart
+
+
+async def test_a_completion_timeout_tells_the_agent_to_stop() -> None:
+    rig = Rig()
+    try:
+        _, link = rig.agent("a", None, latency_ms=100)
+        task = await rig.submit(max_retries=0)
+        await rig.outcome(task)
+        assert task.state is S.DEAD and link.cancelled == [(task.task_id, 1)]
+    finally:
+        await rig.close()
