@@ -311,6 +311,34 @@ class ReachDashboard(App[None]):
             self.apply(admin.Delta(at=self.model.at, agents=[agent_view]))
         self.report(done.get(action, action + " {}").format(agent))
 
+    # ------------------------------------------------------------ cancelling
+
+    @on(TracesView.Cancel)
+    def cancel_requested(self, message: TracesView.Cancel) -> None:
+        trace_id, ids = message.trace_id, message.task_ids
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.cancel_tasks(trace_id, ids)
+
+        self.push_screen(ConfirmScreen(
+            f"Cancel {plural(len(ids), 'running task')} of trace {short(trace_id)}? Each ends "
+            f"cancelled and its agent is told to stop."), answered)
+
+    @work(group="commands")
+    async def cancel_tasks(self, trace_id: str, task_ids: list[str]) -> None:
+        ended = 0
+        for task_id in task_ids:
+            try:
+                view = await self.command("cancel", {"task_id": task_id,
+                                                     "reason": "from the dashboard"})
+            except (FeedError, TimeoutError) as exc:
+                self.report(f"cancel {short(task_id)} failed: {exc or 'timed out'}", error=True)
+                return
+            ended += isinstance(view, dict) and view.get("state") == "cancelled"
+        self.report(f"cancelled {plural(ended, 'task')} of trace {short(trace_id)}")
+        self.fetch_timeline(trace_id)
+
     # ------------------------------------------------------------ dead letters
 
     @on(DeadLettersView.Replay)

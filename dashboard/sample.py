@@ -88,7 +88,7 @@ def _hop(task: str, cap: str, depth: int, phase: str, start: float, end: float,
             "agent": agent, "attempt": attempt, "failed": failed, "note": note}
 
 
-_ROOT, _CHILD, _FETCH = "aa" * 16, "bb" * 16, "cc" * 16
+_ROOT, _CHILD, _FETCH, _CHARGE = "aa" * 16, "bb" * 16, "cc" * 16, "dd" * 16
 TIMELINES: dict[str, JSON] = {
     TRACES[0]["trace_id"]: {
         "trace_id": TRACES[0]["trace_id"], "started_at": AT - 2.0, "duration_ms": 800.0,
@@ -120,6 +120,15 @@ TIMELINES: dict[str, JSON] = {
             _hop(_CHILD, "orders.write", 1, "done", 0.78, 0.78, failed=True, note="failed"),
             _hop(_ROOT, "report.write", 0, "done", 0.8, 0.8, failed=True, note="failed"),
         ],
+    },
+    TRACES[1]["trace_id"]: {
+        "trace_id": TRACES[1]["trace_id"], "started_at": AT - 3.5, "duration_ms": None,
+        "tasks": [
+            {"task_id": _CHARGE, "parent_task_id": None, "capability": "billing.charge",
+             "caller": "checkout", "state": "running", "depth": 0, "started_at": AT - 3.5,
+             "ended_at": None, "error": None}],
+        "hops": [_hop(_CHARGE, "billing.charge", 0, "queued", -1.5, -1.499),
+                 _hop(_CHARGE, "billing.charge", 0, "processing", -1.499, 2.0, "billing-1", 1)],
     },
 }
 
@@ -206,6 +215,8 @@ def sample_reply(action: str, args: JSON) -> Any:
         return _find(str(args.get("id", "")).lower())
     if action == "replay":
         return {"task_id": args.get("task_id"), "state": "succeeded"}
+    if action == "cancel":
+        return {"task_id": args.get("task_id"), "state": "cancelled"}
     if action == "discard":
         return next((d for d in DEAD_LETTERS if d["task_id"] == args.get("task_id")), {})
     if action == "replay_filter":

@@ -292,6 +292,12 @@ class Admin:
         result: dict[str, Any] = await self.command("discard", task_id=task_id, reason=reason)
         return result
 
+    async def cancel(self, task_id: str, *, reason: str = "") -> dict[str, Any]:
+        """Cancel a live task of any caller: it ends ``cancelled`` and its agent is told to
+        stop. Returns its view (as it ended, if it ended first)."""
+        result: dict[str, Any] = await self.command("cancel", task_id=task_id, reason=reason)
+        return result
+
     async def phrases(self, capability: str | None = None) -> list[dict[str, Any]]:
         """What intent routing learned from callers' choices (of ``capability``)."""
         args = {} if capability is None else {"capability": capability}

@@ -118,6 +118,11 @@ def register(sub: Any) -> None:
     p.add_argument("task_id", metavar="ID", help="the dead letter's task id")
     p.add_argument("--reason", required=True, metavar="TEXT",
                    help="why (kept with the letter and in the audit log)")
+    p = command("cancel", "cancel a task: it ends cancelled and its agent is told to stop",
+                "Cancel a live task of any caller: it ends 'cancelled' (not a dead letter), "
+                "whoever waits on it hears so, and its agent is told to stop.", _cancel)
+    p.add_argument("task_id", metavar="ID", help="the task's id")
+    p.add_argument("--reason", default="", metavar="TEXT", help="why (kept in its error)")
     p = command("drain", "route no new work to an agent; its in-flight work finishes",
                 "Drain an agent (by name or agent_id): no new work is routed to it, its "
                 "in-flight work finishes. reach undrain NAME gives it work again.", _drain)
@@ -289,6 +294,15 @@ async def _discard(args: argparse.Namespace) -> None:
         print_json(letter)
     else:
         print(f"discarded {args.task_id}: {args.reason}")
+
+
+async def _cancel(args: argparse.Namespace) -> None:
+    async with admin_of(args) as admin:
+        view = await admin.cancel(args.task_id, reason=args.reason)
+    if args.json:
+        print_json(view)
+    else:
+        print(f"{args.task_id}: {view.get('state')}")
 
 
 async def _drain(args: argparse.Namespace) -> None:

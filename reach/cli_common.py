@@ -23,6 +23,7 @@ EXIT_CODES: dict[str, int] = {
     "timeout": 8,
     "task_failed": 9,
     "protocol_error": 10,
+    "cancelled": 11,
     "usage": 2,  # a command line this module refuses, as argparse's own
 }
 """The exit status of a refusal, by its error code (any other code: 1)."""

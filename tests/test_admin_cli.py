@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from subprocs import REPO, free_port
 
-from reach import Agent, Client, TaskFailed
+from reach import Agent, Cancelled, Client, TaskFailed
 
 TOKEN = "cli-adm1n-s3cret"
 
@@ -250,3 +250,36 @@ async def test_traces_find_trace_bulk_replay_and_phrases_from_a_shell(served: Se
     assert phrases.rc == 0 and "none learned" in phrases.out
     assert phrases_json.json() == {"phrases": []}
     assert forget.rc == 1 and "nothing learned for 'Never Taught'" in forget.out
+
+
+async def test_cancel_a_live_task_from_a_shell(served: Served) -> None:
+    agent = Agent("slow", reconnect_base=0.02)
+    stopped = asyncio.Event()
+
+    @agent.capability("x.slow", latency_ms=20_000)
+    async def slow() -> str:
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return "late"
+
+    await agent.connect(served.url)
+    try:
+        async with Client.connect(served.url, caller="planner") as client:
+            handle = await client.submit("x.slow", {})
+            run = await served.reach("cancel", handle.task_id, "--reason", "wrong day", "--json")
+            assert run.rc == 0, run.err
+            view = run.json()
+            assert view["state"] == "cancelled"
+            assert view["error"]["message"] == "cancelled by admin: wrong day"
+            with pytest.raises(Cancelled):
+                await handle.result(timeout=5)
+            await asyncio.wait_for(stopped.wait(), 5)
+            plain = await served.reach("cancel", handle.task_id)  # ended: as it ended
+            assert (plain.rc, plain.out.strip()) == (0, f"{handle.task_id}: cancelled")
+        missing = await served.reach("cancel", "f" * 32)
+        assert missing.rc == 4 and "no task" in missing.err  # invalid_params
+    finally:
+        await agent.close(drain=0.1)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
@@ -33,6 +36,15 @@ class TracesView(TableView):
 
     COLUMNS = TRACE_COLUMNS
     NOUN = "trace"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("c", "cancel", "Cancel running")]
+
+    class Cancel(Message):
+        """Asks the app to cancel these running tasks of trace ``trace_id`` (it confirms)."""
+
+        def __init__(self, trace_id: str, task_ids: list[str]) -> None:
+            super().__init__()
+            self.trace_id = trace_id
+            self.task_ids = task_ids
 
     class TraceSelected(Message):
         """The cursor is on ``trace_id`` (or its summary changed): fetch its timeline."""
@@ -69,6 +81,19 @@ class TracesView(TableView):
             return
         self._wanted = (key, version)
         self.post_message(self.TraceSelected(key))
+
+    def action_cancel(self) -> None:
+        """Cancel the selected trace's tasks still running (the app asks first)."""
+        timeline = self.waterfall.timeline
+        key = self.selected_key
+        if key is None or timeline is None or timeline.trace_id != key:
+            self.notify("no trace selected", severity="warning")
+            return
+        running = [t.task_id for t in timeline.tasks if t.state == "running"]
+        if not running:
+            self.notify("nothing of this trace is running", severity="warning")
+            return
+        self.post_message(self.Cancel(key, running))
 
     def show_timeline(self, timeline: admin.Timeline | None, message: str = "") -> None:
         """Called by the app with the fetched timeline (or why there is none)."""

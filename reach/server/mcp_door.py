@@ -167,7 +167,15 @@ class McpDoor:
                             call=True)
         try:
             task, _ = await self.front.admit(req, None if progress is None else progress.sink)
-            done = await self.front.finished(task, None)
+            try:
+                done = await self.front.finished(task, None)
+            except asyncio.CancelledError:
+                # The client went away or cancelled the request: the call is cancelled too,
+                # unless it carries an idempotency key (a retry of it is coming, and joins it).
+                if key is None:
+                    self.services.gateway.cancel(task.task_id, caller,
+                                                 "the MCP client cancelled the call")
+                raise
             if progress is not None:
                 await progress.flush()
         except ReachError as exc:

@@ -189,3 +189,40 @@ async def test_the_intent_tool_routes_words_and_a_refusal_can_be_chosen_from() -
                 assert again.structured_content == {"refunded": ""}
         finally:
             await agent.close(drain=0.2)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_client_that_gives_up_a_call_cancels_its_task(mode: str) -> None:
+    """A tool call the MCP client gives up (its request cancelled, or the client gone) is
+    cancelled here too: the task ends ``cancelled`` and the agent's handler is stopped. A
+    call that carries an idempotency key is not: its retry joins it."""
+    async with Reach.start(**FAST, mcp=True) as reach:
+        agent = Agent("slow", reconnect_base=0.02)
+        started, stopped = asyncio.Event(), asyncio.Event()
+
+        @agent.capability("report.build", latency_ms=20_000)
+        async def build() -> str:
+            started.set()
+            try:
+                await asyncio.sleep(20)
+            except asyncio.CancelledError:
+                stopped.set()
+                raise
+            return "built"
+
+        await agent.connect(reach.url)
+        try:
+            assert reach.mcp_url is not None
+            async with mcp_client(reach.mcp_url, mode=mode) as client:
+                call = asyncio.ensure_future(client.call_tool("report.build", {}))
+                await asyncio.wait_for(started.wait(), 5)
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+                await asyncio.wait_for(stopped.wait(), 5)
+            [task] = [t for t in reach.gateway.recent.values()
+                      if t.envelope.capability == "report.build"]
+            assert task.state.value == "cancelled"
+            assert task.error is not None and "the MCP client cancelled the call" in \
+                task.error["message"]
+        finally:
+            await agent.close(drain=0.1)
