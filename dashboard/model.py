@@ -52,6 +52,7 @@ class CapabilityView:
     name: str
     series: admin.Series | None
     agents: tuple[admin.AgentView, ...]
+    backlog: admin.Backlog | None = None  # its tasks waiting their turn, when any
 
 
 @dataclass(frozen=True)
@@ -193,9 +194,11 @@ class Model:
         for view in self.agents_by_name():
             for cap in view.capabilities:
                 serving.setdefault(cap, []).append(view)
-        names = sorted(set(serving) | set(self.metrics.capabilities))
+        backlog = self.metrics.backlog
+        names = sorted(set(serving) | set(self.metrics.capabilities) | set(backlog))
         return [CapabilityView(name, self.metrics.capabilities.get(name),
-                               tuple(serving.get(name, ()))) for name in names]
+                               tuple(serving.get(name, ())), backlog.get(name))
+                for name in names]
 
     def phrases_newest_first(self) -> list[admin.Phrase]:
         """The learned phrases last read, newest first; empty before they are read."""

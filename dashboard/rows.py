@@ -338,6 +338,16 @@ CAPABILITY_COLUMNS = (
 )
 
 
+def in_flight(inflight: int, backlog: admin.Backlog | None) -> Text:
+    """``4 +12``: attempts in flight, and the tasks waiting their turn behind them (the
+    backlog) in yellow, red once the oldest has waited a minute (its age is in
+    ``reach.metrics()["backlog"]`` and on ``/metrics``)."""
+    text = Text(str(inflight), justify="right")
+    if backlog is not None and backlog.waiting:
+        text.append(f" +{backlog.waiting}", style="yellow" if backlog.oldest_s < 60 else "red")
+    return text
+
+
 def breaker_counts(agents: tuple[admin.AgentView, ...]) -> Text:
     """``2 closed · 1 open``: the breakers of a capability's agents, worst last."""
     text = Text()
@@ -364,7 +374,7 @@ def capability_row(cap: CapabilityView, at: float) -> Row:
                  style="red" if not online else ""),
             breaker_counts(cap.agents), Text(str(series.calls), justify="right"),
             Text(str(series.faults), justify="right", style="red" if series.faults else ""),
-            Text(str(series.inflight), justify="right"),
+            in_flight(series.inflight, cap.backlog),
             *(Text(millis(ms), justify="right")
               for ms in (series.p50_ms, series.p95_ms, series.p99_ms)),
             served if cap.agents else Text("no agent declares it", style="red"),

@@ -178,7 +178,8 @@ METRICS = {"capabilities": {"billing.charge": _series(812, 0, 3.1),
                             "orders.write": _series(1635, 10, 21.0),
                             "report.write": _series(57, 2, 310.0),
                             "data.fetch": _series(0, 0, None)},
-           "agents": {}, "totals": _series(2504, 12, 4.2)}
+           "agents": {}, "totals": _series(2504, 12, 4.2),
+           "backlog": {"report.write": {"waiting": 14, "oldest_s": 95.0}}}
 
 
 def snapshot() -> JSON:

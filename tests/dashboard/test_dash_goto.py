@@ -112,6 +112,10 @@ async def test_the_capabilities_tab_joins_metrics_agents_and_breakers() -> None:
         assert orders["online"] == "1/2" and orders["breakers"] == "1 closed · 1 open"
         assert (orders["calls"], orders["faults"]) == ("1635", "10")
         assert (orders["p50"], orders["p95"], orders["p99"]) == ("21 ms", "84 ms", "189 ms")
+        # the backlog rides on "In flight": 0 running, 14 tasks waiting their turn
+        assert cells("report.write")["inflight"] == "0 +14"
+        style = view.table.get_cell("report.write", "inflight").spans[0].style
+        assert style == "red"  # the oldest has waited 95 s, past a minute
         assert cells("data.search")["online"] == "0/1"  # declared, never called
         assert cells("data.search")["calls"] == "0" and cells("data.search")["p95"] == "—"
         assert "capabilities" in str(view.query_one("#caption").render())
