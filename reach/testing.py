@@ -224,6 +224,7 @@ class FakeAgentLink:
         self.accepts = accepts
         self.delivered: list[Work] = []
         self.cancelled: list[tuple[str, int]] = []
+        self._untold: set[tuple[str, int]] = set()  # given up without telling the agent
         self.pending: dict[tuple[str, int], Reply] = {}
         self.closed: str | None = None
 
@@ -262,10 +263,17 @@ class FakeAgentLink:
         self.pending.clear()
 
     def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
-        """Forget the attempt; ``cancelled`` lists those the agent was told to stop."""
-        if tell:
-            self.cancelled.append((task_id, attempt))
-        self.pending.pop((task_id, attempt), None)
+        """Forget the attempt; ``cancelled`` lists those the agent was told to stop, as a
+        websocket agent would be: still in flight, or given up untold before."""
+        key = (task_id, attempt)
+        live = self.pending.pop(key, None) is not None or key in self._untold
+        if not tell:
+            if live:
+                self._untold.add(key)
+            return
+        self._untold.discard(key)
+        if live:
+            self.cancelled.append(key)
 
     async def close(self, reason: str) -> None:
         self.closed = reason

@@ -6,6 +6,7 @@ import pytest
 
 from reach import errors as e
 from reach.errors import (
+    Cancelled,
     InvalidParams,
     NoRoute,
     ProtocolError,
@@ -27,6 +28,7 @@ CODES = {
     Unauthorized: "unauthorized",
     TaskFailed: "task_failed",
     ReachTimeout: "timeout",
+    Cancelled: "cancelled",
     ProtocolError: "protocol_error",
 }
 

@@ -49,23 +49,28 @@ def test_table_is_exactly_the_documented_machine():
     # Pinned so a change to the machine is a deliberate, reviewed change.
     assert TRANSITIONS == {
         # succeeded without a dispatch: answered by the task's fallback (issue 13)
-        S.PENDING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD},
-        S.QUEUED: {S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD},
+        # and any unfinished state → cancelled, by its caller or an operator (issue 27)
+        S.PENDING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD,
+                    S.CANCELLED},
+        S.QUEUED: {S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED},
         S.DISPATCHED: {S.RUNNING, S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED,
-                       S.DISPATCHED},
-        S.RUNNING: {S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED},
+                       S.DISPATCHED, S.CANCELLED},
+        S.RUNNING: {S.SUCCEEDED, S.FAILED, S.RETRYING, S.DEAD, S.QUEUED, S.DISPATCHED,
+                    S.CANCELLED},
         S.RETRYING: {S.QUEUED, S.DISPATCHED, S.RETRYING, S.SUCCEEDED, S.FAILED,
-                     S.DEAD},  # another backoff; or a fallback
+                     S.DEAD, S.CANCELLED},  # another backoff; or a fallback
         S.SUCCEEDED: set(),
         S.FAILED: set(),
         S.DEAD: {S.PENDING},
+        S.CANCELLED: set(),
     }
 
 
 def test_terminal_states_have_no_exit_except_replay_of_dead():
-    assert TERMINAL == {S.SUCCEEDED, S.FAILED, S.DEAD}
+    assert TERMINAL == {S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED}
     assert TRANSITIONS[S.SUCCEEDED] == frozenset()
     assert TRANSITIONS[S.FAILED] == frozenset()
+    assert TRANSITIONS[S.CANCELLED] == frozenset()
     assert TRANSITIONS[S.DEAD] == frozenset({S.PENDING})
 
 

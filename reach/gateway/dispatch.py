@@ -104,6 +104,9 @@ class Dispatcher:
         self.timeouts = TimeoutRule(settings.default_timeout, settings.timeout_floor,
                                     settings.timeout_samples)
         self.deadlines = Deadlines(clock)  # every attempt's ack and completion deadlines
+        # task id → its idempotent attempts that timed out, each with its link: told to stop
+        # once the task has ended (``stop_timed_out``), not at the timeout (see ``close``)
+        self.timed_out: dict[str, list[tuple[AgentLink, int]]] = {}
 
     async def attempt(self, task: Task, record: AgentRecord, deadline: float | None,
                       kept: float | None = None) -> Ended:
@@ -199,13 +202,26 @@ class Dispatcher:
                            Outcome.CANCELLED.value, 0.0)
         self.book.slot_freed(t.record)
 
+    def stop_timed_out(self, task_id: str) -> None:
+        """The task ended: tell the agents of its idempotent attempts that timed out, and may
+        still run, to stop (one whose run was joined by a retry, or answered, ignores it)."""
+        for link, number in self.timed_out.pop(task_id, ()):
+            link.cancel(task_id, number, tell=True)
+
     def close(self, t: Try, kind: str, payload: Any) -> Ended:
         """The attempt ended as its link reported (``kind``, ``payload``): judge it and
         record it."""
         if t.bad:
             kind, payload = "error", t.bad[0]
         record = t.record
-        self._release(t)
+        # A completion timeout does not stop the run at once: an idempotent task's retry at
+        # this agent joins it (its key cache), and a write that outlives its timeout is left
+        # to finish rather than cut in half. An idempotent one is stopped once the task ends.
+        timeout = kind == "timeout"
+        self._release(t, not timeout)
+        if timeout and t.link is not None and \
+                record.capabilities[t.task.envelope.capability].spec.idempotent:
+            self.timed_out.setdefault(t.task.task_id, []).append((t.link, t.attempt.number))
         self.book.slot_freed(record)
         verdict = policy.classify(kind, payload, acked=t.delivery.flight.acked,
                                   caller_bound=t.caller_bound)

@@ -341,6 +341,8 @@ class Gateway:
             note = f"fallback: {task.fallback['kind']} ({task.fallback['reason']})"
         self.move(task, state, note)
         self.book.release(task)  # the answer first (a caller waits on it), the rest after
+        if self.dispatch.timed_out:
+            self.dispatch.stop_timed_out(task.task_id)
         try:
             self.store.update(task)
         except Exception:  # the task ended all the same: it must not stay live in memory

@@ -214,13 +214,13 @@ class AgentSession(Session):
         handler), and its answer, if one still comes, is a late one."""
         key = (task_id, attempt)
         reply = self.pending.pop(key, None)
-        if reply is None:  # answered (or lost with the connection): nothing to remember
+        if reply is not None:  # still in flight here, yet the gateway is done with it
+            self.given_up[key] = _why(reply) or "cancelled"  # (an answer may follow)
+            if len(self.given_up) > GIVEN_UP:
+                self.given_up.popitem(last=False)
+        elif self.given_up.get(key) is None:  # answered, or lost with the connection
             return
-        # Still in flight here, yet the gateway is done with it: an answer may follow.
-        self.given_up[key] = _why(reply) or "cancelled"
-        if len(self.given_up) > GIVEN_UP:
-            self.given_up.popitem(last=False)
-        if tell:
+        if tell:  # (also for one given up untold before: a timeout, once its task ended)
             self.out.post(p.dump(_Cancel(task_id=task_id, attempt=attempt)))
 
     async def close(self, reason: str) -> None:

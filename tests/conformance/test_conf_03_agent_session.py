@@ -164,9 +164,6 @@ async def test_a_late_result_is_told_it_came_too_late() -> None:
         # completion timeout = 40 ms × 1.2 = 48 ms; the retry comes after a 0.4-0.6 s backoff
         second = await worker.expect("invoke", timeout=3)
         assert second["attempt"] == 2
-        # the attempt it gave up, the coordinator told the agent to stop (§3, cancel)
-        cancel = await worker.expect("cancel")
-        assert (cancel["task_id"], cancel["attempt"]) == (first["task_id"], 1)
         await answer(worker, first, "too late")
         notice = await worker.expect("error")
         assert notice["task_id"] == first["task_id"] and notice["attempt"] == 1

@@ -74,7 +74,7 @@ async def test_a_submit_waits_for_a_restarting_agent_and_completes(
     agent = await cluster.add_agent("jobs", {"job.run": run})
     client = await cluster.client("ops")
     await agent.close(drain=0.1)  # a rolling restart: it closes itself …
-    await wait_until(lambda: cluster.reach.agents()[0]["state"] == "drained")
+    await wait_until(lambda: cluster.reach.agents()[0]["draining"])
     with pytest.raises(Exception, match="stopped by itself") as refused:
         await client.call("job.run", {"n": 0}, timeout=5)
     assert getattr(refused.value, "code", None) == "unavailable"

@@ -7,6 +7,8 @@ knows it. A real ``Gateway`` on fakes and a ``ManualClock`` (test_decisions' rig
 
 from __future__ import annotations
 
+from typing import Any
+
 from test_decisions import Rig, ok
 
 from reach.core.tasks import Outcome, TaskState
@@ -114,12 +116,31 @@ async def test_an_attempt_abandoned_at_a_stop_is_not_told_to_its_agent() -> None
     assert not task.terminal  # it resumes on restart
 
 
-async def test_a_completion_timeout_tells_the_agent_to_stop() -> None:
+async def test_a_timed_out_idempotent_attempt_is_stopped_once_its_task_ends() -> None:
+    # Not at the timeout: a retry at the same agent would join that run (its key cache).
     rig = Rig()
     try:
-        _, link = rig.agent("a", None, latency_ms=100)
+        calls: list[int] = []
+
+        def second_answers(work: Any) -> Any:
+            calls.append(work.attempt)
+            return None if work.attempt == 1 else ("ok", "second")
+        _, link = rig.agent("a", second_answers, latency_ms=100, idempotent=True)
+        task = await rig.submit()
+        await rig.outcome(task)
+        assert task.state is S.SUCCEEDED and calls == [1, 2]
+        assert link.cancelled == [(task.task_id, 1)]  # told once the task had ended
+    finally:
+        await rig.close()
+
+
+async def test_a_write_that_outlives_its_timeout_is_never_told_to_stop() -> None:
+    # Cut in half, a write would leave half its effects: it is left to finish.
+    rig = Rig()
+    try:
+        _, link = rig.agent("a", None, latency_ms=100)  # not idempotent
         task = await rig.submit(max_retries=0)
         await rig.outcome(task)
-        assert task.state is S.DEAD and link.cancelled == [(task.task_id, 1)]
+        assert task.state is S.DEAD and link.cancelled == []
     finally:
         await rig.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from typing import Any
 
 import pytest
@@ -25,17 +24,15 @@ def view(reach: Reach, name: str) -> dict[str, Any]:
 
 
 async def test_a_probe_waits_for_the_handler_slot_real_work_holds() -> None:
-    """One slot, held by a handler the coordinator gave up on (its call timed out) that does
-    not stop: a thread handler, which the agent's ``cancel`` cannot interrupt (an async one
-    is cancelled). The probes wait behind it, go slow, and suspect the agent; freeing the
-    slot restores it."""
+    """One slot, held by a handler the coordinator gave up on (its call timed out): the
+    probes wait behind it, go slow, and suspect the agent; freeing the slot restores it."""
     async with Reach.start(**PROBING) as reach:
         agent = Agent("one-slot", max_concurrency=1, reconnect_base=0.02)
-        gate = threading.Event()
+        gate = asyncio.Event()
 
         @agent.capability("job.stuck", latency_ms=20)
-        def stuck() -> str:
-            gate.wait(10)
+        async def stuck() -> str:
+            await gate.wait()
             return "done"
 
         async with agent.connect(reach.url), Client.connect(reach.url) as client:
