@@ -76,7 +76,8 @@ class Reach(OperatorSurface):
         self.clock: Clock = LoopClock(clock) if callable(clock) else clock
         # In a cluster the store is this node's: its tasks are owned by it (docs/cluster.md).
         self.store = Store(s.store, s.sqlite_synchronous,
-                           node_id=s.node_id if s.cluster else None)
+                           node_id=s.node_id if s.cluster else None,
+                           key_ttl=s.idempotency_ttl, wall=self.clock.wall)
         self.registry = Registry(LivenessPolicy(s.heartbeat_interval, s.suspect_after,
                                                 s.offline_after), s.breaker_open_for,
                                  max_schema_bytes=s.max_schema_bytes, warmup=s.warmup)

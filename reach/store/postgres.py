@@ -12,8 +12,10 @@ keys some other node committed first are read back, those submits fail alone wit
 
 A SQLite store has no such index: its one coordinator's memory answers a repeated key within
 ``idempotency_ttl``, and a key repeated after that is new work (the key expired). On
-PostgreSQL a key is held as long as its row is: a repeat after the TTL is answered with the
-first task (the database cannot tell an expired key from another node's live one).
+PostgreSQL the same holds: a submit refused on the index for a key whose task has ended and
+was submitted more than ``idempotency_ttl`` ago takes the key over (``expire_keys``: the old
+row keeps its task, under ``KEY~expired~TASK_ID``), in the same transaction's retry. A key
+whose task is still unfinished is never given up, however old.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from reach.ports import DuplicateKey
 from reach.store.tables import TASKS
 
 __all__ = ["INSTALL", "KEY_INDEX", "DuplicateKey", "StoreUnavailable", "create_key_index",
-           "driver_url", "held_keys", "is_postgres", "key_violation", "not_owned",
+           "driver_url", "expire_keys", "held_keys", "is_postgres", "key_violation",
+           "not_owned",
            "unreachable"]
 
 log = logging.getLogger("reach.store")
@@ -103,6 +106,25 @@ def held_keys(conn: Any, keys: list[str]) -> dict[str, str]:
         cur.execute(f"SELECT idempotency_key, task_id FROM {TASKS.name} "
                     f"WHERE idempotency_key = ANY(%s)", (keys,))
         return {k: t for k, t in cur.fetchall()}
+    finally:
+        cur.close()
+
+
+EXPIRED = "~expired~"  # an expired key's row keeps it as KEY~expired~TASK_ID
+
+
+def expire_keys(conn: Any, keys: list[str], before: float) -> set[str]:
+    """Of ``keys``, those whose task has ended and was submitted before ``before`` (the
+    TTL's horizon, wall clock): their rows give the key up, committed at once. Returns them."""
+    cur = conn.cursor()
+    try:
+        cur.execute(f"UPDATE {TASKS.name} SET idempotency_key = idempotency_key || %s || "
+                    f"task_id WHERE idempotency_key = ANY(%s) AND created_at < %s AND "
+                    f"state = ANY(%s) RETURNING idempotency_key",
+                    (EXPIRED, keys, before, ["succeeded", "failed", "dead", "cancelled"]))
+        gone = {k.rpartition(EXPIRED)[0] for (k,) in cur.fetchall()}
+        conn.commit()
+        return gone
     finally:
         cur.close()
 

@@ -9,6 +9,7 @@ extends (``reach.store.engine.GroupCommit``: ``insert``, ``update``, ``persist``
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,11 +41,14 @@ class Store(GroupCommit):
                  threaded: bool | None = None, group_window: float = 0.001,
                  update_delay: float = 0.02, max_batch: int | None = None,
                  node_id: str | None = None,
-                 on_lost: Callable[[list[str]], None] | None = None) -> None:
+                 on_lost: Callable[[list[str]], None] | None = None,
+                 key_ttl: float | None = None, wall: Callable[[], float] = time.time) -> None:
         """``node_id`` makes this the store of one node of a cluster (PostgreSQL only): its
         new tasks are owned by it, ``unfinished`` answers only its own, and a change to a
         task another node took over is not written but reported to ``on_lost`` (task ids,
-        called on the loop after the commit: the gateway drops them)."""
+        called on the loop after the commit: the gateway drops them). ``key_ttl``: on
+        PostgreSQL, a key whose task ended and was submitted that many seconds before
+        ``wall()`` is given up to a new submit (``postgres.expire_keys``)."""
         self.url = url
         sqlite = url.startswith("sqlite")
         if node_id is not None and not is_postgres(url):
@@ -56,6 +60,7 @@ class Store(GroupCommit):
                          group_window=group_window, update_delay=update_delay,
                          max_batch=max_batch)
         self.node_id, self.on_lost = node_id, on_lost
+        self.key_ttl, self.wall = key_ttl, wall
         path = sqlite_path(url)
         self._lock = FileLock(path) if path is not None else None
 
@@ -129,6 +134,10 @@ class Store(GroupCommit):
                 self._raw.rollback()
                 if not held:  # pragma: no cover — the holder's row is visible once it refuses
                     raise
+                if self.key_ttl is not None:  # (expired keys go to the new submits)
+                    gone = postgres.expire_keys(self._raw, list(held),
+                                                self.wall() - self.key_ttl)
+                    held = {k: t for k, t in held.items() if k not in gone}
                 for row in new_rows:
                     if row["idempotency_key"] in held:
                         key = row["idempotency_key"]

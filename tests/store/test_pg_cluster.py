@@ -271,3 +271,31 @@ async def test_postgresql_gets_the_key_and_owner_indexes_and_sqlite_neither(
         lite = {r[1] for r in db.execute("PRAGMA index_list(reach_tasks)")}
     assert not lite & {"ux_reach_tasks_idempotency_key", "ix_reach_tasks_owner_unfinished"}
     assert "ix_reach_tasks_trace_id" in lite
+
+
+async def test_a_key_past_its_ttl_whose_task_ended_goes_to_a_new_submit(
+        open_store: Callable[..., Any]) -> None:
+    """Issue 27: on PostgreSQL idempotency keys honour ``idempotency_ttl`` as a SQLite
+    store's do. A key whose task ended more than the TTL after its submit is new work; one
+    within the TTL, or whose task is still unfinished however old, is the first task's."""
+    store = await open_store(node_id="a", key_ttl=60.0, wall=lambda: 1000.0)
+    ended_long_ago, unfinished, ended_lately = (task("c/old", created=100.0),
+                                                task("c/live", created=100.0),
+                                                task("c/new", created=990.0))
+    for t in (ended_long_ago, unfinished, ended_lately):
+        await store.insert(t)
+    for t in (ended_long_ago, ended_lately):
+        t.state = TaskState.SUCCEEDED
+        await store.persist(t)
+    again = [task(key, created=1000.0) for key in ("c/old", "c/live", "c/new")]
+    results = await asyncio.gather(*(store.insert(t) for t in again), return_exceptions=True)
+    assert results[0] is None  # expired: the new submit holds the key now
+    assert isinstance(results[1], DuplicateKey) and results[1].first_task_id == \
+        unfinished.task_id
+    assert isinstance(results[2], DuplicateKey) and results[2].first_task_id == \
+        ended_lately.task_id
+    old = await store.get(ended_long_ago.task_id)
+    assert old is not None and old.state is TaskState.SUCCEEDED  # kept whole, key aside
+    assert old.envelope.idempotency_key == f"c/old~expired~{ended_long_ago.task_id}"
+    new = await store.get(again[0].task_id)
+    assert new is not None and new.envelope.idempotency_key == "c/old"
