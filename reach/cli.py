@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-backlog", type=int, default=10_000, metavar="N",
                        help="tasks of one capability waiting their turn before new submits "
                             "are refused with 'rejected' (default 10000)")
+    serve.add_argument("--max-backlog-age", type=float, default=None, metavar="S",
+                       help="also refuse new submits of a capability once its longest "
+                            "waiting task has waited this long (default: no bound)")
     serve.add_argument("--max-retries", type=int, default=2, metavar="N",
                        help="default retries per task (default 2)")
     serve.add_argument("--strategy", choices=STRATEGIES, default="weighted",
@@ -229,6 +232,7 @@ def _settings(args: argparse.Namespace) -> Settings:
             heartbeat_interval=args.heartbeat_interval, suspect_after=args.suspect_after,
             offline_after=args.offline_after, ack_timeout=args.ack_timeout,
             queue_wait=args.queue_wait, max_wait=args.max_wait, max_backlog=args.max_backlog,
+            max_backlog_age=args.max_backlog_age,
             max_retries=args.max_retries, strategy=args.strategy,
             recovery_grace=args.recovery_grace, admin_token=admin_token(args),
             retry_budget=args.retry_budget, auto_replay=args.auto_replay,

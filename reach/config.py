@@ -46,6 +46,7 @@ class Settings:
     # waiting tasks of a capability the door refuses new submits (``rejected``)
     max_wait: float = 3600.0
     max_backlog: int = 10_000
+    max_backlog_age: float | None = None  # or once its longest waiting task waited this long
     priority_aging: float = 50.0  # priority levels gained per second of waiting for a slot
     max_retries: int = 2
     backoff: Backoff = field(default_factory=Backoff)
@@ -145,6 +146,8 @@ class Settings:
         if self.default_timeout <= 0 or self.timeout_floor <= 0 or self.timeout_samples < 1:
             raise ValueError("default_timeout and timeout_floor must be positive and "
                              "timeout_samples at least 1")
+        if self.max_backlog_age is not None and self.max_backlog_age <= 0:
+            raise ValueError("max_backlog_age must be positive (or None: no bound)")
         if self.queue_wait < 0 or self.max_retries < 0:
             raise ValueError("queue_wait and max_retries must not be negative")
         if self.warmup < 0 or not 0 < self.high_water <= 1 or not 0 <= self.shed_below <= 10:

@@ -156,8 +156,9 @@ class Ops:
         node adds ``cluster``: the counters of every node summed, and each node's totals."""
         snap = self.gateway.metrics.snapshot()
         # The backlog: tasks accepted and waiting their turn, and the oldest one's age
-        snap["backlog"] = {cap: {"waiting": n, "oldest_s": round(age, 3)} for cap, (n, age)
-                           in sorted(self.gateway.book.waiting(self.gateway.clock.wall()).items())}
+        waiting = self.gateway.book.backlog.view(self.gateway.clock.wall())
+        snap["backlog"] = {cap: {"waiting": n, "oldest_s": round(age, 3)}
+                           for cap, (n, age) in sorted(waiting.items())}
         if self.cluster is not None:  # a cluster's node: the whole cluster's counters too
             snap["cluster"] = self.cluster.metrics()
         return snap

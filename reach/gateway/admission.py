@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from reach.config import Settings
 from reach.core import intent as intents
 from reach.core import intent_learn as learning
 from reach.core import reasons
@@ -19,6 +20,7 @@ from reach.core.agents import Declared
 from reach.core.registry import Registry
 from reach.core.tasks import Task
 from reach.errors import InvalidParams, NoRoute, Rejected, Unauthorized, Unavailable
+from reach.gateway.backlog import Backlog
 from reach.gateway.book import TaskBook
 
 
@@ -84,13 +86,22 @@ def check_reachable(capability: str, declaring: Declared, tags: tagging.Wanted |
                       capability=capability)
 
 
-def backlog_full(capability: str, waiting: int, limit: int) -> Rejected:
-    """A submit refused before acceptance: ``capability``'s backlog is at ``max_backlog``
-    (nothing accepted is refused later)."""
-    return Rejected(
-        f"{capability!r} has {waiting} tasks waiting for a free agent, its limit "
-        f"(max_backlog {limit}); slow down and retry, or add agents",
-        level=1.0, capability=capability, backlog=waiting)
+def check_backlog(backlog: Backlog, capability: str, settings: Settings, now: float) -> None:
+    """Refuse a submit before acceptance (nothing accepted is refused later) when
+    ``capability``'s backlog is at ``max_backlog`` tasks, or its longest waiting task has
+    waited past ``max_backlog_age`` (``now``: the wall clock)."""
+    waiting = backlog.depth(capability)
+    if waiting >= settings.max_backlog:
+        raise Rejected(
+            f"{capability!r} has {waiting} tasks waiting for a free agent, its limit "
+            f"(max_backlog {settings.max_backlog}); slow down and retry, or add agents",
+            level=1.0, capability=capability, backlog=waiting)
+    limit = settings.max_backlog_age
+    if limit is not None and (age := backlog.oldest(capability, now)) > limit:
+        raise Rejected(
+            f"{capability!r} has had a task waiting for a free agent for {age:.0f}s, past "
+            f"its limit (max_backlog_age {limit:.0f}s); slow down and retry, or add agents",
+            level=1.0, capability=capability, backlog=waiting, oldest_s=round(age, 3))
 
 
 def any_tagged(declaring: Declared, tags: tagging.Wanted) -> bool:

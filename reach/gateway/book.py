@@ -21,6 +21,7 @@ from pydantic_core import to_json
 from reach.config import Settings
 from reach.core import counts
 from reach.core.tasks import Task, TaskState
+from reach.gateway.backlog import Backlog
 from reach.gateway.events import DEAD_LETTER, EventBus
 
 S = TaskState
@@ -38,9 +39,7 @@ class TaskBook:
         self.dead: dict[str, Task] = {}
         self.keys: dict[str, str] = {}  # caller-scoped idempotency key → task id
         self.caller_live: dict[str, int] = {}  # caller → its unfinished tasks
-        # capability → its live tasks waiting their turn (state queued): the backlog the door
-        # bounds (``max_backlog``) and the metrics show
-        self.backlog: dict[str, int] = {}
+        self.backlog = Backlog()  # the live tasks waiting their turn (state queued)
         self.commits: dict[str, asyncio.Future[None]] = {}
         # Who waits on each pending insert (``then``), called from its one settling callback.
         self._after: dict[str, list[Callable[[asyncio.Future[None]], None]]] = {}
@@ -65,7 +64,7 @@ class TaskBook:
         if task.task_id not in self.live:
             counts.add(self.caller_live, task.envelope.caller)
             if task.state is S.QUEUED:
-                counts.add(self.backlog, task.envelope.capability)
+                self.backlog.enter(task)
         self.live[task.task_id] = task
         ids = self.traces.setdefault(task.envelope.trace_id, [])
         if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
@@ -76,32 +75,25 @@ class TaskBook:
         if self.live.pop(task.task_id, None) is not None:
             counts.drop(self.caller_live, task.envelope.caller)
             if task.state is S.QUEUED:
-                counts.drop(self.backlog, task.envelope.capability)
+                self.backlog.leave(task)
 
     def moved(self, task: Task, before: TaskState) -> None:
-        """A live task moved into or out of ``queued`` (``Gateway.move``). (Counted inline:
-        a task that waits for a slot makes this step twice.)"""
-        if task.task_id in self.live:
-            backlog, cap = self.backlog, task.envelope.capability
-            if before is S.QUEUED and cap in backlog:
-                left = backlog[cap] - 1
-                if left:
-                    backlog[cap] = left
+        """A live task moved into or out of ``queued`` (``Gateway.move``)."""
+        tid = task.task_id
+        if tid in self.live:  # (inline: no call but this one, for every task that queues)
+            tasks, env = self.backlog.tasks, task.envelope
+            cap = env.capability
+            if before is S.QUEUED and cap in tasks:
+                waiting = tasks[cap]
+                if tid in waiting:
+                    del waiting[tid]
+                if not waiting:
+                    del tasks[cap]
+            if task.state is S.QUEUED:
+                if cap in tasks:
+                    tasks[cap][tid] = env.created_at
                 else:
-                    del backlog[cap]
-            if task.state is S.QUEUED:
-                backlog[cap] = backlog[cap] + 1 if cap in backlog else 1
-
-    def waiting(self, now: float) -> dict[str, tuple[int, float]]:
-        """capability → how many of its tasks wait their turn, and the oldest one's age in
-        seconds since its submit (``now`` is the wall clock)."""
-        out: dict[str, tuple[int, float]] = {}
-        for task in self.live.values():
-            if task.state is S.QUEUED:
-                cap = task.envelope.capability
-                count, age = out.get(cap, (0, 0.0))
-                out[cap] = (count + 1, max(age, now - task.envelope.created_at))
-        return out
+                    tasks[cap] = {tid: env.created_at}
 
     def forget(self, task: Task, error: BaseException | None = None) -> None:
         """A task whose first write failed: it was never accepted, nothing may remain. One

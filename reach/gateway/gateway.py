@@ -179,11 +179,11 @@ class Gateway:
         elif fail_fast:  # (a submit waits for the agents: its params are checked on pick)
             raise admission.not_connected(cap, self.known[cap])
         plan = self.fallbacks.plan(req, cap, declaring)
-        if fail_fast and plan is None:  # (a fallback would answer: the driver serves it)
+        if fail_fast and plan is None and (  # (a fallback would answer: the driver serves it)
+                tags or not any(r.reachable for r in declaring.values())):
             admission.check_reachable(cap, declaring, tags, self.clock.wall())
-        backlog = self.book.backlog
-        if backlog and backlog.get(cap, 0) >= self.settings.max_backlog:
-            raise admission.backlog_full(cap, backlog[cap], self.settings.max_backlog)
+        if self.book.backlog.tasks and cap in self.book.backlog.tasks:
+            admission.check_backlog(self.book.backlog, cap, self.settings, self.clock.wall())
         live = self.book.usage(caller)
         if live >= self.settings.max_caller_tasks:
             raise Rejected(

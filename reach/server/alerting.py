@@ -125,7 +125,7 @@ class Alerting:
             elif rule.kind == al.NO_AGENT:
                 out[rule.name] = al.agent_readings(rule, reachable)
             elif rule.kind == al.BACKLOG_AGE:
-                oldest = {cap: age for cap, (_, age) in self.gateway.book.waiting(now).items()}
+                oldest = {cap: age for cap, (_, age) in self.gateway.book.backlog.view(now).items()}
                 out[rule.name] = al.backlog_readings(rule, oldest, now)
             else:
                 out[rule.name] = self._latency(rule)

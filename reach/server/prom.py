@@ -69,7 +69,7 @@ class _Collector:
         oldest = GaugeMetricFamily("reach_backlog_oldest_seconds", "age of the oldest task "
                                    "waiting its turn (since its submit), per capability",
                                    labels=["capability"])
-        for cap, (waiting, age) in sorted(gateway.book.waiting(gateway.clock.wall()).items()):
+        for cap, (waiting, age) in sorted(gateway.book.backlog.view(gateway.clock.wall()).items()):
             depth.add_metric([cap], waiting)
             oldest.add_metric([cap], age)
         yield depth

@@ -41,7 +41,7 @@ async def test_submits_past_every_slot_wait_their_turn_and_all_complete_by_prior
         assert ran == [0, 1, 3, 5, 4, 2]  # 9, then 7, then 5, then 1
         assert all(t.state is S.SUCCEEDED for t in tasks)
         assert rig.gateway.metrics.snapshot()["capabilities"]["x.work"]["rejections"] == 0
-        assert rig.gateway.book.backlog == {}
+        assert rig.gateway.book.backlog.tasks == {}
     finally:
         await rig.close()
 
@@ -61,7 +61,7 @@ async def test_a_submit_whose_deadline_passes_in_the_backlog_is_a_dead_letter() 
         assert "did not complete within 2.0s" in waiting.error["message"]
         assert "waited 2.0s in the backlog" in waiting.error["message"]
         assert waiting.task_id in rig.gateway.dead  # replayable
-        assert rig.gateway.slots.waiting("x.work") == 0 and rig.gateway.book.backlog == {}
+        assert rig.gateway.slots.waiting("x.work") == 0 and rig.gateway.book.backlog.tasks == {}
     finally:
         await rig.close()
 
@@ -204,10 +204,33 @@ async def test_the_backlog_counts_each_waiting_task_once_whatever_ends_its_wait(
         await rig.submit()
         for _ in range(3):
             await rig.submit()
-        assert rig.gateway.book.backlog == {"x.work": 3}
-        assert rig.gateway.book.waiting(rig.clock.wall())["x.work"][0] == 3
+        assert rig.gateway.book.backlog.depth("x.work") == 3
+        assert rig.gateway.book.backlog.view(rig.clock.wall())["x.work"][0] == 3
         await rig.clock.advance(1.0)  # all three wait out max_wait
-        assert rig.gateway.book.backlog == {}
-        assert rig.gateway.book.waiting(rig.clock.wall()) == {}
+        assert rig.gateway.book.backlog.tasks == {}
+        assert rig.gateway.book.backlog.view(rig.clock.wall()) == {}
+    finally:
+        await rig.close()
+
+
+async def test_the_door_refuses_once_the_longest_waiting_task_waited_past_max_backlog_age(
+) -> None:
+    rig = Rig(max_backlog_age=5.0)
+    try:
+        _, link = rig.agent("a", None, max_concurrency=1)
+        first = await rig.submit()
+        waiting = await rig.submit()
+        await rig.clock.advance(4.0)
+        assert (await rig.submit()).state is S.QUEUED  # 4 s: within the bound
+        assert rig.gateway.book.backlog.view(rig.clock.wall()) == {"x.work": (2, 4.0)}
+        await rig.clock.advance(1.5)
+        with pytest.raises(Rejected, match=r"waiting .* for 6s, past its limit "
+                                           r"\(max_backlog_age 5s\)") as refused:
+            rig.gateway.accept(SubmitRequest("x.work", {}, "tester"))
+        assert refused.value.details["oldest_s"] == 5.5
+        link.finish(first.task_id, "ok", 1)  # the oldest gets the slot: the backlog is young
+        await rig.clock.settle()
+        assert waiting.state is S.RUNNING
+        assert (await rig.submit()).state is S.QUEUED
     finally:
         await rig.close()
