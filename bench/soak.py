@@ -14,7 +14,9 @@ What runs, all on loopback, every piece its own OS process except the caller:
   exception (an agent fault: retried for reads, dead-lettered for writes); agents are SIGKILLed
   at random moments and restarted under the same name;
 - this process, the caller: one ``Client`` keeping ``--inflight`` tasks in flight; a submit
-  refused with ``unavailable`` (nobody online yet) is sent again with the same key.
+  refused with ``unavailable`` (nobody online yet) is sent again with the same key;
+- then a **burst** (issue 27, the backlog): ``--burst`` times the agents' slots (default 10×)
+  submitted all at once, past every slot, with no kills: accepted work must wait its turn.
 
 At the end the coordinator is stopped gently and its store is read back. The table says:
 
@@ -24,9 +26,12 @@ At the end the coordinator is stopped gently and its store is read back. The tab
   never received the earlier run's answer (that attempt ended ``lost``/``timeout``, e.g. its
   agent was SIGKILLed, so running it again elsewhere is what idempotent means). The allowed
   re-runs are counted on their own row. Must be 0.
-- dead letters (by reason), retry amplification (attempts / tasks), caller latency p50/p99.
+- dead letters (by reason), retry amplification (attempts / tasks), caller latency p50/p99;
+- the burst: submits refused at the door, tasks **rejected after acceptance** (must be 0),
+  and the backlog's wait (submit to first dispatch) p50/p99.
 
-Exit status 1 if lost > 0 or executed twice > 0 (or nothing was acknowledged), else 0.
+Exit status 1 if lost > 0, executed twice > 0 or a burst task was rejected after acceptance
+(or nothing was acknowledged), else 0.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from reach import Client, ReachError  # noqa: E402
 READ, WRITE = "soak.read", "soak.write"
 TERMINAL = ("succeeded", "failed", "dead")
 NOT_RECEIVED = ("lost", "timeout", "undelivered", "cancelled")  # the answer never counted
+SLOTS = 64  # each agent process's max_concurrency
 RESERVE = 25.0  # seconds kept at the end of --seconds for the drain, the stop and the report
 
 
@@ -157,7 +163,7 @@ class Cluster:
         proc = Proc(f"{name}.{n}", [
             str(AGENT), self.url, name, "--log", str(self.work / f"{name}.{n}.log"),
             "--fault-rate", str(self.fault_rate), "--seed", str(self.seed),
-            "--min-ms", "3", "--max-ms", "15", "--max-concurrency", "64",
+            "--min-ms", "3", "--max-ms", "15", "--max-concurrency", str(SLOTS),
             "--latency-ms", "500"], self.work / f"{name}.{n}.out")
         self.all_procs.append(proc)
         self.agents[name] = proc
@@ -241,6 +247,38 @@ async def run_load(client: Client, load: Load, inflight: int, stop_submitting: f
     await asyncio.gather(*(worker() for _ in range(inflight)))
 
 
+async def run_burst(client: Client, load: Load, keys: list[tuple[str, str, int]],
+                    result_wait: float) -> int:
+    """Submit every one of ``keys`` at once (no cap in flight): how many the door refused.
+    Each accepted one's outcome is awaited as ``run_load``'s are."""
+    refused = 0
+
+    async def one(key: str, capability: str, n: int) -> None:
+        nonlocal refused
+        try:
+            handle = await client.submit(capability, {"n": n}, idempotency_key=key)
+        except ReachError as exc:  # refused before acceptance: the door's back-pressure
+            load.unacked[key] = exc.code
+            refused += 1
+            return
+        load.acked[key] = handle.task_id
+        try:
+            value = await handle.result(timeout=result_wait)
+            load.outcome[key] = "ok" if value.get("n") == n else "wrong_result"
+        except ReachError as exc:
+            load.outcome[key] = exc.code
+
+    await asyncio.gather(*(one(*k) for k in keys))
+    return refused
+
+
+def backlog_waits(store: dict[str, dict[str, Any]], keys: list[str],
+                  created: dict[str, float]) -> list[float]:
+    """Each key's wait from its submit to its first attempt (ms), for those dispatched."""
+    return [(row["attempts"][0]["started_at"] - created[k]) * 1000 for k in keys
+            if (row := store.get(k)) is not None and row["attempts"] and k in created]
+
+
 async def chaos(cluster: Cluster, load: Load, rng: random.Random, kills: int,
                 stop: asyncio.Event) -> list[str]:
     """Agent SIGKILLs (each restarted after a short while) spread over the run, and one
@@ -291,12 +329,13 @@ async def chaos(cluster: Cluster, load: Load, rng: random.Random, kills: int,
 def read_store(db: Path) -> dict[str, dict[str, Any]]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT idempotency_key, task_id, capability, state, error, "
-                            "attempts FROM reach_tasks").fetchall()
+                            "attempts, created_at FROM reach_tasks").fetchall()
     # Keys are stored scoped to their caller ("soak/k1"); the agents' logs show them as given.
     return {key.removeprefix("soak/"): {
                 "task_id": tid, "capability": cap, "state": state,
-                "error": json.loads(err) if err else None, "attempts": json.loads(att)}
-            for key, tid, cap, state, err, att in rows}
+                "error": json.loads(err) if err else None, "attempts": json.loads(att),
+                "created_at": created}
+            for key, tid, cap, state, err, att, created in rows}
 
 
 def read_runs(work: Path) -> dict[str, list[tuple[str, int, int]]]:
@@ -347,23 +386,29 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(args: argparse.Namespace, cluster: Cluster, load: Load, chaos_log: list[str],
-           elapsed: float) -> int:
+           elapsed: float, burst: list[str], refused: int) -> int:
     store = read_store(cluster.db)
+    created = {k: row["created_at"] for k, row in store.items()}
+    waits = backlog_waits(store, [k for k in burst if k in load.acked], created)
+    late_refusals = sum(1 for k in burst if load.outcome.get(k) == "rejected")
     done = read_runs(cluster.work)
-    violations, allowed = judge_twice(done, store)
+    violations, allowed = judge_twice(done, store)  # (the burst's keys included)
     lost = [k for k in load.acked if store.get(k, {}).get("state") not in TERMINAL]
-    states = collections.Counter(store[k]["state"] for k in load.acked if k in store)
-    dead = collections.Counter(dead_reason(store[k]) for k in load.acked
+    in_burst = set(burst)
+    acked = [k for k in load.acked if k not in in_burst]  # the main load's
+    states = collections.Counter(store[k]["state"] for k in acked if k in store)
+    dead = collections.Counter(dead_reason(store[k]) for k in acked
                                if k in store and store[k]["state"] == "dead")
-    attempts = sum(len(store[k]["attempts"]) for k in load.acked if k in store)
+    attempts = sum(len(store[k]["attempts"]) for k in acked if k in store)
     lat = [v * 1000 for v in load.latency.values()]
     no_outcome = sum(1 for k in load.acked if load.outcome.get(k) in (None, "no_outcome"))
+    burst_ok = sum(1 for k in burst if load.outcome.get(k) == "ok")
     reads = sum(1 for _, cap, _ in load.plan[:load.submitted] if cap == READ)
 
     rows: list[tuple[str, str]] = [
         ("tasks submitted", f"{load.submitted}  ({reads} reads, {load.submitted - reads} "
                             f"writes)"),
-        ("tasks acknowledged", str(len(load.acked))),
+        ("tasks acknowledged", str(len(acked))),
         ("tasks lost", str(len(lost))),
         ("keys executed twice", str(len(violations))),
         ("tasks succeeded", str(states["succeeded"])),
@@ -371,13 +416,20 @@ def report(args: argparse.Namespace, cluster: Cluster, load: Load, chaos_log: li
         ("tasks dead-lettered", str(states["dead"])),
         *((f"  {reason}", str(n)) for reason, n in sorted(dead.items())),
         ("re-runs of reads whose answer was lost", f"{len(allowed)}  (allowed: idempotent)"),
-        ("retry amplification", f"{attempts / max(1, len(load.acked)):.3f}  "
+        ("retry amplification", f"{attempts / max(1, len(acked)):.3f}  "
                                 f"(attempts / tasks)"),
         ("latency p50", f"{percentile(lat, 0.50):.1f} ms"),
         ("latency p99", f"{percentile(lat, 0.99):.1f} ms"),
         ("callers left without an outcome", str(no_outcome)),
         ("submits not acknowledged", str(len(load.unacked))),
         ("submits sent again (unavailable)", str(sum(load.submit_retries.values()))),
+        ("burst: tasks at once (x the agents' slots)",
+         f"{len(burst)}  ({len(burst) / max(1, args.agents * SLOTS):.0f}x)"),
+        ("burst: refused at the door", str(refused)),
+        ("burst: succeeded", str(burst_ok)),
+        ("burst: rejected after acceptance", str(late_refusals)),
+        ("burst: backlog wait p50 / p99", f"{percentile(waits, 0.50):.1f} / "
+                                          f"{percentile(waits, 0.99):.1f} ms"),
         ("agent SIGKILLs / coordinator SIGKILLs",
          f"{cluster.agent_kills} / {cluster.coordinator_kills}"),
         ("elapsed", f"{elapsed:.1f} s"),
@@ -392,10 +444,10 @@ def report(args: argparse.Namespace, cluster: Cluster, load: Load, chaos_log: li
     print(f"{'-' * width}  {'-' * 24}")
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
-    failed = bool(lost or violations or not load.acked)
+    failed = bool(lost or violations or late_refusals or not load.acked)
     print()
     print(f"result: {'FAIL' if failed else 'PASS'} (lost {len(lost)}, executed twice "
-          f"{len(violations)})")
+          f"{len(violations)}, rejected after acceptance {late_refusals})")
     if lost:
         print(f"lost keys (first 10): {sorted(lost)[:10]}")
     if violations:
@@ -431,11 +483,20 @@ async def soak(args: argparse.Namespace) -> int:
                        result_wait=max(5.0, RESERVE - 10))
         stop.set()
         chaos_log = await chaos_task
+        # The burst, once the chaos is over: past every slot at once (the backlog)
+        burst = [(f"b{args.seed}-{i:05d}", WRITE if rng.random() < args.write_share else READ,
+                  args.tasks + i) for i in range(args.burst * args.agents * SLOTS)]
+        refused = 0
+        if burst and time.monotonic() < hard_stop - RESERVE / 2:
+            refused = await run_burst(client, load, burst, result_wait=max(5.0, RESERVE - 10))
+        else:
+            burst = []
         elapsed = time.monotonic() - started
         await client.close()
         client = None
         cluster.stop()
-        code = report(args, cluster, load, chaos_log, elapsed)
+        code = report(args, cluster, load, chaos_log, elapsed, [k for k, _, _ in burst],
+                      refused)
         if load.submitted < args.tasks:
             print(f"note: --seconds {args.seconds:g} ran out after {load.submitted} of "
                   f"{args.tasks} tasks")
@@ -467,6 +528,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--write-share", type=float, default=0.2,
                     help="share of tasks that are non-idempotent writes (default 0.2)")
     ap.add_argument("--seed", type=int, default=1, help="seeds the task mix, kills and faults")
+    ap.add_argument("--burst", type=int, default=10,
+                    help="the burst phase: this many times the agents' slots submitted at "
+                         "once (default 10; 0: none)")
     ap.add_argument("--quick", action="store_true",
                     help="tiny run: 200 tasks, 2 agents, one kill, one coordinator restart")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, db)")

@@ -39,4 +39,9 @@ def test_soak_quick_prints_the_table_and_loses_nothing() -> None:
         assert row(lines, name), name
     # attempts / tasks: below 1 when tasks die without an attempt (no healthy agent)
     assert float(row(lines, "retry amplification").split()[0]) > 0
+    # The burst (issue 27): ten times the agents' slots at once, and accepted work waits
+    assert row(lines, "burst: tasks at once (x the agents' slots)") == "1280  (10x)"
+    assert row(lines, "burst: rejected after acceptance") == "0"
+    assert row(lines, "burst: refused at the door") == "0"  # under max_backlog
+    assert row(lines, "burst: backlog wait p50 / p99").endswith(" ms")
     assert "result: PASS" in out
