@@ -21,6 +21,7 @@ from reach.core.agents import AgentRecord
 from reach.core.registry import Registry
 from reach.core.tasks import Task, TaskState
 from reach.errors import InvalidParams
+from reach.gateway import cancelling
 from reach.gateway.book import earlier_errors
 from reach.gateway.events import ADMIN, AGENT
 from reach.gateway.gateway import Gateway
@@ -328,9 +329,12 @@ class Ops:
                      ) -> dict[str, Any]:
         """Cancel a live task as an operator (any caller's): it ends ``cancelled`` and its
         agent is told to stop. A task that ended already is answered as it ended."""
-        task = self.gateway.cancel(task_id, by, reason) or await self.gateway.task(task_id)
+        done = self.gateway.cancel(task_id, by, reason)
+        task = done or await self.gateway.task(task_id)
         if task is None:
             raise InvalidParams(f"no task {task_id!r}; see reach.find() for a head of an id")
+        if done is None and not task.terminal:
+            raise cancelling.elsewhere(task)
         return task.view()
 
     async def find_trace(self, trace_id: str) -> TraceView:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from reach.core.tasks import Outcome, Task, TaskState
-from reach.errors import Cancelled, ReachError
+from reach.errors import Cancelled, ReachError, Unavailable
 from reach.gateway.book import TaskBook
 from reach.gateway.crew import Crew
 
@@ -40,3 +40,11 @@ def cancel(gateway: Ender, book: TaskBook, crew: Crew, task_id: str, by: str, no
         why, task_id=task_id, capability=task.envelope.capability, by=by), fall_back=False)
     crew.cancel_named({f"task-{task_id}"})
     return task
+
+
+def elsewhere(task: Task) -> Unavailable:
+    """Why a task that is not finished cannot be cancelled here: another coordinator of the
+    cluster runs it (a cancel reaches the tasks of the coordinator it is sent to)."""
+    return Unavailable(
+        f"task {task.task_id!r} is run by another coordinator of this cluster, not this one; "
+        f"send the cancel to that coordinator", task_id=task.task_id)

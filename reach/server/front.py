@@ -31,6 +31,7 @@ from reach.errors import (
     Unauthorized,
     Unavailable,
 )
+from reach.gateway import cancelling
 from reach.gateway.clock import within
 from reach.ports import DuplicateKey
 from reach.server import front_sse
@@ -322,7 +323,9 @@ class FrontDoor:
             raise HttpProblem(Unauthorized(
                 f"task {task.task_id!r} is {task.envelope.caller!r}'s; only its caller (or an "
                 f"operator) may cancel it", task_id=task.task_id), 403)
-        task = self.gateway.cancel(task.task_id, caller) or task
+        done = self.gateway.cancel(task.task_id, caller)
+        if done is None and not task.terminal:
+            raise cancelling.elsewhere(task)
         return web.Response(body=to_json(task.view()), content_type=JSON,
                             headers={"X-Reach-State": task.state.value, **self._trace(task)})
 

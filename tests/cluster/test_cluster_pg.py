@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from reach import Agent, Client, Reach
+from reach import Agent, Client, Reach, Unavailable
 from reach.errors import InvalidParams
 
 pytestmark = pytest.mark.timeout(60)
@@ -208,3 +208,21 @@ async def test_every_node_shows_the_clusters_counters(pg_url: str, stack: AsyncE
         assert view["capabilities"]["work.do"]["succeeded"] == 5
     assert "cluster" not in (await stack.enter_async_context(
         Reach.start(http_port=None))).metrics()  # a lone coordinator has no cluster part
+
+
+async def test_a_cancel_sent_to_another_node_says_where_the_task_runs(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    """A cancel reaches the tasks of the coordinator it is sent to: sent to a node that does
+    not run the task, it is refused (``unavailable``) rather than answered with a task that
+    goes on running; sent to the owner, it cancels."""
+    a = await node(stack, pg_url, "node-a")
+    b = await node(stack, pg_url, "node-b")
+    gate = asyncio.Event()
+    await stack.enter_async_context(agent_with("worker", gate).connect(a.url))
+    first = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    handle = await first.submit("work.do", {"n": 8})
+    other = await stack.enter_async_context(Client.connect(b.url, caller="planner"))
+    with pytest.raises(Unavailable, match="run by another coordinator"):
+        await other.cancel(handle.task_id)
+    assert (await first.cancel(handle.task_id))["state"] == "cancelled"
+    gate.set()
