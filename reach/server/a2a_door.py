@@ -16,7 +16,8 @@ after a restart, and calls get Reach's trust rules, timeouts, retries and dead l
 - ``SendStreamingMessage`` / ``SubscribeToTask``: the task, each chunk as an artifact
   update, the result artifact and the terminal status.
 - ``GetTask``: the task from memory or the store, if this caller may read it.
-- ``CancelTask``: Reach cannot cancel a task yet: ``TaskNotCancelableError``.
+- ``CancelTask``: the task ends ``cancelled`` (A2A ``CANCELED``) and its agent is told to
+  stop; one that has ended, or another caller's: ``TaskNotCancelableError``.
 - ``ListTasks``: the caller's own tasks among the store's newest ``LIST_SCAN``, newest first,
   by context id (trace) and state when asked, in pages (a cursor token).
 - Push notification configs: kept and sent by ``a2a_push.Pusher`` (retries, dead letters).
@@ -49,6 +50,7 @@ from starlette.responses import JSONResponse, Response
 from reach.core.tasks import SubmitRequest, Task
 from reach.core.trust import may_read
 from reach.errors import ReachError
+from reach.gateway import cancelling
 from reach.server import a2a_card, a2a_tasks
 from reach.server.a2a_push import PushConfigStore, Pusher
 from reach.server.front import FrontDoor
@@ -280,8 +282,14 @@ class ReachHandler(RequestHandler):
         task = await self._readable(params.id, context)
         if task.terminal:
             raise TaskNotCancelableError(f"task {task.task_id} has ended ({task.state.value})")
-        raise TaskNotCancelableError(f"task {task.task_id} runs on: Reach cannot cancel a "
-                                     f"running task yet (docs/a2a.md)")
+        caller = context.state.get(CALLER, "")
+        if task.envelope.caller != caller:  # it ran it (it may read it), it did not ask it
+            raise TaskNotCancelableError(f"task {task.task_id} is another caller's; only its "
+                                         f"caller (or an operator) may cancel it")
+        done = self.gateway.cancel(task.task_id, caller, "A2A CancelTask")
+        if done is None:
+            raise TaskNotCancelableError(str(cancelling.elsewhere(task)))
+        return a2a_tasks.a2a_task(done, history=True)
 
     async def on_list_tasks(self, params: pb.ListTasksRequest,
                             context: ServerCallContext) -> pb.ListTasksResponse:

@@ -48,6 +48,7 @@ STATES: dict[TaskState, int] = {
     TaskState.SUCCEEDED: pb.TASK_STATE_COMPLETED,
     TaskState.FAILED: pb.TASK_STATE_FAILED,
     TaskState.DEAD: pb.TASK_STATE_FAILED,
+    TaskState.CANCELLED: pb.TASK_STATE_CANCELED,
 }
 # Reach's codes for errors before a task exists, and the A2A error each becomes
 FAULTS: dict[str, type[A2AError]] = {
@@ -206,7 +207,7 @@ def asked(task: Task) -> pb.Message:
 def status(task: Task) -> pb.TaskStatus:
     """A task's status; a failed one's message says why (text, and the error as data)."""
     out = pb.TaskStatus(state=STATES[task.state])  # type: ignore[arg-type]
-    if task.state in (TaskState.FAILED, TaskState.DEAD):
+    if task.state in (TaskState.FAILED, TaskState.DEAD, TaskState.CANCELLED):
         error = task.error or {"code": "task_failed", "message": "task failed"}
         out.message.CopyFrom(pb.Message(
             message_id=f"{task.task_id}-error", context_id=task.envelope.trace_id,
