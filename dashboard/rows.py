@@ -19,7 +19,8 @@ from .model import CapabilityView
 
 STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red", "drained": "cyan"}
 BREAKER_STYLE = {"closed": "green", "half_open": "yellow", "open": "bold red"}
-TRACE_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "dead": "bold red"}
+TRACE_STYLE = {"succeeded": "green", "running": "cyan", "failed": "red", "dead": "bold red",
+               "cancelled": "grey50"}
 OUTCOME_STYLE = {"ok": "green", "answer": "yellow", "running": "cyan", "cancelled": "grey50"}
 """Attempt outcomes; the others (fault, timeout, lost, undelivered) are red."""
 

@@ -30,7 +30,7 @@ from reach.sdk.agent import Agent
 from reach.sdk.client import Client
 from reach.sdk.context import Context
 
-STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red"}
+STATE_STYLE = {"online": "green", "suspected": "yellow", "offline": "red", "drained": "cyan"}
 OUTCOME_STYLE = {"ok": "green", "task_failed": "red", "invalid_params": "magenta",
                  "no_route": "magenta", "timeout": "yellow", "rejected": "yellow"}
 

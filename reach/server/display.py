@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 _STATE_COLOUR = {"online": "#2e7d32", "suspected": "#f9a825", "offline": "#c62828",
+                 "drained": "#00838f",
                  "closed": "#2e7d32", "half_open": "#f9a825", "open": "#c62828"}
 _PHASE_COLOUR = {"queued": "#90a4ae", "delivered": "#64b5f6", "processing": "#1e88e5",
                  "retry": "#ffb300", "done": "#43a047"}
