@@ -14,6 +14,7 @@ nothing anyway, since any caller may claim 9).
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -28,30 +29,40 @@ class Ticket:
     """A waiter's place in the queue: woken once (``set``: its ``wake`` is called) or given
     up (``cancel``: its ``stop``, if any, is called instead). Either way it is then done."""
 
-    __slots__ = ("_wake", "_stop", "_done")
+    __slots__ = ("_wake", "_stop", "_done", "_count")
 
-    def __init__(self, wake: Callable[[], None],
-                 stop: Callable[[], None] | None = None) -> None:
+    def __init__(self, wake: Callable[[], None], stop: Callable[[], None] | None = None,
+                 count: list[int] | None = None) -> None:
         self._wake = wake
         self._stop = stop
         self._done = False
+        self._count = count  # its capability's count of live tickets (SlotQueue.waiting)
 
     def done(self) -> bool:
         return self._done
 
+    def _finish(self) -> None:
+        self._done = True
+        if self._count is not None:
+            self._count[0] -= 1
+
     def set(self) -> None:
         if not self._done:
-            self._done = True
+            self._finish()
             self._wake()
 
     def cancel(self) -> None:
         if not self._done:
-            self._done = True
+            self._finish()
             if self._stop is not None:
                 self._stop()
 
 
-Waiter = tuple[int, float, str, Ticket]
+# A waiter in its caller's heap: the smallest first. ``priority + (now - since) × aging`` is
+# the aged priority, and ``now × aging`` is the same for every waiter, so ordering by
+# ``since × aging − priority`` (then the oldest, then arrival) needs no ``now``: one push and
+# one pop per waiter, however long the queue (a backlog waits minutes, not 200 ms).
+Waiter = tuple[float, float, int, Ticket]
 
 
 @dataclass(slots=True)
@@ -84,19 +95,33 @@ class SlotQueue:
     def __init__(self, aging: float, clock: Clock) -> None:
         self.aging = aging
         self.clock = clock
-        # capability → (priority, first queued at, caller, ticket)
-        self._waiters: dict[str, list[Waiter]] = {}
+        # capability → caller → its waiters, a heap (``Waiter``); done tickets are dropped as
+        # they reach the top, or when they outnumber the live ones
+        self._heaps: dict[str, dict[str, list[Waiter]]] = {}
+        self._live: dict[str, list[int]] = {}  # capability → [its tickets not yet done]
         # capability → caller → its waiters not yet back (``leave``): a woken one counts
         # until it has taken its slot, so newcomers cannot take the slot it was woken for
         self._callers: dict[str, dict[str, int]] = {}
+        self._seq = 0
 
     def enter(self, capability: str, priority: int, since: float, caller: str,
               wake: Callable[[], None], stop: Callable[[], None] | None = None) -> Ticket:
         """Queue a waiter: ``wake()`` is called when a slot opens for it. It counts as
         waiting for ``caller`` until it ``leave``s, whatever became of its ticket."""
-        ticket = Ticket(wake, stop)
-        self._waiters.setdefault(capability, []).append((priority, since, caller, ticket))
-        counts.add(self._callers.setdefault(capability, {}), caller)
+        live = self._live.get(capability)
+        if live is None:
+            live = self._live[capability] = [0]
+        live[0] += 1
+        ticket = Ticket(wake, stop, live)
+        heaps = self._heaps.setdefault(capability, {})
+        heap = heaps.setdefault(caller, [])
+        self._seq += 1
+        heapq.heappush(heap, (since * self.aging - priority, since, self._seq, ticket))
+        callers = self._callers.setdefault(capability, {})
+        counts.add(callers, caller)
+        if len(heap) > 64 and len(heap) > 2 * callers[caller]:  # mostly given up: compact
+            heap[:] = [w for w in heap if not w[3].done()]
+            heapq.heapify(heap)
         return ticket
 
     def leave(self, capability: str, caller: str) -> None:
@@ -138,35 +163,41 @@ class SlotQueue:
     def wake(self, capabilities: Iterable[str], now: float,
              usage: Callable[[str], int] | None = None) -> None:
         """Wake the most deserving waiter of each capability: of the caller with the least
-        ``usage`` among those waiting, the highest aged priority."""
+        ``usage`` among those waiting, the highest aged priority (``now`` is not needed to
+        rank them: see ``Waiter``)."""
         for cap in capabilities:
-            waiters = self._waiters.get(cap)
-            if not waiters:
+            heaps = self._heaps.get(cap)
+            if not heaps:
                 continue
-            live = [w for w in waiters if not w[3].done()]
-            if not live:
-                del self._waiters[cap]
+            for caller in list(heaps):
+                heap = heaps[caller]
+                while heap and heap[0][3].done():
+                    heapq.heappop(heap)
+                if not heap:
+                    del heaps[caller]
+            if not heaps:
+                del self._heaps[cap]
                 continue
-            if usage is not None and any(w[2] != live[0][2] for w in live):
-                use = {caller: usage(caller) for caller in {w[2] for w in live}}
+            pool: Iterable[str] = heaps
+            if usage is not None and len(heaps) > 1:
+                use = {caller: usage(caller) for caller in heaps}
                 least = min(use.values())
-                pool = [w for w in live if use[w[2]] == least]
-            else:
-                pool = live
-            best = max(pool, key=lambda w: (w[0] + (now - w[1]) * self.aging, -w[1]))
-            live.remove(best)
-            self._waiters[cap] = live
-            best[3].set()
+                pool = [caller for caller in heaps if use[caller] == least]
+            best = min(pool, key=lambda caller: heaps[caller][0][:3])
+            heapq.heappop(heaps[best])[3].set()
 
     def capabilities(self) -> list[str]:
         """The capabilities that have (or recently had) waiters."""
-        return list(self._waiters)
+        return list(self._heaps)
 
     def waiting(self, capability: str) -> int:
-        return sum(1 for w in self._waiters.get(capability, ()) if not w[3].done())
+        """Its waiters not yet woken nor given up."""
+        live = self._live.get(capability)
+        return 0 if live is None else live[0]
 
     def cancel_all(self) -> None:
-        for waiters in self._waiters.values():
-            for _, _, _, ticket in waiters:
-                ticket.cancel()
-        self._waiters.clear()
+        for heaps in self._heaps.values():
+            for heap in heaps.values():
+                for waiter in heap:
+                    waiter[3].cancel()
+        self._heaps.clear()
