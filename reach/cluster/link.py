@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection
@@ -31,6 +32,7 @@ from reach.wire.outbox import Outbox
 log = logging.getLogger("reach.cluster")
 _Forward = p.unchecked(wp.Forward)
 _Cancel = p.unchecked(p.Cancel)
+UNTOLD = 10_000  # attempts given up untold that a link remembers, to tell later
 #: ``error.details.link`` of an error frame that reports what became of the delivery at the
 #: holder rather than an agent's fault: the kinds a ``ports.Reply`` resolves with.
 LINK_KINDS = ("lost", "undelivered")
@@ -72,6 +74,8 @@ class PeerConnection:
         self.max_schema_bytes = max_schema_bytes
         self.out = Outbox(ws, name=f"reach-peer-out {node}", limit=max_outbox_bytes)
         self.pending: dict[tuple[str, int], Reply] = {}
+        # attempts given up without telling the agent (a timeout): told later, if asked
+        self.untold: OrderedDict[tuple[str, int], None] = OrderedDict()
         self.bad_frames = 0  # frames from the peer that could not be used (logged)
         mirror.link_for = lambda agent_id: PeerLink(self, agent_id)
 
@@ -107,10 +111,17 @@ class PeerConnection:
         return True
 
     def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
-        """Forget the attempt; ``tell``: the holder node gives it up too, and tells its
-        agent to stop (else its answer, if one comes, is ignored here)."""
-        if self.pending.pop((task_id, attempt), None) is not None and tell:
-            self.out.post(p.dump(_Cancel(task_id=task_id, attempt=attempt)))
+        """Forget the attempt: the holder node frees its slot too, and, when ``tell``, has
+        its agent stop it (also later, for one first given up untold)."""
+        key = (task_id, attempt)
+        if self.pending.pop(key, None) is None and not (tell and key in self.untold):
+            return
+        self.untold.pop(key, None)
+        if not tell:
+            self.untold[key] = None
+            if len(self.untold) > UNTOLD:
+                self.untold.popitem(last=False)
+        self.out.post(p.dump(_Cancel(task_id=task_id, attempt=attempt, stop=tell)))
 
     # ------------------------------------------------------------ what the peer sends
 

@@ -34,7 +34,7 @@ EXTRA_HOPS = 16
 RECOVERY_POLL = 0.5
 #: A task waiting for an agent looks again this often at the latest (a change of the agents
 #: wakes it at once; this catches what no change announces).
-AGENT_POLL = 1.0
+AGENT_POLL = 5.0
 
 
 # ---------------------------------------------------------------- one attempt's end

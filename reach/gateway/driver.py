@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from reach.config import Settings
@@ -58,6 +57,7 @@ from reach.errors import (
     Unauthorized,
     Unavailable,
 )
+from reach.gateway.agent_waits import AgentWaits
 from reach.gateway.book import TaskBook
 from reach.gateway.clock import within
 from reach.gateway.crew import Crew
@@ -97,27 +97,11 @@ class Driver:
         self.budget = budget
         self.g = gateway
         self.crew = crew  # owns each task's run, or the coroutine it was handed to
-        # Who waits for the agents to change (``on_agents``), in arrival order, and their loop.
-        self._agent_waiters: dict[Callable[[], None], None] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # Who waits for the agents of a capability to change (reach.gateway.agent_waits)
+        waits = AgentWaits()
+        self.wake, self.on_agents, self.off_agents = waits.wake, waits.on, waits.off
 
-    def wake(self) -> None:
-        """The agents changed: tasks waiting for one (``on_agents``, ``wait_for_agents``)
-        look again, at the next turn of the loop."""
-        if self._agent_waiters and self._loop is not None:
-            waiters, self._agent_waiters = self._agent_waiters, {}
-            for fn in waiters:
-                self._loop.call_soon(fn)
-
-    def on_agents(self, fn: Callable[[], None]) -> None:
-        """Call ``fn`` once at the next change of the agents (``wake``), unless taken off."""
-        self._loop = asyncio.get_running_loop()
-        self._agent_waiters[fn] = None
-
-    def off_agents(self, fn: Callable[[], None]) -> None:
-        self._agent_waiters.pop(fn, None)
-
-    async def wait_for_agents(self, limit: float) -> None:
+    async def wait_for_agents(self, limit: float, capability: str) -> None:
         """``on_agents`` for a coroutine (a hedged life's): back at the change or at ``limit``."""
         changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -125,11 +109,11 @@ class Driver:
             if not changed.done():
                 changed.set_result(None)
 
-        self.on_agents(wake)
+        self.on_agents(wake, capability)
         try:
             await within(self.clock, changed, limit)
         finally:
-            self.off_agents(wake)
+            self.off_agents(wake, capability)
 
     # ------------------------------------------------------------ carrying a life out
 
@@ -173,7 +157,7 @@ class Driver:
             except ReachTimeout as exc:
                 return WaitedOut(exc)
         if isinstance(command, WaitAgents):
-            await self.wait_for_agents(command.seconds)
+            await self.wait_for_agents(command.seconds, task.envelope.capability)
         elif isinstance(command, Sleep):
             await self.clock.sleep(command.seconds)
         else:

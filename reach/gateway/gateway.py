@@ -81,7 +81,7 @@ class Gateway:
         self.accepting = True
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         self.on_learned: Callable[[Phrase], None] | None = None  # the wiring keeps phrases
-        registry.listen(lambda _record: self.agents_changed())
+        registry.listen(self.agents_changed)
 
     # The book's maps, as the edge and the operator surface read them.
     @property
@@ -269,14 +269,15 @@ class Gateway:
     def breaker_moved(self, record: AgentRecord, before: BreakerState) -> None:
         after = record.breaker.state
         if after is not before:
-            self.driver.wake()
+            self.driver.wake(record.capabilities)
             self.events.publish(BREAKER, {"agent": record.name, "agent_id": record.agent_id,
                                           "from": before.value, "to": after.value,
                                           "fault_rate": record.breaker.fault_rate()})
 
-    def agents_changed(self) -> None:
-        """The registry gained or lost healthy agents: wake tasks waiting for one."""
-        self.driver.wake()
+    def agents_changed(self, record: AgentRecord | None = None) -> None:
+        """The registry gained or lost healthy agents (``record``'s, or any): wake tasks
+        waiting for one."""
+        self.driver.wake(None if record is None else record.capabilities)
         # As many slot waiters per capability as agents declare it (a slot may have opened at
         # each), only for capabilities with waiters: a pass over every agent (or capability)
         # on every registration made connecting n agents cost n² (bench/registry.py).

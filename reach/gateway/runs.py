@@ -69,9 +69,9 @@ class Carrier(Protocol):
 
     def fail(self, task: Task, exc: Exception) -> None: ...
 
-    def on_agents(self, fn: Callable[[], None]) -> None: ...
+    def on_agents(self, fn: Callable[[], None], capability: str) -> None: ...
 
-    def off_agents(self, fn: Callable[[], None]) -> None: ...
+    def off_agents(self, fn: Callable[[], None], capability: str) -> None: ...
 
 
 class Run:
@@ -173,7 +173,7 @@ class Run:
         w.timer = driver.dispatch.deadlines.call_at(driver.clock.now() + max(0.0, seconds), over)
         if for_agents:
             w.waker = over
-            driver.on_agents(over)
+            driver.on_agents(over, self.life.task.envelope.capability)
 
     def _queue(self) -> None:
         """Wait in the slot queue until a slot opens for this task or its wait is over."""
@@ -209,7 +209,7 @@ class Run:
             env = self.life.task.envelope
             self.driver.slots.leave(env.capability, env.caller)
         if w.waker is not None:
-            self.driver.off_agents(w.waker)
+            self.driver.off_agents(w.waker, self.life.task.envelope.capability)
 
     def _slot_turn(self) -> None:
         """Try the pick again; wait again if it lost the slot to another."""

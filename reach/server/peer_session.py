@@ -30,6 +30,7 @@ Each forward is written to the audit log (event ``forward``) when one is kept.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from typing import Any
 
 from websockets.asyncio.server import ServerConnection
@@ -37,6 +38,7 @@ from websockets.exceptions import ConnectionClosed
 
 from reach.cluster import handshake
 from reach.cluster.feed import Outbound, frames, local
+from reach.cluster.link import UNTOLD
 from reach.core import counts
 from reach.core.agents import AgentRecord
 from reach.core.keys import in_scope
@@ -100,6 +102,11 @@ class Relay:
             link = self.record.link
             if link is not None:
                 link.cancel(*self.key, tell=tell)
+            if not tell:  # (the peer may still ask for it to be stopped: ``stop`` later)
+                untold = self.session.untold
+                untold[self.key] = self.record
+                if len(untold) > UNTOLD:
+                    untold.popitem(last=False)
 
     def _end(self) -> bool:
         if self.done:
@@ -119,6 +126,8 @@ class PeerSession(Session):
         super().__init__(services, ws)
         self.node: str | None = None
         self.relays: dict[tuple[str, int], Relay] = {}
+        # attempts the peer gave up untold: its agent, to tell should the peer ask (``stop``)
+        self.untold: OrderedDict[tuple[str, int], AgentRecord] = OrderedDict()
         # every link's attempts in flight here (shared through the node): whose each is
         self.forwarded: dict[tuple[str, int], object] = (
             {} if services.node is None else services.node.forwarded)
@@ -223,7 +232,11 @@ class PeerSession(Session):
         if frame.type == "cancel":
             relay = self.relays.get(key)
             if relay is not None:
-                relay.abandon()
+                relay.abandon(tell=frame.stop)
+            elif frame.stop:  # given up untold before (a timeout): its agent is told now
+                record = self.untold.pop(key, None)
+                if record is not None and record.link is not None:
+                    record.link.cancel(*key, tell=True)
             return
         if key in self.relays:
             raise ProtocolError(f"attempt {frame.attempt} of task {frame.task_id!r} is "

@@ -236,6 +236,9 @@ class Cancel(Frame):
     task_id: TaskId
     attempt: Attempt = 0
     id: RequestId | None = None
+    # Peer links (§14): false, the holder frees the attempt's slot without telling its agent
+    # to stop (a write past its timeout is left to finish); true, the agent is told.
+    stop: bool = True
 
 
 class Probe(Frame):

@@ -91,7 +91,7 @@ def test_the_wait_for_an_agent_ends_at_the_deadline_or_max_wait() -> None:
 def test_a_call_that_asked_to_wait_waits_for_an_agent_as_long_as_it_asked() -> None:
     call = Life(task(queue_wait=2.0, fail_fast=False), Rules(), random.Random(0))
     assert call.start(0.0, 0.0) == [Pick(frozenset(), None, None)]
-    assert call.on(NoneFits(NONE), 0.0)[-1] == WaitAgents(policy.AGENT_POLL)
+    assert call.on(NoneFits(NONE), 0.0)[-1] == WaitAgents(min(2.0, policy.AGENT_POLL))
     finish = only(call.on(NoneFits(NONE), 2.0))
     assert isinstance(finish, Finish) and finish.state is S.DEAD
 
