@@ -21,14 +21,10 @@ class Backlog:
         # to wait; a capability with none waiting has no entry
         self.tasks: dict[str, dict[str, float]] = {}
 
-    def enter(self, task: Task) -> None:
-        env = task.envelope
-        waiting = self.tasks.get(env.capability)
-        if waiting is None:
-            waiting = self.tasks[env.capability] = {}
-        waiting[task.task_id] = env.created_at
+    # (A task enters where it moves into ``queued``: ``TaskBook.moved``, inline.)
 
     def leave(self, task: Task) -> None:
+        """``task`` left this coordinator while it waited (let go, its insert failed)."""
         cap = task.envelope.capability
         waiting = self.tasks.get(cap)
         if waiting is not None:

@@ -63,9 +63,7 @@ class TaskBook:
         """A task became live (accepted, resumed or replayed)."""
         if task.task_id not in self.live:
             counts.add(self.caller_live, task.envelope.caller)
-            if task.state is S.QUEUED:
-                self.backlog.enter(task)
-        self.live[task.task_id] = task
+        self.live[task.task_id] = task  # (accepted, resumed or replayed: never queued yet)
         ids = self.traces.setdefault(task.envelope.trace_id, [])
         if task.task_id not in ids:  # a replay or resume is the same task, not a new hop
             ids.append(task.task_id)

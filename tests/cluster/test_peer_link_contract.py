@@ -162,3 +162,32 @@ async def test_an_attempt_too_large_for_the_peer_is_not_sent_and_the_link_stays(
     assert (await client.call("text.echo", {"text": "small"}, timeout=5))["by"] == "echo-b"
     assert [v["breaker"] for v in a.agents() if v["name"] == "echo-b"] == ["closed"]
     assert a.peers.view()[0]["links"] == 1  # never closed for it (1009 would drop them all)
+
+
+async def test_an_idempotent_attempt_timed_out_at_a_is_stopped_at_b_once_its_task_ends(
+        nodes: Nodes) -> None:
+    """A completion timeout frees the attempt's slot at B at once but leaves the agent's run
+    alone (a retry could join it); once the task has ended, A asks B to stop it, and B, which
+    remembers what it gave up untold, tells the agent (docs/protocol.md §14, ``stop``)."""
+    a, b = await nodes.node("A"), await nodes.node("B")
+    started, stopped = asyncio.Event(), asyncio.Event()
+    agent = Agent("slow-read")
+
+    @agent.capability("job.read", idempotent=True, latency_ms=2000)
+    async def read(n: int) -> int:
+        started.set()
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return n
+
+    await nodes.serve(agent, b.url)
+    await link(a, b)
+    client = await nodes.client(a.url)
+    with pytest.raises(ReachError) as err:
+        await client.call("job.read", {"n": 1}, timeout=0.2, max_retries=0)
+    assert err.value.code == "timeout" and started.is_set()
+    await until(lambda: view(b, "slow-read")["inflight"] == 0)
+    await asyncio.wait_for(stopped.wait(), 5)  # the task ended: the run is stopped

@@ -211,6 +211,9 @@ async def test_a_caller_cancels_its_task_and_the_agent_is_told_to_stop(reach: Re
     await other.send({"v": 1, "type": "cancel", "id": 5, "task_id": accepted["task_id"]})
     refused = await other.expect("error", id=5)
     assert refused["error"]["code"] == "invalid_params"  # not its task: as if there were none
+    runner = await caller(reach.url, "slow")  # the agent's principal: it may read, not cancel
+    await runner.send({"v": 1, "type": "cancel", "id": 6, "task_id": accepted["task_id"]})
+    assert (await runner.expect("error", id=6))["error"]["code"] == "unauthorized"
     await boss.send({"v": 1, "type": "cancel", "id": 2, "task_id": accepted["task_id"],
                      "attempt": 0})
     error = (await boss.outcome(1))["error"]

@@ -224,5 +224,15 @@ async def test_a_client_that_gives_up_a_call_cancels_its_task(mode: str) -> None
             assert task.state.value == "cancelled"
             assert task.error is not None and "the MCP client cancelled the call" in \
                 task.error["message"]
+            started.clear()
+            async with mcp_client(reach.mcp_url, mode=mode) as client:  # with a key: kept
+                call = asyncio.ensure_future(client.call_tool(
+                    "report.build", {}, meta={"agent-reach/idempotency-key": "r-1"}))
+                await asyncio.wait_for(started.wait(), 5)
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+            [kept] = [t for t in reach.gateway.live.values()
+                      if t.envelope.capability == "report.build"]
+            assert kept.state.value == "running"  # its retry, with the same key, joins it
         finally:
             await agent.close(drain=0.1)
