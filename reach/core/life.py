@@ -307,8 +307,7 @@ class Life:
                 f"no agent could take {env.capability!r} while the task waited for one "
                 f"({event.error}); replay it from the dead letters once one can",
                 capability=env.capability)))
-        self.waiting = _POLL
-        wait: list[Command] = [WaitAgents(min(left, policy.AGENT_POLL))]
+        wait = self._wait(_POLL, min(left, policy.AGENT_POLL))
         if self.task.state is S.QUEUED:
             return wait
         return [Move(S.QUEUED, "waiting for an agent"), *wait]

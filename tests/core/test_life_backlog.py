@@ -125,3 +125,12 @@ def test_a_replay_s_max_wait_runs_from_the_replay() -> None:
     one = submitted(created_at=100.0)
     one.task.history.append((S.PENDING.value, 5000.0, "replayed after: unavailable"))
     assert one.start(0.0, 5000.0) == [Pick(frozenset(), None, 60.0)]  # new work: a full wait
+
+
+def test_a_resumed_task_s_wait_counts_every_second_since_its_submit() -> None:
+    half = submitted(created_at=100.0)
+    half.task.history.append((S.PENDING.value, 100.5, "resumed"))
+    assert half.start(0.0, 100.5)[-1] == Pick(frozenset(), None, 59.5)  # half a second gone
+    ahead = submitted(created_at=200.0)  # a wall clock behind the submit's: nothing gone
+    ahead.task.history.append((S.PENDING.value, 150.0, "resumed"))
+    assert ahead.start(0.0, 150.0)[-1] == Pick(frozenset(), None, 60.0)
