@@ -226,3 +226,32 @@ async def test_a_cancel_sent_to_another_node_says_where_the_task_runs(
         await other.cancel(handle.task_id)
     assert (await first.cancel(handle.task_id))["state"] == "cancelled"
     gate.set()
+
+
+async def test_a_nodes_backlog_drains_to_another_nodes_agent_in_order(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    """Issue 27: a node's backlog drains to any node's agent. Node A has no agent; node B's
+    one agent has one slot, held. Five submits at A wait their turn at A (none refused),
+    then run at B's agent one at a time, in the order they were submitted."""
+    a = await node(stack, pg_url, "node-a", priority_aging=0.01)
+    b = await node(stack, pg_url, "node-b")
+    gate, runs = asyncio.Event(), []
+    agent = Agent("only", heartbeat_interval=0.05, max_concurrency=1)
+
+    @agent.capability("work.one", idempotent=True, latency_ms=5000)
+    async def one(n: int) -> int:
+        runs.append(n)
+        if n == 0:
+            await gate.wait()
+        return n
+
+    await stack.enter_async_context(agent.connect(b.url))
+    await until(lambda: any(v["name"] == "only" for v in a.agents()))
+    client = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    handles = [await client.submit("work.one", {"n": n}) for n in range(5)]
+    await until(lambda: runs == [0])
+    await asyncio.sleep(0.3)  # past queue_wait: the four still wait at A, none refused
+    assert a.metrics()["backlog"]["work.one"]["waiting"] == 4
+    gate.set()
+    assert [await h.result(timeout=10) for h in handles] == [0, 1, 2, 3, 4]
+    assert runs == [0, 1, 2, 3, 4]
