@@ -329,13 +329,10 @@ class Ops:
                      ) -> dict[str, Any]:
         """Cancel a live task as an operator (any caller's): it ends ``cancelled`` and its
         agent is told to stop. A task that ended already is answered as it ended."""
-        done = self.gateway.cancel(task_id, by, reason)
-        task = done or await self.gateway.task(task_id)
+        task = await self.gateway.task(task_id)
         if task is None:
             raise InvalidParams(f"no task {task_id!r}; see reach.find() for a head of an id")
-        if done is None and not task.terminal:
-            raise cancelling.elsewhere(task)
-        return task.view()
+        return cancelling.cancel_known(self.gateway, task, by, reason).view()
 
     async def find_trace(self, trace_id: str) -> TraceView:
         """``trace()`` for any trace, also one memory no longer holds (read from the store)."""

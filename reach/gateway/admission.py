@@ -72,18 +72,16 @@ def not_connected(capability: str, agents: set[str]) -> Unavailable:
         capability=capability)
 
 
-def check_reachable(capability: str, declaring: Declared, tags: tagging.Wanted | None,
-                    now: float) -> None:
-    """A call that did not ask to wait, to a capability declared but with nobody healthy
-    right now: say so at once rather than accept and wait (a submit waits instead)."""
-    if any(r.reachable for r in declaring.values()) and (
-            not tags or any_tagged(declaring, tags)):
-        return
+def unreachable(capability: str, declaring: Declared, tags: tagging.Wanted | None,
+                now: float) -> Unavailable:
+    """A call that did not ask to wait, to a capability declared but with nobody (with
+    ``tags``) healthy right now: what holds each agent back, said at once rather than
+    accepted to wait (a submit waits instead)."""
     pool = [r for r in declaring.values() if not tags or tagging.matches(
         tagging.parse(r.capabilities[capability].spec.tags), tags)]
     why = reasons.none_can(capability, pool, now)
-    raise Unavailable(why if not tags else f"{why} (with tags {tagging.describe(tags)})",
-                      capability=capability)
+    return Unavailable(why if not tags else f"{why} (with tags {tagging.describe(tags)})",
+                       capability=capability)
 
 
 def check_backlog(backlog: Backlog, capability: str, settings: Settings, now: float) -> None:

@@ -12,9 +12,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from reach.core.tasks import Outcome, Task, TaskState
-from reach.errors import Cancelled, ReachError, Unavailable
+from reach.errors import Cancelled, ReachError, Unauthorized, Unavailable
 from reach.gateway.book import TaskBook
 from reach.gateway.crew import Crew
+
+
+class Cancels(Protocol):
+    def cancel(self, task_id: str, by: str, reason: str = "") -> Task | None: ...
 
 
 class Ender(Protocol):
@@ -40,6 +44,23 @@ def cancel(gateway: Ender, book: TaskBook, crew: Crew, task_id: str, by: str, no
         why, task_id=task_id, capability=task.envelope.capability, by=by), fall_back=False)
     crew.cancel_named({f"task-{task_id}"})
     return task
+
+
+def cancel_known(gateway: Cancels, task: Task, by: str, reason: str = "", *,
+                 owner: str | None = None) -> Task:
+    """Cancel ``task`` (as its door found it: live here, or read from the store) for ``by``,
+    and return it as it is after the cancel (ended first by itself: as it ended). ``owner``:
+    the caller asking, who must be the one that submitted it (an operator passes None).
+    Raises ``Unauthorized`` for another caller's task, and ``elsewhere`` for an unfinished
+    task this coordinator does not run. Every door's cancel goes through here."""
+    if owner is not None and task.envelope.caller != owner:  # (it ran it: it may read it)
+        raise Unauthorized(
+            f"task {task.task_id!r} is {task.envelope.caller!r}'s; only its caller (or an "
+            f"operator: reach cancel) may cancel it", task_id=task.task_id)
+    done = gateway.cancel(task.task_id, by, reason)
+    if done is None and not task.terminal:
+        raise elsewhere(task)
+    return done or task
 
 
 def elsewhere(task: Task) -> Unavailable:

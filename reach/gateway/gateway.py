@@ -179,9 +179,9 @@ class Gateway:
         elif fail_fast:  # (a submit waits for the agents: its params are checked on pick)
             raise admission.not_connected(cap, self.known[cap])
         plan = self.fallbacks.plan(req, cap, declaring)
-        if fail_fast and plan is None and (  # (a fallback would answer: the driver serves it)
-                tags or not any(r.reachable for r in declaring.values())):
-            admission.check_reachable(cap, declaring, tags, self.clock.wall())
+        if fail_fast and plan is None and (not any(r.reachable for r in declaring.values()) or (
+                tags and not admission.any_tagged(declaring, tags))):  # (a plan: it answers)
+            raise admission.unreachable(cap, declaring, tags, self.clock.wall())
         if self.book.backlog.tasks and cap in self.book.backlog.tasks:
             admission.check_backlog(self.book.backlog, cap, self.settings, self.clock.wall())
         live = self.book.usage(caller)

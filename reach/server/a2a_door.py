@@ -283,12 +283,11 @@ class ReachHandler(RequestHandler):
         if task.terminal:
             raise TaskNotCancelableError(f"task {task.task_id} has ended ({task.state.value})")
         caller = context.state.get(CALLER, "")
-        if task.envelope.caller != caller:  # it ran it (it may read it), it did not ask it
-            raise TaskNotCancelableError(f"task {task.task_id} is another caller's; only its "
-                                         f"caller (or an operator) may cancel it")
-        done = self.gateway.cancel(task.task_id, caller, "A2A CancelTask")
-        if done is None:
-            raise TaskNotCancelableError(str(cancelling.elsewhere(task)))
+        try:
+            done = cancelling.cancel_known(self.gateway, task, caller, "A2A CancelTask",
+                                           owner=caller)
+        except ReachError as exc:  # another caller's, or run by another node
+            raise TaskNotCancelableError(exc.message) from None
         return a2a_tasks.a2a_task(done, history=True)
 
     async def on_list_tasks(self, params: pb.ListTasksRequest,

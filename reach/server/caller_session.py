@@ -19,7 +19,7 @@ from websockets.asyncio.server import ServerConnection
 
 from reach.core.tasks import SubmitRequest, TaskState
 from reach.core.trust import may_read
-from reach.errors import InvalidParams, ProtocolError, ReachError, Unauthorized, Unavailable
+from reach.errors import InvalidParams, ProtocolError, ReachError, Unavailable
 from reach.gateway import cancelling
 from reach.ports import DuplicateKey, Timer
 from reach.server.services import Services
@@ -307,17 +307,14 @@ class CallerSession(Session):
         task = await self._readable(f.task_id, f.id)
         if task is None:
             return
-        if task.envelope.caller != self.caller:  # (it may read it: it ran it, not asked it)
-            self.out.post(error_frame(Unauthorized(
-                f"task {f.task_id!r} is {task.envelope.caller!r}'s; only its caller (or an "
-                f"operator: reach cancel) may cancel it", task_id=f.task_id), id=f.id))
-            return
-        done = self.services.gateway.cancel(f.task_id, self.caller)
-        if done is None and not task.terminal:
-            self.out.post(error_frame(cancelling.elsewhere(task), id=f.id))
+        try:
+            task = cancelling.cancel_known(self.services.gateway, task, self.caller,
+                                           owner=self.caller)
+        except ReachError as exc:
+            self.out.post(error_frame(exc, id=f.id))
             return
         if f.id is not None and not self.out.closed:
-            self.out.post(p.dump(_TaskInfo(id=f.id, task=(done or task).view())))
+            self.out.post(p.dump(_TaskInfo(id=f.id, task=task.view())))
 
     async def _await(self, f: p.Result) -> None:
         task = await self._readable(f.task_id, f.id)

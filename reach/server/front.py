@@ -28,7 +28,6 @@ from reach.errors import (
     ProtocolError,
     ReachError,
     ReachTimeout,
-    Unauthorized,
     Unavailable,
 )
 from reach.gateway import cancelling
@@ -311,6 +310,10 @@ class FrontDoor:
         outcome = self.gateway.outcome(task.task_id)
         if query.wait and outcome is not None and not task.terminal:
             await within(self.services.clock, outcome, query.wait)
+        return self._task(task)
+
+    def _task(self, task: Task) -> web.Response:
+        """A task's view, its state also in ``X-Reach-State`` (for shell callers)."""
         return web.Response(body=to_json(task.view()), content_type=JSON,
                             headers={"X-Reach-State": task.state.value, **self._trace(task)})
 
@@ -319,15 +322,7 @@ class FrontDoor:
         (state ``cancelled``, or as it ended if it ended first)."""
         caller, _ = self._who(request)
         task = await self._readable(caller, request.match_info["task_id"])
-        if task.envelope.caller != caller:  # it ran it (it may read it), it did not ask it
-            raise HttpProblem(Unauthorized(
-                f"task {task.task_id!r} is {task.envelope.caller!r}'s; only its caller (or an "
-                f"operator) may cancel it", task_id=task.task_id), 403)
-        done = self.gateway.cancel(task.task_id, caller)
-        if done is None and not task.terminal:
-            raise cancelling.elsewhere(task)
-        return web.Response(body=to_json(task.view()), content_type=JSON,
-                            headers={"X-Reach-State": task.state.value, **self._trace(task)})
+        return self._task(cancelling.cancel_known(self.gateway, task, caller, owner=caller))
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """``GET /v1/tasks/{task_id}/stream``: the task's chunks as server-sent events."""
