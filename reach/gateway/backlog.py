@@ -10,27 +10,44 @@ the first: the door's test costs the same for ten tasks or ten thousand.
 
 from __future__ import annotations
 
-from reach.core.tasks import Task
+from collections.abc import Mapping
+
+from reach.core.tasks import Task, TaskState
+
+QUEUED = TaskState.QUEUED
 
 
 class Backlog:
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "_live")
 
-    def __init__(self) -> None:
+    def __init__(self, live: Mapping[str, Task]) -> None:
         # capability → task id → when it was submitted (wall clock), in the order they began
         # to wait; a capability with none waiting has no entry
         self.tasks: dict[str, dict[str, float]] = {}
+        self._live = live  # the coordinator's live tasks (TaskBook.live): only they count
 
-    # (A task enters where it moves into ``queued``: ``TaskBook.moved``, inline.)
+    def moved(self, task: Task, before: TaskState) -> None:
+        """A task moved into or out of ``queued`` (``Gateway.move``)."""
+        if task.task_id in self._live:
+            if before is QUEUED:
+                self.leave(task)
+            if task.state is QUEUED:
+                env, tasks = task.envelope, self.tasks
+                if env.capability in tasks:
+                    tasks[env.capability][task.task_id] = env.created_at
+                else:
+                    tasks[env.capability] = {task.task_id: env.created_at}
 
     def leave(self, task: Task) -> None:
-        """``task`` left this coordinator while it waited (let go, its insert failed)."""
-        cap = task.envelope.capability
-        waiting = self.tasks.get(cap)
-        if waiting is not None:
-            waiting.pop(task.task_id, None)
+        """``task`` stopped waiting: it moved on, or left this coordinator while it waited
+        (let go, its insert failed). (No call inside: one for each task that stops.)"""
+        cap, tasks = task.envelope.capability, self.tasks
+        if cap in tasks:
+            waiting = tasks[cap]
+            if task.task_id in waiting:
+                del waiting[task.task_id]
             if not waiting:
-                del self.tasks[cap]
+                del tasks[cap]
 
     def depth(self, capability: str) -> int:
         return len(self.tasks.get(capability) or ())

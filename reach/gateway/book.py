@@ -39,7 +39,7 @@ class TaskBook:
         self.dead: dict[str, Task] = {}
         self.keys: dict[str, str] = {}  # caller-scoped idempotency key → task id
         self.caller_live: dict[str, int] = {}  # caller → its unfinished tasks
-        self.backlog = Backlog()  # the live tasks waiting their turn (state queued)
+        self.backlog = Backlog(self.live)  # the live tasks waiting their turn (queued)
         self.commits: dict[str, asyncio.Future[None]] = {}
         # Who waits on each pending insert (``then``), called from its one settling callback.
         self._after: dict[str, list[Callable[[asyncio.Future[None]], None]]] = {}
@@ -74,24 +74,6 @@ class TaskBook:
             counts.drop(self.caller_live, task.envelope.caller)
             if task.state is S.QUEUED:
                 self.backlog.leave(task)
-
-    def moved(self, task: Task, before: TaskState) -> None:
-        """A live task moved into or out of ``queued`` (``Gateway.move``)."""
-        tid = task.task_id
-        if tid in self.live:  # (inline: no call but this one, for every task that queues)
-            tasks, env = self.backlog.tasks, task.envelope
-            cap = env.capability
-            if before is S.QUEUED and cap in tasks:
-                waiting = tasks[cap]
-                if tid in waiting:
-                    del waiting[tid]
-                if not waiting:
-                    del tasks[cap]
-            if task.state is S.QUEUED:
-                if cap in tasks:
-                    tasks[cap][tid] = env.created_at
-                else:
-                    tasks[cap] = {tid: env.created_at}
 
     def forget(self, task: Task, error: BaseException | None = None) -> None:
         """A task whose first write failed: it was never accepted, nothing may remain. One

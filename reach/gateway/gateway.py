@@ -252,7 +252,7 @@ class Gateway:
         before = task.state
         task.move(state, self.clock.wall(), note)
         if before is S.QUEUED or state is S.QUEUED:
-            self.book.moved(task, before)
+            self.book.backlog.moved(task, before)
         if self.events.active:
             self._publish(task, note)
 
