@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from held import Held
 from subprocs import REPO, free_port
 
 from reach import Agent, Cancelled, Client, TaskFailed
@@ -253,18 +254,8 @@ async def test_traces_find_trace_bulk_replay_and_phrases_from_a_shell(served: Se
 
 
 async def test_cancel_a_live_task_from_a_shell(served: Served) -> None:
-    agent = Agent("slow", reconnect_base=0.02)
-    stopped = asyncio.Event()
-
-    @agent.capability("x.slow", latency_ms=20_000)
-    async def slow() -> str:
-        try:
-            await asyncio.sleep(20)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-        return "late"
-
+    held, agent = Held(), Agent("slow", reconnect_base=0.02)
+    agent.capability("x.slow", latency_ms=20_000)(held.run)
     await agent.connect(served.url)
     try:
         async with Client.connect(served.url, caller="planner") as client:
@@ -276,7 +267,7 @@ async def test_cancel_a_live_task_from_a_shell(served: Served) -> None:
             assert view["error"]["message"] == "cancelled by admin: wrong day"
             with pytest.raises(Cancelled):
                 await handle.result(timeout=5)
-            await asyncio.wait_for(stopped.wait(), 5)
+            await asyncio.wait_for(held.stopped.wait(), 5)
             plain = await served.reach("cancel", handle.task_id)  # ended: as it ended
             assert (plain.rc, plain.out.strip()) == (0, f"{handle.task_id}: cancelled")
         missing = await served.reach("cancel", "f" * 32)

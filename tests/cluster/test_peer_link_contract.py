@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from held import Held
 from peering import Nodes, echo_agent, link, until, view
 
 from reach import Agent, Reach, TaskError, TaskFailed
@@ -170,24 +171,13 @@ async def test_an_idempotent_attempt_timed_out_at_a_is_stopped_at_b_once_its_tas
     alone (a retry could join it); once the task has ended, A asks B to stop it, and B, which
     remembers what it gave up untold, tells the agent (docs/protocol.md §14, ``stop``)."""
     a, b = await nodes.node("A"), await nodes.node("B")
-    started, stopped = asyncio.Event(), asyncio.Event()
-    agent = Agent("slow-read")
-
-    @agent.capability("job.read", idempotent=True, latency_ms=2000)
-    async def read(n: int) -> int:
-        started.set()
-        try:
-            await asyncio.sleep(20)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-        return n
-
+    held, agent = Held(), Agent("slow-read")
+    agent.capability("job.read", idempotent=True, latency_ms=2000)(held.run)
     await nodes.serve(agent, b.url)
     await link(a, b)
     client = await nodes.client(a.url)
     with pytest.raises(ReachError) as err:
         await client.call("job.read", {"n": 1}, timeout=0.2, max_retries=0)
-    assert err.value.code == "timeout" and started.is_set()
+    assert err.value.code == "timeout" and held.started.is_set()
     await until(lambda: view(b, "slow-read")["inflight"] == 0)
-    await asyncio.wait_for(stopped.wait(), 5)  # the task ended: the run is stopped
+    await asyncio.wait_for(held.stopped.wait(), 5)  # the task ended: the run is stopped

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
+from held import Held
 from subprocs import agent_view
 
 from reach import Cancelled, Context, ReachError
@@ -24,18 +25,9 @@ async def test_a_cancel_stops_the_running_handler_within_one_heartbeat(
     ``Cancelled``, the handler is stopped within one heartbeat (50 ms), and the agent's slot
     is free again."""
     cluster = await cluster_factory()
-    started, stopped = asyncio.Event(), asyncio.Event()
-
-    async def build(n: int) -> int:
-        started.set()
-        try:
-            await asyncio.sleep(20)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
-        return n
-
-    await cluster.add_agent("reports", {"report.build": build}, latency_ms=20_000)
+    held = Held()
+    started, stopped = held.started, held.stopped
+    await cluster.add_agent("reports", {"report.build": held.run}, latency_ms=20_000)
     client = await cluster.client("analyst")
     handle = await client.submit("report.build", {"n": 1})
     await asyncio.wait_for(started.wait(), 5)
@@ -61,7 +53,7 @@ async def test_a_thread_handler_sees_ctx_cancelled_and_a_timeout_stops_an_async_
     outlives its timeout is left to finish, test_drill_slow_write)."""
     cluster = await cluster_factory()
     seen = threading.Event()
-    timed_out = asyncio.Event()
+    stuck = Held()
 
     def crunch(ctx: Context) -> str:
         for _ in range(2000):
@@ -71,16 +63,8 @@ async def test_a_thread_handler_sees_ctx_cancelled_and_a_timeout_stops_an_async_
             time.sleep(0.005)
         return "finished"
 
-    async def stuck() -> str:
-        try:
-            await asyncio.sleep(20)
-        except asyncio.CancelledError:
-            timed_out.set()
-            raise
-        return "never"
-
     await cluster.add_agent("crunch", {"data.crunch": crunch}, latency_ms=20_000)
-    await cluster.add_agent("stuck", {"data.stuck": stuck}, latency_ms=20, idempotent=True)
+    await cluster.add_agent("stuck", {"data.stuck": stuck.run}, latency_ms=20, idempotent=True)
     client = await cluster.client("analyst")
     handle = await client.submit("data.crunch", {})
     await wait_until(lambda: (agent_view(cluster.reach, "crunch") or {}).get("inflight") == 1)
@@ -89,7 +73,7 @@ async def test_a_thread_handler_sees_ctx_cancelled_and_a_timeout_stops_an_async_
     assert seen.is_set()
     with pytest.raises(ReachError):
         await client.call("data.stuck", {}, max_retries=0)  # one attempt: dead at its timeout
-    await asyncio.wait_for(timed_out.wait(), 5)
+    await asyncio.wait_for(stuck.stopped.wait(), 5)
 
 
 async def test_delete_on_the_rest_door_cancels_and_only_the_caller_may(

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from held import Held
 from mcp.shared.exceptions import MCPError
 from mcp_door.conftest import FAST, mcp_client, serve
 
@@ -197,19 +198,9 @@ async def test_a_client_that_gives_up_a_call_cancels_its_task(mode: str) -> None
     cancelled here too: the task ends ``cancelled`` and the agent's handler is stopped. A
     call that carries an idempotency key is not: its retry joins it."""
     async with Reach.start(**FAST, mcp=True) as reach:
-        agent = Agent("slow", reconnect_base=0.02)
-        started, stopped = asyncio.Event(), asyncio.Event()
-
-        @agent.capability("report.build", latency_ms=20_000)
-        async def build() -> str:
-            started.set()
-            try:
-                await asyncio.sleep(20)
-            except asyncio.CancelledError:
-                stopped.set()
-                raise
-            return "built"
-
+        held, agent = Held(), Agent("slow", reconnect_base=0.02)
+        agent.capability("report.build", latency_ms=20_000)(held.run)
+        started, stopped = held.started, held.stopped
         await agent.connect(reach.url)
         try:
             assert reach.mcp_url is not None
