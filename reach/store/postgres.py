@@ -27,6 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from reach.core.tasks import TERMINAL
 from reach.ports import DuplicateKey
 from reach.store.tables import TASKS
 
@@ -121,7 +122,7 @@ def expire_keys(conn: Any, keys: list[str], before: float) -> set[str]:
         cur.execute(f"UPDATE {TASKS.name} SET idempotency_key = idempotency_key || %s || "
                     f"task_id WHERE idempotency_key = ANY(%s) AND created_at < %s AND "
                     f"state = ANY(%s) RETURNING idempotency_key",
-                    (EXPIRED, keys, before, ["succeeded", "failed", "dead", "cancelled"]))
+                    (EXPIRED, keys, before, [s.value for s in TERMINAL]))
         gone = {k.rpartition(EXPIRED)[0] for (k,) in cur.fetchall()}
         conn.commit()
         return gone
