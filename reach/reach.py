@@ -28,7 +28,7 @@ from reach.alert_rules import AlertConfig, load_alerts
 from reach.cluster.node import Node
 from reach.config import Settings
 from reach.core import names
-from reach.core.liveness import LivenessPolicy
+from reach.core.liveness import LivenessPolicy, StallGuard
 from reach.core.registry import Registry
 from reach.core.routing import Router
 from reach.core.trust import Trust
@@ -344,9 +344,20 @@ class Reach(OperatorSurface):
 
     async def _sweep_loop(self) -> None:
         period = max(0.005, min(1.0, self.settings.heartbeat_interval / 4))
-        next_prune = 0.0
+        guard = StallGuard(period, patience=self.settings.heartbeat_interval)
+        loop = asyncio.get_running_loop()
+        next_prune = warned = 0.0
         while True:
+            due = loop.time() + period
             await asyncio.sleep(period)
+            if not guard.may_judge(due, loop.time()):
+                if loop.time() >= warned:  # once a minute at most
+                    warned = loop.time() + 60.0
+                    log.warning("the coordinator stood still for %.2f s (a blocking call on its "
+                                "event loop, a GC pause, an overloaded host?); liveness is "
+                                "judged once the beats sent meanwhile are read",
+                                loop.time() - due)
+                continue
             now = self.clock.wall()
             self.registry.sweep(now)  # changes reach the gateway as registry events
             if now >= next_prune:

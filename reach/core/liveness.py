@@ -78,3 +78,27 @@ def deadline(policy: LivenessPolicy, state: Liveness, last_beat: float) -> float
     if state is Liveness.SUSPECTED:
         return last_beat + policy.offline_after * policy.interval
     return None
+
+
+@dataclass(slots=True)
+class StallGuard:
+    """Whether the liveness sweep may judge now, given how late its tick came (pure: loop
+    times are arguments).
+
+    A coordinator that stood still (a long GC pause, a blocking call in a handler, a host that
+    descheduled it) has beats waiting unread in its sockets. Judging before reading them marked
+    agents that beat on time offline, and failed their work over to run twice. So a tick that
+    comes more than a ``period`` late does not judge: the sweep waits for a tick on time, at
+    most ``patience`` seconds, so a loop that stays overloaded still judges its agents."""
+
+    period: float
+    patience: float
+    _since: float | None = None
+
+    def may_judge(self, due: float, now: float) -> bool:
+        if now - due <= self.period:
+            self._since = None
+            return True
+        if self._since is None:
+            self._since = now
+        return now - self._since >= self.patience
