@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import DBAPIError
 
 from reach.core.intent_learn import Phrase
 from reach.core.tasks import TERMINAL, Task, TaskState
 from reach.ports import DuplicateKey
-from reach.store import phrases, postgres, pushes
+from reach.store import listing, phrases, postgres, pushes
 from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
@@ -214,33 +215,23 @@ class Store(GroupCommit):
         trace_ids: list[str] = await self._run(q)
         return await self.trace_tasks(trace_ids)
 
-    async def of_caller(self, caller: str, limit: int, *, before: tuple[float, str] | None = None,
-                        trace_id: str | None = None, states: list[str] | None = None,
-                        scan: int = 10_000) -> tuple[list[Task], int]:
-        """The tasks ``caller`` submitted among the newest ``scan`` of the store (by the
-        creation index: bounded work however large the table, no index on callers), newest
-        first: up to ``limit`` older than ``before`` (a (created_at, task_id) cursor), of
-        ``trace_id`` and in ``states`` when given; and how many of them there are in all."""
-        def q() -> tuple[list[Any], int]:
-            recent = select(TASKS).order_by(TASKS.c.created_at.desc()).limit(scan).subquery()
-            c = recent.c
-            where = c.caller == caller
-            if trace_id is not None:
-                where = where & (c.trace_id == trace_id)
-            if states:
-                where = where & c.state.in_(states)
-            with self.engine.connect() as conn:
-                total = conn.execute(select(func.count()).select_from(recent)
-                                     .where(where)).scalar_one()
-                if before is not None:
-                    at, last = before
-                    where = where & ((c.created_at < at)
-                                     | ((c.created_at == at) & (c.task_id < last)))
-                rows = conn.execute(select(recent).where(where).order_by(
-                    c.created_at.desc(), c.task_id.desc()).limit(limit))
-                return list(rows), int(total)
-        rows, total = await self._run(q)
-        return [task_from_row(r) for r in rows], total
+    async def index_callers(self) -> None:
+        """Make the index ``of_caller`` reads by, where missing (reach.store.listing: made
+        by the A2A door's startup, so a coordinator that never lists pays nothing)."""
+        await self._run(listing.create_caller_index, self.engine)
+
+    async def of_caller(self, caller: str, limit: int, *,
+                        before: tuple[float, str] | None = None, trace_id: str | None = None,
+                        states: list[str] | None = None, updated_after: float | None = None,
+                        scan: int = 10_000) -> listing.Page:
+        """A page of the tasks ``caller`` submitted, newest first, by its own index: up to
+        ``limit`` older than ``before`` (a (created_at, task_id) cursor), of ``trace_id``,
+        in ``states`` and changed at or after ``updated_after`` when given; reading at most
+        ``scan`` of the caller's rows (reach.store.listing)."""
+        page: listing.Page = await self._run(
+            partial(listing.of_caller, self.engine, caller, limit, before=before,
+                    trace_id=trace_id, states=states, updated_after=updated_after, scan=scan))
+        return page
 
     async def match(self, prefix: str, limit: int = 2) -> tuple[list[str], list[str]]:
         """Up to ``limit`` task ids and ``limit`` trace ids that start with ``prefix`` (by
