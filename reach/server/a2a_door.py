@@ -18,8 +18,12 @@ after a restart, and calls get Reach's trust rules, timeouts, retries and dead l
 - ``GetTask``: the task from memory or the store, if this caller may read it.
 - ``CancelTask``: the task ends ``cancelled`` (A2A ``CANCELED``) and its agent is told to
   stop; one that has ended, or another caller's: ``TaskNotCancelableError``.
-- ``ListTasks``: the caller's own tasks among the store's newest ``LIST_SCAN``, newest first,
-  by context id (trace) and state when asked, in pages (a cursor token).
+- ``ListTasks``: the caller's own tasks, newest first, by the store's index on (caller,
+  created_at, task_id) — made at the door's startup (``Store.index_callers``), so a
+  coordinator without A2A pays nothing per insert — in pages (a (created_at, task_id)
+  cursor token), filtered by context id (trace), state and status time when asked; a page
+  reads at most ``LIST_SCAN`` of the caller's rows (a rare filter may answer a short page
+  with a token to go on).
 - Push notification configs: kept and sent by ``a2a_push.Pusher`` (retries, dead letters).
 - The extended card: not configured.
 """
@@ -37,13 +41,14 @@ from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, DEFAULT_LIST_TASKS_PAGE_SIZE
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from a2a.utils.task import apply_history_length, validate_history_length, validate_page_size
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -57,11 +62,12 @@ from reach.server.front import FrontDoor
 from reach.server.front_models import Headers
 from reach.server.front_problems import HttpProblem
 from reach.server.front_views import callable_specs
+from reach.store.listing import Page
 
 PREFIX = "/a2a"
 HEADERS = ("Idempotency-Key", "traceparent", "X-Reach-Timeout")  # read as the REST door does
-DEFAULT_PAGE, MAX_PAGE = 50, 100  # ListTasks page sizes
-LIST_SCAN = 10_000  # ListTasks looks among the store's newest this many tasks
+DEFAULT_PAGE = DEFAULT_LIST_TASKS_PAGE_SIZE  # ListTasks' page without page_size (50)
+LIST_SCAN = 10_000  # most of the caller's rows one ListTasks page reads (reach.store.listing)
 CALLER = "reach_caller"  # the ServerCallContext state key naming the door's caller
 Scope = MutableMapping[str, Any]
 MAX_BEHIND = 10_000  # chunks a stream's reader may fall behind before the stream is ended
@@ -73,9 +79,14 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class CallerTasks(Protocol):
     """What ListTasks reads from the store (``reach.store.store.Store`` has it)."""
 
-    async def of_caller(self, caller: str, limit: int, *, before: tuple[float, str] | None = None,
-                        trace_id: str | None = None, states: list[str] | None = None,
-                        scan: int = 10_000) -> tuple[list[Task], int]: ...
+    async def index_callers(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def of_caller(self, caller: str, limit: int, *,
+                        before: tuple[float, str] | None = None, trace_id: str | None = None,
+                        states: list[str] | None = None, updated_after: float | None = None,
+                        scan: int = 10_000) -> Page: ...
 
 
 class _Inbox:
@@ -121,9 +132,18 @@ class A2ADoor:
         front.mount(PREFIX, self.app)
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI app: the card (GET), JSON-RPC (POST at the base); nothing to start."""
+        """The ASGI app: the card (GET), JSON-RPC (POST at the base); its startup makes the
+        store's index ListTasks reads by (a coordinator fails to start without it)."""
         if scope["type"] == "lifespan":
             await receive()
+            store = self.front.gateway.store
+            if isinstance(store, CallerTasks):
+                try:
+                    await store.index_callers()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": (
+                        f"cannot make the store's index for A2A ListTasks: {exc}")})
+                    return
             await send({"type": "lifespan.startup.complete"})
             await receive()
             await self.pusher.close()
@@ -292,24 +312,35 @@ class ReachHandler(RequestHandler):
 
     async def on_list_tasks(self, params: pb.ListTasksRequest,
                             context: ServerCallContext) -> pb.ListTasksResponse:
-        """The caller's own tasks among the store's newest ``LIST_SCAN``, newest first."""
+        """The caller's own tasks, newest first, a page at a time (``reach.store.listing``):
+        ``context_id``, ``status`` and ``status_timestamp_after`` filter, ``page_size`` (1 to
+        100; 50 when absent) and ``page_token`` page, ``history_length`` and
+        ``include_artifacts`` shape each task, as the SDK's own handler does."""
         store = self.gateway.store
         if not isinstance(store, CallerTasks):
             raise UnsupportedOperationError("this coordinator's store cannot list tasks")
-        size = params.page_size if 0 < params.page_size <= MAX_PAGE else DEFAULT_PAGE
+        validate_history_length(params)
+        if params.HasField("page_size"):
+            validate_page_size(params.page_size)
+        size = params.page_size or DEFAULT_PAGE
         states = a2a_tasks.reach_states(params.status) if params.status else None
         if states == []:
             return pb.ListTasksResponse(page_size=size)
-        tasks, total = await store.of_caller(
-            context.state.get(CALLER, ""), size + 1, before=a2a_tasks.cursor(params.page_token),
-            trace_id=params.context_id or None, states=states, scan=LIST_SCAN)
-        history = not (params.HasField("history_length") and params.history_length == 0)
-        out = pb.ListTasksResponse(page_size=size, total_size=total)
-        for task in tasks[:size]:  # the newest state is memory's when it holds the task
-            out.tasks.append(a2a_tasks.a2a_task(self.gateway.find(task.task_id) or task,
-                                                history=history))
-        if len(tasks) > size:
-            out.next_page_token = a2a_tasks.page_token(tasks[size - 1])
+        after = (params.status_timestamp_after.ToNanoseconds() / 1e9
+                 if params.HasField("status_timestamp_after") else None)
+        await store.flush()  # the filters read the rows: with the changes written behind
+        page = await store.of_caller(
+            context.state.get(CALLER, ""), size, before=a2a_tasks.cursor(params.page_token),
+            trace_id=params.context_id or None, states=states, updated_after=after,
+            scan=LIST_SCAN)
+        out = pb.ListTasksResponse(page_size=size, total_size=page.total)
+        for task in page.tasks:  # the newest state is memory's when it holds the task
+            shown = a2a_tasks.a2a_task(self.gateway.find(task.task_id) or task)
+            if not params.include_artifacts:
+                shown.ClearField("artifacts")
+            out.tasks.append(apply_history_length(shown, params))
+        if page.next is not None:
+            out.next_page_token = a2a_tasks.page_token(*page.next)
         return out
 
     # ------------------------------------------------------------ push notifications

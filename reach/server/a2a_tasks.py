@@ -175,9 +175,10 @@ def reach_states(state: int) -> list[str]:
     return sorted(s.value for s, a in STATES.items() if a == state)
 
 
-def page_token(task: Task) -> str:
-    """The cursor after ``task`` in a newest-first listing."""
-    raw = json.dumps([task.envelope.created_at, task.task_id]).encode()
+def page_token(created_at: float, task_id: str) -> str:
+    """The cursor after the task created at ``created_at`` with id ``task_id`` in a
+    newest-first listing."""
+    raw = json.dumps([created_at, task_id]).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
@@ -205,8 +206,11 @@ def asked(task: Task) -> pb.Message:
 
 
 def status(task: Task) -> pb.TaskStatus:
-    """A task's status; a failed one's message says why (text, and the error as data)."""
+    """A task's status, stamped with the task's last change (what ListTasks'
+    ``status_timestamp_after`` compares); a failed one's message says why (text, and the
+    error as data)."""
     out = pb.TaskStatus(state=STATES[task.state])  # type: ignore[arg-type]
+    out.timestamp.FromNanoseconds(int(task.updated_at * 1e9))
     if task.state in (TaskState.FAILED, TaskState.DEAD, TaskState.CANCELLED):
         error = task.error or {"code": "task_failed", "message": "task failed"}
         out.message.CopyFrom(pb.Message(
