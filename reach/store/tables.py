@@ -88,6 +88,8 @@ TRACE_INDEX = Index("ix_reach_tasks_trace_id", TASKS.c.trace_id)
 # PostgreSQL a partial index holds just the unfinished rows. Not in the table's metadata:
 # SQLite, with one coordinator and no owners, is not made to maintain it on every change.
 OWNER_INDEX = "ix_reach_tasks_owner_unfinished"
+# One caller's tasks (A2A ListTasks) are read by reach.store.listing's CALLER_INDEX, made
+# only when the A2A door starts: a coordinator that never lists does not maintain it.
 _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
