@@ -32,7 +32,8 @@ from .feed import (
     FeedError,
     connect,
 )
-from .model import JSON, Change, Model
+from .model import JSON, Change, Model, PushLetter
+from .pushes import Replays, back_note, question, sent_note
 from .rows import plural, short
 from .screens import AskScreen, ConfirmScreen, GotoScreen, HelpScreen
 from .svg import renderable
@@ -42,6 +43,7 @@ from .views.capabilities import CapabilitiesView
 from .views.filter_box import FilterBox
 from .views.letters import DeadLettersView
 from .views.phrases import PhrasesView
+from .views.pushes import NO_DOOR, PushesView
 from .views.status import Link, StatusLine
 from .views.traces import TracesView
 
@@ -49,8 +51,9 @@ TABS: dict[str, tuple[str, type[TableView]]] = {
     "agents": ("Agents", AgentsView), "traces": ("Traces", TracesView),
     "breakers": ("Breakers", BreakersView), "dead-letters": ("Dead letters", DeadLettersView),
     "capabilities": ("Capabilities", CapabilitiesView), "phrases": ("Phrases", PhrasesView),
+    "pushes": ("Pushes", PushesView),
 }
-"""Tab id → title and view; keys 1-6 in this order."""
+"""Tab id → title and view; keys 1-7 in this order."""
 REPLAY_WAIT_S = 30.0
 """How long one replay command waits for the replayed task's outcome."""
 BULK_REPLAY_WAIT_S = 10.0
@@ -88,13 +91,14 @@ class ReachDashboard(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "reach-dash"
     BINDINGS: ClassVar[list[BindingType]] = [
-        # One footer entry for the five tab keys: the tab bar names the tabs.
-        Binding("1", "show_tab('agents')", "Tabs", key_display="1-6"),
+        # One footer entry for the tab keys: the tab bar names the tabs.
+        Binding("1", "show_tab('agents')", "Tabs", key_display="1-7"),
         Binding("2", "show_tab('traces')", "Traces", show=False),
         Binding("3", "show_tab('breakers')", "Breakers", show=False),
         Binding("4", "show_tab('dead-letters')", "Dead letters", show=False),
         Binding("5", "show_tab('capabilities')", "Capabilities", show=False),
         Binding("6", "show_tab('phrases')", "Phrases", show=False),
+        Binding("7", "show_tab('pushes')", "Pushes", show=False),
         Binding("g", "goto", "Go to id"),
         Binding("slash", "filter", "Filter"),
         Binding("question_mark", "help", "Keys"),
@@ -115,6 +119,8 @@ class ReachDashboard(App[None]):
         self.model = Model()
         self.feed: FeedConnection | None = None
         self.sub_title = url
+        self.replays = Replays()  # push notifications sent again, until seen back or let go
+        self._reading_pushes = False
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -152,13 +158,15 @@ class ReachDashboard(App[None]):
         change = self.model.apply(frame)
         touched = {"agents": change.agents, "breakers": change.agents,
                    "traces": change.traces, "dead-letters": change.dead_letters,
-                   "capabilities": change.agents or change.metrics}
+                   "capabilities": change.agents or change.metrics,
+                   "pushes": change.dead_letters}  # its ages move with the feed's clock
         # query, not query_one: a worker may finish while the app is shutting down.
         for view in self.query(TableView):
             if touched.get((view.id or "").removesuffix("-view")):
                 view.show(self.model)
         for status in self.query(StatusLine):
             status.show(self.model)
+        self.poll_pushes(fresh=change.snapshot)
         return change
 
     # ------------------------------------------------------------ the feed
@@ -428,6 +436,87 @@ class ReachDashboard(App[None]):
             return
         self.report(*replay_outcome(task_ids, results))
 
+    # ------------------------------------------------------------ push notifications
+
+    def poll_pushes(self, *, fresh: bool = False) -> None:
+        """Read the push notifications not delivered, on the feed's cadence (each frame), while
+        their tab is shown or a replay is followed; one read at a time. ``fresh``: a new
+        snapshot, maybe of a coordinator restarted with the A2A door, so ask again."""
+        views = list(self.query(PushesView))
+        if not views:
+            return
+        view = views[0]
+        if fresh:
+            view.no_door = False
+        shown = self.query_one(TabbedContent).active == "pushes"
+        if (self.feed is None or view.no_door or self._reading_pushes
+                or not (shown or self.replays)):
+            return
+        self._reading_pushes = True
+        self.read_pushes(view)
+
+    @work(group="pushes")
+    async def read_pushes(self, view: PushesView) -> None:
+        """One read of ``push_dead_letters``: a failure is said in the tab's caption, quietly
+        (it is asked again each second); a coordinator without the A2A door, once."""
+        generation = self.replays.generation
+        try:
+            result = await self.command("push_dead_letters", {})
+            letters = [PushLetter.model_validate(d) for d in result["push_dead_letters"]]
+        except CommandFailed as exc:
+            if exc.code == "invalid_params":  # the one refusal of this command: no door
+                return view.failed(NO_DOOR, no_door=True)
+            return view.failed(f"push notifications: {exc.message}")
+        except (FeedError, TimeoutError) as exc:
+            return view.failed(f"push notifications not read: {exc or 'timed out'}")
+        except (ValidationError, KeyError, TypeError):
+            return view.failed("push notifications: not a push_dead_letters reply")
+        finally:
+            self._reading_pushes = False
+        back = self.replays.read(generation, letters, self.model.at)
+        if back is None:
+            return  # begun before a replay was answered: the next read tells
+        self.model.set_pushes(letters)
+        view.read(self.model)
+        if back:
+            self.report(back_note(back), error=True)
+
+    @on(PushesView.Replay)
+    def push_replay_requested(self, message: PushesView.Replay) -> None:
+        ids, everything = message.task_ids, message.everything
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.replay_pushes(ids, everything=everything)
+
+        self.push_screen(ConfirmScreen(question(ids, message.count, everything)), answered)
+
+    @work(group="commands")
+    async def replay_pushes(self, task_ids: list[str], *, everything: bool = False) -> None:
+        """Send notifications again: with no filter one ``replay_pushes`` command sends them
+        all, else one per task shown. Those sent leave the list at once (the coordinator took
+        them off it) and are followed: one that fails again is reported when it is back."""
+        self.replays.asked()
+        asks = [{}] if everything else [{"task_id": t} for t in task_ids]
+        results = await asyncio.gather(*(self.command("replay_pushes", args) for args in asks),
+                                       return_exceptions=True)
+        replayed: list[str] = []
+        refused: list[str] = []
+        for result in results:
+            if isinstance(result, CommandFailed):
+                refused.append(result.message)
+            elif isinstance(result, BaseException):
+                refused.append(str(result) or "timed out")
+            elif isinstance(result, dict):
+                replayed.extend(str(t) for t in result.get("replayed") or [])
+        sent = set(replayed)
+        self.replays.sent([d for d in self.model.pushes_oldest_first() if d.task_id in sent],
+                          self.model.at)
+        self.model.drop_pushes(sent)
+        for view in self.query(PushesView):
+            view.show(self.model)
+        self.report(*sent_note(replayed, refused))
+
     # ------------------------------------------------------------ learned phrases
 
     @on(PhrasesView.Read)
@@ -493,6 +582,8 @@ class ReachDashboard(App[None]):
         view.table.focus()
         if isinstance(view, PhrasesView):
             self.read_phrases()
+        if isinstance(view, PushesView):
+            self.poll_pushes()
 
     def action_filter(self) -> None:
         """Open the filter box for the current tab, holding that tab's filter."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reach.wire import admin
 
@@ -42,6 +42,29 @@ def decode(frame: JSON) -> admin.Snapshot | admin.Delta:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(p) for p in first.get("loc", ()))[:200] or "frame"
         raise BadFrame(f"invalid {kind} frame: {where}: {first.get('msg')}") from None
+
+
+class PushLetter(BaseModel):
+    """One A2A push notification the coordinator did not deliver after its tries, as the
+    ``push_dead_letters`` command lists it (docs/admin-feed.md §4, docs/a2a.md). ``tries``
+    is shown when the coordinator says it; ``dead_at`` is its wall clock, like the feed's."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    task_id: str
+    config_id: str = ""
+    url: str = ""
+    reason: str = ""
+    dead_at: float = 0.0
+    capability: str = ""
+    caller: str = ""
+    state: str = ""
+    tries: int | None = None
+
+    @property
+    def key(self) -> str:
+        """One row per notification: a task has one config per receiver."""
+        return f"{self.task_id}/{self.config_id}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +112,10 @@ class Model:
         self.phrases: dict[str, admin.Phrase] | None = None
         """Intent routing's learned phrases by key, as last read with the ``phrases`` command
         (the feed does not carry them); None until read."""
+        self.pushes: dict[str, PushLetter] | None = None
+        """The A2A push notifications not delivered, by :attr:`PushLetter.key`, as last read
+        with the ``push_dead_letters`` command (the feed does not carry them); None until
+        read."""
 
     # ------------------------------------------------------------ merging
 
@@ -157,6 +184,17 @@ class Model:
         """What the ``phrases`` command answered: the whole list, replacing the last one."""
         self.phrases = {p.key or p.text: p for p in phrases}
 
+    def set_pushes(self, letters: list[PushLetter]) -> None:
+        """What the ``push_dead_letters`` command answered: the whole list, replacing the last
+        one."""
+        self.pushes = {letter.key: letter for letter in letters}
+
+    def drop_pushes(self, task_ids: set[str]) -> None:
+        """The notifications of these tasks are being sent again: the coordinator took them
+        off its list when it answered ``replay_pushes``."""
+        if self.pushes is not None:
+            self.pushes = {k: v for k, v in self.pushes.items() if v.task_id not in task_ids}
+
     def _trim_traces(self) -> None:
         if len(self.traces) <= TRACE_LIMIT + len(self.found):
             return
@@ -186,6 +224,11 @@ class Model:
     def letters_oldest_first(self) -> list[admin.DeadLetter]:
         """Unresolved dead letters by the time they died, oldest first."""
         return sorted(self.dead_letters.values(), key=lambda d: (d.dead_since, d.task_id))
+
+    def pushes_oldest_first(self) -> list[PushLetter]:
+        """The push notifications not delivered, by when they were given up, oldest first;
+        empty before they are read."""
+        return sorted((self.pushes or {}).values(), key=lambda d: (d.dead_at, d.key))
 
     def capabilities(self) -> list[CapabilityView]:
         """Every capability an agent declares or the metrics count, by name, with the agents

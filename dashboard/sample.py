@@ -204,6 +204,20 @@ PHRASES = [
 only: librsvg draws no CJK without a CJK font, and the pictures are checked with it."""
 
 
+PUSHES = [
+    {"task_id": "77" * 16, "config_id": "c0ffee01", "url": "https://hooks.acme.example/a2a/done",
+     "reason": "HTTP 404", "dead_at": AT - 1500.0, "capability": "orders.write",
+     "caller": "planner", "state": "succeeded"},
+    {"task_id": "88" * 16, "config_id": "c0ffee02",
+     "url": "https://crm.example.com:8443/push?tenant=7",
+     "reason": "ClientConnectorError('Cannot connect to host crm.example.com:8443')",
+     "dead_at": AT - 240.0, "capability": "report.write", "caller": "ops-console",
+     "state": "failed"},
+]
+"""The A2A push notifications not delivered (the ``push_dead_letters`` command; oldest
+first)."""
+
+
 def sample_reply(action: str, args: JSON) -> Any:
     """Answers the scripted feed gives: timelines for the sample traces, views for the rest."""
     if action == "trace":
@@ -224,6 +238,11 @@ def sample_reply(action: str, args: JSON) -> Any:
         return {"replayed": [d["task_id"] for d in DEAD_LETTERS]}
     if action == "phrases":
         return {"phrases": [dict(p) for p in PHRASES]}
+    if action == "push_dead_letters":
+        return {"push_dead_letters": [dict(d) for d in PUSHES]}
+    if action == "replay_pushes":
+        return {"replayed": [d["task_id"] for d in PUSHES
+                             if args.get("task_id") in (None, d["task_id"])]}
     if action == "forget_phrase":
         found = next((p for p in PHRASES if p["text"] == args.get("text")), None)
         return {"forgotten": True, **found} if found else {"forgotten": False,

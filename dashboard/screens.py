@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 KEYS = (
-    ("1 2 3 4 5 6", "Agents · Traces · Breakers · Dead letters · Capabilities · Phrases"),
+    ("1-7", "Agents · Traces · Breakers · Dead letters · Capabilities · Phrases · Pushes"),
     ("g", "go to a task or trace by its id (or its first 6+ characters)"),
     ("/", "filter this table (words, field:value); enter keeps, esc clears"),
     ("  fields", "agent state breaker capability error caller root trace task"),
@@ -28,6 +28,8 @@ KEYS = (
     ("d", "Dead letters: discard the selected letter, with the reason it can never succeed"),
     ("x", "Phrases: forget the selected learned phrase (routed by evidence again)"),
     ("r", "Phrases: read the learned phrases again"),
+    ("r", "Pushes: send the selected task's push notifications again"),
+    ("R", "Pushes: send every push notification the filter shows again"),
     ("?", "this help"),
     ("q", "quit"),
 )

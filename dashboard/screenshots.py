@@ -21,6 +21,7 @@ from .app import TABS, ReachDashboard
 from .feed import FeedConnection, FeedError, connect
 from .sample import ScriptedFeed, connector
 from .views.phrases import PhrasesView
+from .views.pushes import PushesView
 from .views.traces import TracesView
 
 SIZE = (120, 36)
@@ -78,6 +79,16 @@ async def wait_for_phrases(app: ReachDashboard, timeout: float = 5.0) -> None:
     await asyncio.sleep(0.05)
 
 
+async def wait_for_pushes(app: ReachDashboard, timeout: float = 5.0) -> None:
+    """The Pushes picture shows the notifications not delivered, read when the tab opens (or
+    why they could not be read: "no A2A door")."""
+    view = app.query_one(PushesView)
+    async with asyncio.timeout(timeout):
+        while app.model.pushes is None and not view.problem:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+
+
 async def live(url: str, token: str, out: Path, *, tab: str = "agents",
                size: tuple[int, int] = SIZE, timeout: float = 10.0) -> Path:
     """Connect to the coordinator at ``url``, wait for its first snapshot (and, on the Traces
@@ -109,6 +120,8 @@ async def live(url: str, token: str, out: Path, *, tab: str = "agents",
                     await wait_for_waterfall(app, timeout)
                 if tab == "phrases":
                     await wait_for_phrases(app, timeout)
+                if tab == "pushes":
+                    await wait_for_pushes(app, timeout)
         except TimeoutError:
             raise ScreenshotFailed(f"no snapshot from {url} within {timeout:g}s") from None
         await pilot.pause()

@@ -92,3 +92,15 @@ async def phrases_read(pilot: Pilot[Any]) -> None:
 
 def test_phrases_tab(snap_compare: Any) -> None:
     assert snap_compare(sample_app(), terminal_size=SIZE, run_before=phrases_read)
+
+
+async def pushes_read(pilot: Pilot[Any]) -> None:
+    await loaded(pilot)
+    await pilot.press("7")
+    app: Any = pilot.app
+    await wait_until(lambda: app.model.pushes is not None)
+    await pilot.pause()
+
+
+def test_pushes_tab(snap_compare: Any) -> None:
+    assert snap_compare(sample_app(), terminal_size=SIZE, run_before=pushes_read)
