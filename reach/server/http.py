@@ -38,8 +38,9 @@ class Routes:
                                       f"Bearer {self._admin_token}".encode())
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
-        """``GET /metrics`` (Prometheus text format); anything else goes on to the websocket
-        handshake. Metrics answer loopback peers only unless ``metrics_public``."""
+        """``GET /metrics`` (Prometheus text format), ``GET /mcp`` (where the MCP door is);
+        anything else goes on to the websocket handshake. Metrics answer loopback peers
+        only unless ``metrics_public``."""
         path = request.path.split("?", 1)[0]
         if path == "/mcp":
             return self._mcp(connection, request)
