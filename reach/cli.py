@@ -173,7 +173,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="print a final summary only (no live table)")
     mcp = sub.add_parser("mcp", help="a stdio MCP server relaying to a coordinator's /mcp",
                          description="For MCP hosts that spawn servers as commands (docs/mcp.md).")
-    mcp.add_argument("--url", required=True, help="the coordinator's MCP URL, http://HOST:PORT/mcp")
+    mcp.add_argument("--url", required=True,
+                     help="the coordinator: ws://HOST:PORT (its MCP door is asked for), or "
+                          "its MCP URL, http://HOST:HTTP_PORT/mcp")
     mcp.add_argument("--token", default=os.environ.get("REACH_TOKEN"),
                      help="the caller's token (default: $REACH_TOKEN)")
     from reach.cli_admin import register  # agents, dead-letters, replay, ... (docs: README)

@@ -228,7 +228,9 @@ class Reach(OperatorSurface):
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         if self.a2a is not None:  # the push configs kept for tasks, resumed ones included
             await self.a2a.pusher.load()
-        self._server = await listen(self.channel.services, self.channel)
+        front = self.front if self.mcp is not None else None  # GET /mcp here: 307 to it
+        self._server = await listen(self.channel.services, self.channel,
+                                    lambda: (front.port or None) if front else None)
         self._port = self._server.sockets[0].getsockname()[1] if self._server.sockets else s.port
         if self.front is not None and s.http_port is not None:
             await self.front.start(s.host, s.http_port)

@@ -12,6 +12,13 @@ backing off from 5 ms to ``poll_max``). The caller's deadline bounds it (the gat
 cancels the attempt), and when the gateway cancels an attempt whose task the agent holds,
 ``CancelTask`` is forwarded.
 
+Every attempt of one Reach task sends the same message id (``a2a_card.message_id``, from
+the task id and its idempotency key), so an agent that keys on it (a Reach A2A door) joins
+a retry to the run under way instead of running it twice. So an idempotent attempt past its
+completion timeout is not cancelled at the agent then, as the gateway wants of every agent
+(docs/protocol.md §3): its retry joins it; the agent is told to stop it when the Reach task
+ends (the gateway's ``cancel(..., tell=True)``).
+
 What an outcome means (docs/adapters.md "A2A agents"): COMPLETED → the result; FAILED,
 REJECTED and the other ends Reach cannot carry on → a deliberate answer (``TaskError``,
 never retried); an A2A error for a request the agent refuses (invalid params, unsupported
@@ -59,6 +66,7 @@ from reach.adapters.a2a_card import (
     capability_table,
     content,
     message_for,
+    message_id,
     outcome,
     reply_result,
     updated,
@@ -71,6 +79,7 @@ log = logging.getLogger("reach.adapters.a2a")
 _PENDING = "pending.skills"  # a placeholder until the card is read (in open)
 POLLS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # s before each GetTask, then poll_max
 CANCEL_BOUND = 2.0  # s a forwarded CancelTask may take (cleanup, shielded from nothing else)
+MAX_KEPT = 10_000  # timed-out attempts' agent tasks remembered until their Reach task ends
 # The agent refuses this request (like HTTP 4xx): its answer is final, not a fault of its.
 _REFUSALS: tuple[type[Exception], ...] = (
     a2a_errors.InvalidParamsError, a2a_errors.InvalidRequestError,
@@ -116,6 +125,12 @@ class A2AAgent(Adapter):
         self._client: Client | None = None
         self._seen = b""  # the card as last read, before ``rpc_url`` was put in
         self._streams = False  # the card says the agent streams (SendStreamingMessage)
+        # (task id, attempt) of calls the gateway left without telling the agent (a
+        # completion timeout), and of those whose agent task was kept for a retry to join:
+        # its id, told to stop when the Reach task ends; the stops under way
+        self._untold: set[tuple[str, int]] = set()
+        self._kept: dict[tuple[str, int], str] = {}
+        self._stops: set[asyncio.Task[None]] = set()
 
     def describe(self) -> dict[str, Any]:
         return {"url": self.url}
@@ -179,14 +194,36 @@ class A2AAgent(Adapter):
                              f"{self.url}: {exc!r}") from None
 
     async def shut(self) -> None:
+        for stop in list(self._stops):
+            stop.cancel()
+        await asyncio.gather(*self._stops, return_exceptions=True)
+        self._kept.clear()
         http, self._http, self._client = self._http, None, None
         if http is not None:
             await http.aclose()
 
+    def cancel(self, task_id: str, attempt: int, *, tell: bool = True) -> None:
+        """The gateway gives the attempt up. ``tell=False`` (a completion timeout): an
+        idempotent skill's agent task is kept for the retry to join; ``tell=True`` for an
+        attempt kept so: the agent is told to stop it now."""
+        key = (task_id, attempt)
+        if not tell and key in self._calls:
+            self._untold.add(key)
+        elif tell:  # (told before its call saw the first cancel: that call forwards it)
+            self._untold.discard(key)
+        kept = self._kept.pop(key, None) if tell else None
+        client = self._client
+        if kept is not None and client is not None:
+            stop = asyncio.get_running_loop().create_task(self._forward_cancel(
+                client, kept, self._context(None, bounded=True)))
+            self._stops.add(stop)
+            stop.add_done_callback(self._stops.discard)
+        super().cancel(task_id, attempt, tell=tell)
+
     # ------------------------------------------------------------ calls
 
-    def _context(self, work: Work, bounded: bool) -> ClientCallContext:
-        traceparent = base.traceparent_of(work)
+    def _context(self, work: Work | None, bounded: bool) -> ClientCallContext:
+        traceparent = None if work is None else base.traceparent_of(work)
         return ClientCallContext(
             timeout=self.request_timeout if bounded else None,
             service_parameters={"traceparent": traceparent} if traceparent else None)
@@ -197,7 +234,8 @@ class A2AAgent(Adapter):
             raise Undelivered(f"agent {self.name!r} is not open (attach it with reach.attach)")
         message = message_for(how["skill"], work.params, {
             "task_id": work.task_id, "attempt": work.attempt, "caller": work.caller,
-            "idempotency_key": work.idempotency_key})
+            "idempotency_key": work.idempotency_key},
+            message_id(work.task_id, work.idempotency_key))
         # Streamed: the task's updates arrive on the one request as they happen. Else the
         # agent answers at once with the task, which is then polled.
         request = SendMessageRequest(message=message, configuration=SendMessageConfiguration(
@@ -225,12 +263,21 @@ class A2AAgent(Adapter):
                 task = await self._follow(client, task, context)
         except asyncio.CancelledError:
             if task is not None and task.id and task.status.state not in TERMINAL:
-                await self._forward_cancel(client, task.id, context)
+                attempt = (work.task_id, work.attempt)
+                if attempt in self._untold and declared is not None and \
+                        declared.spec.idempotent:  # its retry joins it: stopped at the end
+                    self._kept[attempt] = task.id
+                    while len(self._kept) > MAX_KEPT:
+                        del self._kept[next(iter(self._kept))]
+                else:
+                    await self._forward_cancel(client, task.id, context)
             raise
         except (AdapterFault, AdapterAnswer):
             raise
         except Exception as exc:
             raise self._translated(exc, sent=task is not None) from None
+        finally:
+            self._untold.discard((work.task_id, work.attempt))
         result = outcome(task)
         if chunks is None:
             return result

@@ -1,7 +1,8 @@
 """What an A2A agent's card and tasks mean to Reach: plain functions, no I/O.
 
 - ``capability_table``: each skill of a card → one capability entry (``declare``'s table);
-- ``message_for``: one call's params → the A2A ``Message`` that carries them;
+- ``message_for``: one call's params → the A2A ``Message`` that carries them, under the
+  ``message_id`` every attempt of one Reach task repeats;
 - ``updated``: the task as known after one event of ``SendMessage``'s answer or stream;
 - ``outcome``: a finished A2A task (or a direct ``Message`` reply) → a result, or the
   ``AdapterAnswer`` that makes it a ``TaskError`` at the caller.
@@ -94,14 +95,28 @@ def capability_table(agent: str, card: AgentCard, overrides: Mapping[str, Mappin
     return table
 
 
-def message_for(skill: str, params: Mapping[str, Any], meta: Mapping[str, Any]) -> Message:
-    """The user message of one call. Params that are just ``{"text": "..."}`` go as a text
-    part (what a conversational agent reads); any other params go as one data part. The
-    skill id and Reach's ids ride in the message's metadata (``skill``, ``reach``)."""
+_MESSAGE_IDS = uuid.uuid5(uuid.NAMESPACE_URL, "https://agent-reach.dev/a2a/message-id/v1")
+
+
+def message_id(task_id: str, idempotency_key: str) -> str:
+    """The message id of every attempt of one Reach task: a retry sends the same message
+    again, so an agent that keys on the message id (a Reach A2A door does: docs/a2a.md)
+    joins the run under way, or answers the finished one, instead of running it twice. The
+    key is in it too: a task replayed with new params carries a revised key, so a new id."""
+    return str(uuid.uuid5(_MESSAGE_IDS, f"{task_id}\n{idempotency_key}"))
+
+
+def message_for(skill: str, params: Mapping[str, Any], meta: Mapping[str, Any],
+                message_id: str | None = None) -> Message:
+    """The user message of one call (``message_id``: a random one when not given). Params
+    that are just ``{"text": "..."}`` go as a text part (what a conversational agent
+    reads); any other params go as one data part. The skill id and Reach's ids ride in the
+    message's metadata (``skill``, ``reach``)."""
     text = params.get("text")
     part: Part = (new_text_part(text) if len(params) == 1 and isinstance(text, str)
                   else new_data_part(dict(params)))
-    message = Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[part])
+    message = Message(role=Role.ROLE_USER, message_id=message_id or str(uuid.uuid4()),
+                      parts=[part])
     message.metadata.update({"skill": skill, "reach": dict(meta)})
     return message
 

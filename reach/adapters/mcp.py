@@ -12,7 +12,8 @@ read-only) makes it idempotent, so retries and hedges follow the server's own wo
 
 A tool result with ``isError`` is a deliberate answer (``TaskError``); a JSON-RPC error or a
 connection lost mid-call is a fault (retried if idempotent, else dead-lettered); no
-connection at all is ``Undelivered``. Health is a ``ping``. The server's
+connection at all, or a session the server no longer knows (it restarted: the request was
+refused unrun; the client reconnects), is ``Undelivered``. Health is a ``ping``. The server's
 ``tools/list_changed`` re-reads the tools and updates the registration in place
 (``Membership.update``): calls in flight go on, new calls see the new list.
 """
@@ -40,6 +41,10 @@ from reach.ports import Reply, Work
 log = logging.getLogger("reach.adapters.mcp")
 _PENDING = "pending.tools"  # a placeholder until the tools are read (in open)
 BACKOFF = (0.05, 0.2, 1.0, 2.0)  # seconds between reconnects
+# What the SDK says when a Streamable HTTP server answers 404 to our session id (it was
+# restarted, or dropped the session): the request was refused before it ran. (Its words:
+# the SDK leaves the JSON-RPC code open, python-sdk issue 1821.)
+SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 
 
 class McpServer(Adapter):
@@ -189,6 +194,10 @@ class McpServer(Adapter):
         try:
             result = await client.call_tool(how["tool"], work.params)
         except MCPError as exc:
+            if exc.error.message in SESSION_GONE:  # a restarted server: it never ran this
+                self._broken()
+                raise Undelivered(f"the MCP server of {self.name!r} no longer knows our "
+                                  f"session (restarted?); reconnecting") from None
             raise AdapterFault(exc.error.message, mcp_code=exc.error.code) from None
         except httpx2.ConnectError as exc:
             self._broken()

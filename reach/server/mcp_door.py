@@ -9,8 +9,10 @@ serves both eras: 2025-11-25 sessions (initialize, then a session id) and the st
 - ``tools/call``: a task submitted to the gateway exactly as ``POST /v1/call`` does it
   (``FrontDoor.admit`` then ``FrontDoor.finished``): trust, timeouts, retries, hedging,
   breakers, dead letters, traces all apply. The idempotency key is ``_meta``'s
-  ``agent-reach/idempotency-key`` or the ``Idempotency-Key`` header. Streaming chunks become
-  progress notifications when the request carries a progress token.
+  ``agent-reach/idempotency-key`` or the ``Idempotency-Key`` header; the timeout (seconds,
+  retries included) is ``_meta``'s ``agent-reach/timeout`` or the ``X-Reach-Timeout``
+  header. Streaming chunks become progress notifications when the request carries a
+  progress token.
 - A 2025 session is its opener's: another caller presenting its id is answered 404
   (``with_principal``).
 - ``notifications/tools/list_changed``: the registry's tool set is watched (debounced,
@@ -37,19 +39,23 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from reach._version import __version__
 from reach.core.agents import AgentRecord
 from reach.core.tasks import SubmitRequest, TaskState
-from reach.errors import ReachError
+from reach.errors import InvalidParams, ReachError
 from reach.server import mcp_tools
 from reach.server.front import FrontDoor
+from reach.server.front_models import Headers
 from reach.server.front_problems import HttpProblem
 from reach.server.mcp_listen import CallerListens
+from reach.wire.bounds import MAX_TIMEOUT
 
 log = logging.getLogger("reach.mcp")
 MAX_SESSIONS = 10_000  # 2025 sessions remembered for list_changed (the SDK's own cap)
 DEBOUNCE = 0.05  # seconds a burst of registry changes is gathered into one list_changed
+TIMEOUT_META = "agent-reach/timeout"  # the _meta key of a call's timeout (seconds)
 Ctx = ServerRequestContext[Any, Any]
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -154,6 +160,7 @@ class McpDoor:
         caller = caller_of(ctx)
         meta: dict[str, Any] = dict(ctx.meta or {})
         key = meta.get(mcp_tools.IDEMPOTENCY_META) or _header(ctx, "idempotency-key")
+        timeout = _timeout(meta.get(TIMEOUT_META, _header(ctx, "x-reach-timeout")))
         token = meta.get("progressToken", meta.get("progress_token"))
         progress = None if token is None else _Progress(ctx.session, token, ctx.request_id)
         args = dict(params.arguments or {})
@@ -162,13 +169,13 @@ class McpDoor:
         if by_intent:
             name, intent = str(args.get("choose") or ""), str(args.get("intent") or "")
             args = dict(args.get("params") or {})
-        req = SubmitRequest(name, args, caller, None if key is None else str(key), 5, None,
+        req = SubmitRequest(name, args, caller, None if key is None else str(key), 5, timeout,
                             traceparent=_header(ctx, "traceparent"), intent=intent,
                             call=True)
         try:
             task, _ = await self.front.admit(req, None if progress is None else progress.sink)
             try:
-                done = await self.front.finished(task, None)
+                done = await self.front.finished(task, timeout)
             except asyncio.CancelledError:
                 # The client went away or cancelled the request: the call is cancelled too,
                 # unless it carries an idempotency key (a retry of it is coming, and joins it).
@@ -234,6 +241,19 @@ class McpDoor:
             except Exception as exc:  # a closed session: forgotten
                 log.debug("list_changed not sent to a closed session: %r", exc)
                 self.sessions.pop(sid, None)
+
+
+def _timeout(given: Any) -> float | None:
+    """The call's timeout in seconds (``_meta``'s ``TIMEOUT_META``, else the
+    ``X-Reach-Timeout`` header), bounded as the REST door bounds it; None: not given."""
+    if given is None:
+        return None
+    try:
+        return Headers.model_validate({"X-Reach-Timeout": given}).timeout
+    except ValidationError:
+        raise mcp_tools.fault(InvalidParams(
+            f"the timeout {str(given)[:40]!r} ({TIMEOUT_META} or X-Reach-Timeout) is not a "
+            f"number of seconds > 0 and at most {MAX_TIMEOUT:g}").to_wire()) from None
 
 
 def _header(ctx: Ctx, name: str) -> str | None:

@@ -2,7 +2,8 @@
 their MCP servers as commands.
 
 It relays to the coordinator's MCP endpoint (``reach serve --mcp`` prints it; the door is
-``mcp_door``) with the official client: ``tools/list`` and ``tools/call`` go upstream under
+``mcp_door``; given the websocket URL, ``resolve`` asks that port where the door is) with
+the official client: ``tools/list`` and ``tools/call`` go upstream under
 the token given, so the tools, the permissions and every guarantee (the gateway's) are the
 coordinator's; results, ``is_error`` and JSON-RPC errors (Reach's code in ``data``) come
 back unchanged, progress is forwarded, and the coordinator's ``tools/list_changed`` is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import sys
 from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import mcp_types as types
@@ -76,16 +78,41 @@ class Relay:
 
 
 def mcp_url(url: str) -> str:
-    """The coordinator's MCP endpoint from what the user gave: its ``/mcp`` URL, or the REST
-    door's base URL (``/mcp`` is added)."""
-    if url.startswith(("ws://", "wss://")):
-        raise SystemExit(
-            f"reach mcp: {url} is the websocket port; give the coordinator's MCP URL, "
-            f"http://HOST:HTTP_PORT/mcp (printed by `reach serve --mcp`)")
+    """The coordinator's MCP endpoint from an http(s) URL the user gave: its ``/mcp`` URL,
+    or the REST door's base URL (``/mcp`` is added)."""
     return url if url.rstrip("/").endswith("/mcp") else url.rstrip("/") + "/mcp"
 
 
+async def resolve(url: str, timeout: float = 10.0) -> str:
+    """The MCP endpoint for ``url``: an http(s) URL as ``mcp_url`` reads it; for the
+    websocket URL (``ws://HOST:PORT``), the one its port names: ``GET /mcp`` there answers
+    a redirect to the MCP door (reach/server/http.py), or 404 when the coordinator serves
+    no MCP (``SystemExit`` saying to start it with ``--mcp``)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("ws", "wss"):
+        return mcp_url(url)
+    scheme = "https" if parts.scheme == "wss" else "http"
+    ask = urlunsplit((scheme, parts.netloc, "/mcp", "", ""))
+    try:
+        async with httpx2.AsyncClient(timeout=timeout) as http:
+            answer = await http.get(ask)
+    except httpx2.HTTPError as exc:
+        raise SystemExit(f"reach mcp: no coordinator answered at {url} ({exc!r}); is "
+                         f"`reach serve` running there?") from None
+    location = answer.headers.get("Location")
+    if answer.is_redirect and location:
+        return str(location)
+    if answer.status_code == 404:
+        raise SystemExit(f"reach mcp: the coordinator at {url} serves no MCP; start it "
+                         f"with `reach serve --mcp` (Reach.start(mcp=True)), docs/mcp.md")
+    raise SystemExit(f"reach mcp: {url} answered GET /mcp with HTTP {answer.status_code}, "
+                     f"not the MCP door's address; give its MCP URL, "
+                     f"http://HOST:HTTP_PORT/mcp (printed by `reach serve --mcp`)")
+
+
 async def run(url: str, token: str | None) -> None:
-    """``reach mcp --url URL [--token T]``: serve stdio until the host closes it."""
-    print(f"reach mcp: relaying stdio to {mcp_url(url)}", file=sys.stderr)
-    await Relay(mcp_url(url), token).serve()
+    """``reach mcp --url URL [--token T]``: serve stdio until the host closes it. ``URL``
+    is the MCP endpoint, the REST door's base, or the coordinator's websocket URL."""
+    endpoint = await resolve(url)
+    print(f"reach mcp: relaying stdio to {endpoint}", file=sys.stderr)
+    await Relay(endpoint, token).serve()

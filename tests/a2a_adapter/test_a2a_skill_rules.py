@@ -25,11 +25,13 @@ from reach.adapters.a2a_card import (
     SKILL_EXTENSION,
     capability_table,
     message_for,
+    message_id,
     outcome,
     reply_result,
     whole,
 )
 from reach.adapters.base import AdapterAnswer
+from reach.server.a2a_tasks import KEY
 
 
 def _card(*skills: AgentSkill, declared: dict[str, Any] | None = None) -> AgentCard:
@@ -82,6 +84,16 @@ def test_params_go_as_a_data_part_and_a_lone_text_as_a_text_part() -> None:
     text = message_for("s", {"text": "hello"}, {})
     assert [p.text for p in text.parts] == ["hello"]
     assert message_for("s", {"text": 3}, {}).parts[0].HasField("data")
+
+
+def test_every_attempt_of_a_task_sends_one_message_id() -> None:
+    first = message_id("t-1", "alice/k-1")
+    assert message_id("t-1", "alice/k-1") == first  # a retry: the same message again
+    assert len({first, message_id("t-2", "alice/k-1"), message_id("t-1", "alice/k-1.r2"),
+                message_id("t-1", "bob/k-1")}) == 4
+    assert KEY.fullmatch(first)  # a Reach A2A door takes it as the idempotency key
+    assert message_for("s", {}, {}, first).message_id == first
+    assert message_for("s", {}, {}).message_id != message_for("s", {}, {}).message_id
 
 
 def test_whole_numbers_come_back_as_integers() -> None:

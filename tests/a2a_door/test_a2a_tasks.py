@@ -1,5 +1,6 @@
-"""A2A tasks are Reach tasks: GetTask reads Reach's store (also after a restart), CancelTask
-and ListTasks say what Reach does not do, and integer params survive protobuf's floats."""
+"""A2A tasks are Reach tasks: GetTask reads Reach's store (also after a restart), ListTasks
+pages through the caller's own, CancelTask refuses an ended or unknown task, and integer
+params survive protobuf's floats."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ async def test_list_tasks_pages_through_the_callers_own_tasks() -> None:
             await agent.close(drain=0.2)
 
 
-async def test_cancel_says_reach_cannot_cancel() -> None:
+async def test_cancel_of_an_ended_or_unknown_task_is_refused() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
         assert reach.a2a_url is not None
         async with worked(reach) as client:

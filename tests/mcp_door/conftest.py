@@ -44,9 +44,13 @@ def serve(agent: Agent) -> Agent:
 
 
 @asynccontextmanager
-async def mcp_client(url: str, token: str | None = None, **kw: Any) -> AsyncIterator[Client]:
-    """The official client over Streamable HTTP, with a bearer token when given."""
-    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=10) as http:
+async def mcp_client(url: str, token: str | None = None, *,
+                     headers: dict[str, str] | None = None, **kw: Any) -> AsyncIterator[Client]:
+    """The official client over Streamable HTTP, with a bearer token when given, and
+    ``headers`` on every request it sends."""
+    sent = dict(headers or {})
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    async with httpx2.AsyncClient(headers=sent, timeout=10) as http:
         async with Client(streamable_http_client(url, http_client=http), **kw) as client:
             yield client

@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_door.conftest import FAST, serve
 
 from reach import Agent, Reach
-from reach.server.mcp_stdio import mcp_url
+from reach.server.mcp_stdio import mcp_url, resolve
 
 
 async def test_a_host_spawns_reach_mcp_and_calls_a_tool() -> None:
@@ -24,8 +24,9 @@ async def test_a_host_spawns_reach_mcp_and_calls_a_tool() -> None:
         agent = serve(Agent("worker", token="tok-w", reconnect_base=0.02))
         await agent.connect(reach.url)
         env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        # The websocket URL, as an agent or a client is given: its port names the MCP door.
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "reach.cli", "mcp", "--url", reach.mcp_url,
+            command=sys.executable, args=["-m", "reach.cli", "mcp", "--url", reach.url,
                                           "--token", "tok-a"], env=env)
         try:
             async with Client(params, mode="legacy") as client:
@@ -83,9 +84,29 @@ async def test_the_relay_passes_on_progress_and_list_changed() -> None:
             await agent.close(drain=0.2)
 
 
-def test_the_url_given_is_the_mcp_endpoint_or_the_rest_base() -> None:
+async def test_the_url_given_is_the_mcp_endpoint_the_rest_base_or_the_websocket_port(
+        ) -> None:
     assert mcp_url("http://127.0.0.1:8080") == "http://127.0.0.1:8080/mcp"
     assert mcp_url("http://127.0.0.1:8080/") == "http://127.0.0.1:8080/mcp"
     assert mcp_url("http://127.0.0.1:8080/mcp") == "http://127.0.0.1:8080/mcp"
-    with pytest.raises(SystemExit, match="websocket port"):
-        mcp_url("ws://127.0.0.1:8765")
+    assert await resolve("http://127.0.0.1:8080") == "http://127.0.0.1:8080/mcp"
+    async with Reach.start(**FAST, mcp=True) as reach:
+        assert await resolve(reach.url) == reach.mcp_url
+        port = reach.url.rsplit(":", 1)[1]  # the name the client used is kept
+        assert await resolve(f"ws://localhost:{port}") == \
+            f"http://localhost:{reach.mcp_url.rsplit(':', 1)[1]}"
+
+
+async def test_a_coordinator_without_mcp_is_said_plainly() -> None:
+    async with Reach.start(**FAST) as reach:
+        with pytest.raises(SystemExit, match="serves no MCP; start it with `reach serve --mcp`"):
+            await resolve(reach.url)
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        spawned = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "reach.cli", "mcp", "--url", reach.url, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(spawned.communicate(), 30)
+        assert spawned.returncode == 1 and b"start it with `reach serve --mcp`" in err
+    with pytest.raises(SystemExit, match="no coordinator answered"):
+        await resolve(reach.url, timeout=2)  # stopped: nothing listens there

@@ -1,7 +1,11 @@
 """An MCP server written with the official SDK (stdio), attached to Reach in the tests.
 
 ``flaky`` kills its own process on its first call (the marker file says it happened), as a
-server that dies mid-call; ``book`` always does, and is not idempotent."""
+server that dies mid-call; ``book`` always does, and is not idempotent.
+
+``python weather_server.py --http PORT`` serves it over Streamable HTTP at
+``http://127.0.0.1:PORT/mcp`` instead of stdio (a server that can be stopped and started
+again on its port)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 server = MCPServer("weather")
-MARKER = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+HTTP = len(sys.argv) > 2 and sys.argv[1] == "--http"
+MARKER = Path(sys.argv[1]) if len(sys.argv) > 1 and not HTTP else None
 READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True)
 
 
@@ -42,4 +47,7 @@ def refuse(order: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if HTTP:
+        server.run("streamable-http", port=int(sys.argv[2]))
+    else:
+        server.run()
