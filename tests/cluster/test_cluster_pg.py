@@ -255,3 +255,42 @@ async def test_a_nodes_backlog_drains_to_another_nodes_agent_in_order(
     gate.set()
     assert [await h.result(timeout=10) for h in handles] == [0, 1, 2, 3, 4]
     assert runs == [0, 1, 2, 3, 4]
+
+
+async def test_a_taken_over_nodes_backlog_keeps_its_order(pg_url: str,
+                                                          stack: AsyncExitStack) -> None:
+    """Issue 27: a taken-over node's backlog keeps its order. Node B holds five submits for a
+    one-slot agent: the first running, four waiting with priorities that put them out of
+    submit order. B is cut off from the database and fences itself; A takes its tasks over,
+    the agent moves to A, and the four run there in the order B would have run them (highest
+    priority first), each once; the running one is joined, not run again."""
+    a = await node(stack, pg_url, "node-a")
+    b = await node(stack, pg_url, "node-b")
+    gate, runs = asyncio.Event(), []
+    agent = Agent("only", heartbeat_interval=0.05, max_concurrency=1)
+
+    @agent.capability("work.one", idempotent=True, latency_ms=5000)
+    async def one(n: int) -> int:
+        runs.append(n)
+        if n == 0:
+            await gate.wait()
+        return n
+
+    await stack.enter_async_context(agent.connect([b.url, a.url]))
+    await until(lambda: any(v["name"] == "only" and v["node"] == "node-b"
+                            for v in a.agents()))
+    client = await stack.enter_async_context(Client.connect(b.url, caller="planner"))
+    priorities = {0: 0, 1: 0, 2: 3, 3: 1, 4: 2}
+    ids = [(await client.submit("work.one", {"n": n}, priority=p, idempotency_key=f"n-{n}"
+                                )).task_id for n, p in priorities.items()]
+    await until(lambda: runs == [0])
+    await until(lambda: b.metrics()["backlog"].get("work.one", {}).get("waiting") == 4)
+    cut_off(b)
+    await until(lambda: b.cluster is not None and b.cluster.fenced, 5)
+    await until(lambda: a.cluster is not None and a.cluster.taken_over == 5, 10)
+    await until(lambda: any(v["name"] == "only" and v["node"] == "node-a"
+                            and v["state"] == "online" for v in a.agents()))
+    gate.set()
+    mover = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
+    assert [await mover.result(task_id, timeout=10) for task_id in ids] == [0, 1, 2, 3, 4]
+    assert runs == [0, 2, 4, 3, 1]
