@@ -1,8 +1,10 @@
 """The MCP and A2A doors of a cluster (docs/cluster.md): every node serves both, over one
 PostgreSQL. An A2A task sent to one node is read, followed and listed on another for the
 same caller (and no other); an MCP client of one node sees the tool list change when an agent
-connects to another node, and calls the new tool through its own node. Seen through the
-official ``a2a`` and ``mcp`` clients."""
+connects to another node, and calls the new tool through its own node; a push config moves
+with its task to the node that takes it over, and any node lists and replays the cluster's
+push dead letters (once). Seen through the official ``a2a`` and ``mcp`` clients, pushes
+through a real receiver on loopback."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from typing import Any
 import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
-from a2a_door.conftest import a2a_client, accepted, data
+from a2a_door.conftest import a2a_client, accepted, call, data, send
+from a2a_door.test_a2a_push import pushed, receiving
 from mcp_door.conftest import mcp_client, serve
+from test_cluster_pg import cut_off
 
-from reach import Agent, Reach
+from reach import Admin, Agent, Reach
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -137,3 +141,76 @@ async def test_an_mcp_client_of_one_node_sees_and_calls_a_tool_of_another_nodes_
         result = await client.call_tool("echo.run", {"a": 1})  # through B, run by A's agent
         assert not result.is_error and result.structured_content == {"echo": {"a": 1}}
     assert [v["node"] for v in b.agents() if v["name"] == "worker"] == ["node-a"]
+
+
+async def test_a_taken_over_tasks_push_is_sent_by_the_node_that_took_it_over(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    """A push config made on node B for a task B runs moves with the task when B is cut off
+    and node A takes it over: A sends the final state, B (still up, fenced) sends nothing."""
+    a = await node(stack, pg_url, "node-a", a2a_push_private=True)
+    b = await node(stack, pg_url, "node-b", a2a_push_private=True)
+    assert a.a2a is not None and b.a2a is not None and b.a2a_url is not None
+    gate, runs = asyncio.Event(), []
+    agent = Agent("slow", token="tok-s", heartbeat_interval=0.05, reconnect_base=0.02)
+
+    @agent.capability("slow.read", idempotent=True, latency_ms=5000)
+    async def read() -> dict[str, bool]:
+        runs.append(1)
+        await gate.wait()
+        return {"done": True}
+
+    await stack.enter_async_context(agent.connect([b.url, a.url]))  # moves to A when B goes
+    await until(lambda: sees(b, "slow"))
+    receiver = await stack.enter_async_context(receiving([]))
+    client = await stack.enter_async_context(a2a_client(b.a2a_url, "tok-alice"))
+    request = pushed(call("slow.read", {}), receiver.url, "tok-push")
+    request.configuration.return_immediately = True
+    [event] = await send(client, request)
+    task_id = event.task.id
+    await until(lambda: runs == [1])
+    cut_off(b)
+    await until(lambda: b.cluster is not None and b.cluster.fenced, 5)
+    await until(lambda: a.cluster is not None and a.cluster.taken_over == 1)
+    gate.set()
+    await asyncio.wait_for(receiver.arrived.wait(), 10)
+    [(headers, body)] = receiver.got
+    assert headers["X-A2A-Notification-Token"] == "tok-push"
+    assert body["task"]["id"] == task_id
+    assert body["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    # Node B follows the task in the store and sees it end too, but the config is A's now.
+    await until(lambda: not b.a2a.pusher.of(task_id))
+    await asyncio.wait_for(b.a2a.pusher.settled(), 5)
+    assert (a.a2a.pusher.delivered, b.a2a.pusher.delivered) == (1, 0)
+    assert receiver.tries == 1
+
+
+async def test_every_node_lists_the_clusters_push_dead_letters_and_one_replays_each_once(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    a = await node(stack, pg_url, "node-a", a2a_push_private=True)
+    b = await node(stack, pg_url, "node-b", a2a_push_private=True)
+    assert a.a2a is not None and b.a2a is not None and a.a2a_url is not None
+    await stack.enter_async_context(serve(Agent(
+        "worker", token="tok-w", heartbeat_interval=0.05, reconnect_base=0.02)).connect(a.url))
+    await until(lambda: sees(a, "worker"))
+    receiver = await stack.enter_async_context(receiving([404]))  # not retried: dead at once
+    client = await stack.enter_async_context(a2a_client(a.a2a_url, "tok-alice"))
+    [event] = await send(client, call("echo.run", {}))
+    task_id = event.task.id
+    await client.create_task_push_notification_config(
+        pb.TaskPushNotificationConfig(task_id=task_id, url=receiver.url))
+    await asyncio.wait_for(a.a2a.pusher.settled(), 5)
+    admin_a = await stack.enter_async_context(Admin.connect(a.url, token="t"))
+    admin_b = await stack.enter_async_context(Admin.connect(b.url, token="t"))
+    on_a = await admin_a.push_dead_letters()
+    assert [(d["task_id"], d["reason"], d["node"]) for d in on_a] == [
+        (task_id, "HTTP 404", "node-a")]
+    assert await admin_b.push_dead_letters() == on_a  # node B lists node A's letter
+
+    assert await admin_b.replay_pushes() == []  # replaying "all" leaves A's letters alone
+    assert await admin_b.replay_pushes(task_id) == [task_id]  # claimed by B, sent from B
+    await asyncio.wait_for(receiver.arrived.wait(), 5)
+    await asyncio.wait_for(b.a2a.pusher.settled(), 5)
+    assert receiver.got[0][1]["task"]["id"] == task_id and receiver.tries == 2
+    assert await admin_a.replay_pushes(task_id) == []  # replayed once: nothing left to claim
+    assert await admin_a.push_dead_letters() == [] == await admin_b.push_dead_letters()
+    assert (a.a2a.pusher.delivered, b.a2a.pusher.delivered) == (0, 1)
