@@ -323,13 +323,14 @@ class ReachHandler(RequestHandler):
             self, params: pb.GetTaskPushNotificationConfigRequest,
             context: ServerCallContext) -> pb.TaskPushNotificationConfig:
         task = await self._readable(params.task_id, context)
-        return self.pusher.get(task.task_id, params.id)
+        return await self.pusher.get(task.task_id, params.id)
 
     async def on_list_task_push_notification_configs(
             self, params: pb.ListTaskPushNotificationConfigsRequest,
             context: ServerCallContext) -> pb.ListTaskPushNotificationConfigsResponse:
         task = await self._readable(params.task_id, context)
-        return pb.ListTaskPushNotificationConfigsResponse(configs=self.pusher.of(task.task_id))
+        return pb.ListTaskPushNotificationConfigsResponse(
+            configs=await self.pusher.of(task.task_id))
 
     async def on_delete_task_push_notification_config(
             self, params: pb.DeleteTaskPushNotificationConfigRequest,

@@ -152,15 +152,20 @@ class Pusher:
         await self._trim()
         return taken
 
-    def get(self, task_id: str, config_id: str) -> pb.TaskPushNotificationConfig:
-        found = self.configs.get(task_id, {}).get(config_id)
+    async def get(self, task_id: str, config_id: str) -> pb.TaskPushNotificationConfig:
+        found = {c.id: c for c in await self.of(task_id)}.get(config_id)
         if found is None:
             raise InvalidParamsError(f"no push notification config {config_id!r} for task "
                                      f"{task_id!r}")
         return found
 
-    def of(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:
-        return list(self.configs.get(task_id, {}).values())
+    async def of(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:
+        """The task's configs not sent yet: this node's, or in a cluster every node's (a
+        config is sent by the node it was made on, but seen from any)."""
+        if self.node is None:
+            return list(self.configs.get(task_id, {}).values())
+        rows = await self.store.task_push_configs(task_id, MAX_PER_TASK * 10)
+        return [Parse(kept.body, pb.TaskPushNotificationConfig()) for kept in rows]
 
     async def delete(self, task_id: str, config_id: str) -> None:
         mine = self.configs.get(task_id, {})

@@ -79,6 +79,16 @@ def load(engine: Engine, limit: int, node: str | None = None, dead_only: bool = 
         return _kept(conn.execute(query.order_by(c.created_at, c.task_id).limit(limit)))
 
 
+def of_task(engine: Engine, task_id: str, limit: int) -> list[Kept]:
+    """The task's configs not sent yet, whichever node sends them, oldest first."""
+    c = PUSHES.c
+    with engine.connect() as conn:
+        return _kept(conn.execute(
+            select(c.task_id, c.body, c.dead, c.dead_at, c.node)
+            .where((c.task_id == task_id) & c.dead.is_(None))
+            .order_by(c.created_at, c.config_id).limit(limit)))
+
+
 def keep(engine: Engine, task_id: str, config_id: str, body: str, now: float,
          node: str | None = None) -> None:
     """Write one config, sent by ``node`` (replacing the row of the same task and id)."""

@@ -321,6 +321,11 @@ class Store(GroupCommit):
                                                    dead_only, everywhere)
         return found
 
+    async def task_push_configs(self, task_id: str, limit: int) -> list[pushes.Kept]:
+        """The task's push configs not sent yet, whichever node sends them."""
+        found: list[pushes.Kept] = await self._run(pushes.of_task, self.engine, task_id, limit)
+        return found
+
     async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
                                ) -> None:
         await self._run(pushes.keep, self.engine, task_id, config_id, body, now, self.node_id)

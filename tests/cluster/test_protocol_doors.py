@@ -168,6 +168,13 @@ async def test_a_taken_over_tasks_push_is_sent_by_the_node_that_took_it_over(
     [event] = await send(client, request)
     task_id = event.task.id
     await until(lambda: runs == [1])
+    assert a.a2a_url is not None  # the config made on B is seen from A too
+    on_a = await stack.enter_async_context(a2a_client(a.a2a_url, "tok-alice"))
+    [config] = (await on_a.list_task_push_notification_configs(
+        pb.ListTaskPushNotificationConfigsRequest(task_id=task_id))).configs
+    assert config.url == receiver.url
+    assert (await on_a.get_task_push_notification_config(pb.GetTaskPushNotificationConfigRequest(
+        task_id=task_id, id=config.id))).token == "tok-push"
     cut_off(b)
     await until(lambda: b.cluster is not None and b.cluster.fenced, 5)
     await until(lambda: a.cluster is not None and a.cluster.taken_over == 1)
@@ -178,7 +185,7 @@ async def test_a_taken_over_tasks_push_is_sent_by_the_node_that_took_it_over(
     assert body["task"]["id"] == task_id
     assert body["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     # Node B follows the task in the store and sees it end too, but the config is A's now.
-    await until(lambda: not b.a2a.pusher.of(task_id))
+    await until(lambda: task_id not in b.a2a.pusher.configs)
     await asyncio.wait_for(b.a2a.pusher.settled(), 5)
     assert (a.a2a.pusher.delivered, b.a2a.pusher.delivered) == (1, 0)
     assert receiver.tries == 1
