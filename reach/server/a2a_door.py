@@ -224,7 +224,9 @@ class ReachHandler(RequestHandler):
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
         task = await self._readable(params.id, context)
         inbox = _Inbox()
-        if not task.terminal:
+        # Chunks come only where the task runs; a sink kept for a task another node of a
+        # cluster drives would never be let go (its end settles it there, not here).
+        if task.task_id in self.gateway.live:
             self.gateway.add_chunk_sink(task.task_id, inbox.chunk)
         async for event in self._follow(task, inbox):
             yield event
