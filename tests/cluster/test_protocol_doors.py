@@ -225,3 +225,40 @@ async def test_every_node_lists_the_clusters_push_dead_letters_and_one_replays_e
     assert await admin_a.replay_pushes(task_id) == []  # replayed once: nothing left to claim
     assert await admin_a.push_dead_letters() == [] == await admin_b.push_dead_letters()
     assert (a.a2a.pusher.delivered, b.a2a.pusher.delivered) == (0, 1)
+
+
+async def test_a_config_made_on_a_node_that_leaves_is_sent_by_one_that_stays(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    """A config is sent by the node it was made on, following the task another node runs;
+    when that node leaves (or dies), a survivor takes its configs with its other work."""
+    a = await node(stack, pg_url, "node-a", a2a_push_private=True)
+    b = await Reach.start(store=pg_url, cluster=True, node_id="node-b",
+                          **{**OPTIONS, "a2a_push_private": True})
+    assert a.a2a is not None and a.a2a_url is not None and b.a2a_url is not None
+    gate = asyncio.Event()
+    agent = Agent("slow", token="tok-s", heartbeat_interval=0.05, reconnect_base=0.02)
+
+    @agent.capability("slow.read", idempotent=True, latency_ms=5000)
+    async def read() -> dict[str, bool]:
+        await gate.wait()
+        return {"done": True}
+
+    await stack.enter_async_context(agent.connect(a.url))
+    await until(lambda: sees(a, "slow"))
+    receiver = await stack.enter_async_context(receiving([]))
+    task = await accepted(await stack.enter_async_context(a2a_client(a.a2a_url, "tok-alice")),
+                          "slow.read")  # run by node A
+    try:
+        async with a2a_client(b.a2a_url, "tok-alice") as on_b:  # the config, made on B
+            await on_b.create_task_push_notification_config(
+                pb.TaskPushNotificationConfig(task_id=task.id, url=receiver.url))
+        # (node A has seen B join: it sees B leave at its next round)
+        await until(lambda: a.cluster is not None and a.cluster.view()["peers"] == ["node-b"])
+    finally:
+        await b.stop()
+    gate.set()
+    await asyncio.wait_for(receiver.arrived.wait(), 5)
+    [(_, body)] = receiver.got
+    assert body["task"]["id"] == task.id
+    assert body["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert a.a2a.pusher.delivered == 1
