@@ -137,14 +137,14 @@ def claim_dead(engine: Engine, task_id: str, config_id: str | None, node: str | 
 _NOW = "extract(epoch from clock_timestamp())"  # the database's time, as reach.store.nodes
 
 
-def adopt(engine: Engine, me: str, limit: int) -> list[Kept]:
-    """Move up to ``limit`` rows of nodes whose lease ran out to ``me`` (PostgreSQL), the
-    oldest first, and return them: nothing once ``me`` holds no live lease (a fenced node
-    takes nothing); rows another survivor is moving are skipped (``SKIP LOCKED``)."""
-    from reach.store.tables import NODES  # (tables imports this module)
+def adopt(engine: Engine, me: str, limit: int, nodes: str) -> list[Kept]:
+    """Move up to ``limit`` rows of nodes whose lease ran out (in the table ``nodes``,
+    reach.store.nodes) to ``me`` (PostgreSQL), the oldest first, and return them: nothing
+    once ``me`` holds no live lease (a fenced node takes nothing); rows another survivor is
+    moving are skipped (``SKIP LOCKED``)."""
 
     def live(node: str) -> str:
-        return f"SELECT 1 FROM {NODES.name} n WHERE n.node_id = {node} AND n.lease_until > {_NOW}"
+        return f"SELECT 1 FROM {nodes} n WHERE n.node_id = {node} AND n.lease_until > {_NOW}"
     sql = (f"UPDATE {PUSHES.name} SET node = :me WHERE (task_id, config_id) IN ("
            f"SELECT task_id, config_id FROM {PUSHES.name} p WHERE p.node IS NOT NULL AND "
            f"p.node <> :me AND NOT EXISTS ({live('p.node')}) AND EXISTS ({live(':me')}) "

@@ -23,7 +23,7 @@ from reach.store import phrases, postgres, pushes
 from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
-from reach.store.tables import AGENTS, TASKS, dumps, task_from_row, upsert_agent
+from reach.store.tables import AGENTS, NODES, TASKS, dumps, task_from_row, upsert_agent
 
 __all__ = ["Fenced", "Store"]
 
@@ -356,7 +356,7 @@ class Store(GroupCommit):
         if self.node_id is None:
             return []
         found: list[pushes.Kept] = await self._run(pushes.adopt, self.engine, self.node_id,
-                                                   limit)
+                                                   limit, NODES.name)
         return found
 
     async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
