@@ -14,6 +14,9 @@ of the tasks it was driving (their callers here follow them in the store), close
 and callers' connections so that they move to another node, refuses new ones, and drops its
 peer links. When the database answers again it joins anew, under the same node id, and carries
 on as a fresh node: the tasks still owned by it are resumed, the rest were taken over.
+
+What else a dead node held goes with its tasks: ``after_take_over`` (the A2A door's push
+sender, ``Pusher.adopt``) takes up its push notification configs once its tasks are here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import asyncio
 import json
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,6 +78,10 @@ class ClusterNode:
         self._rounds = 0
         self._dead_since = 0.0  # the other nodes' dead letters are read from here on
         self.foreign_dead: set[str] = set()  # dead letters other nodes own, listed here too
+        # what else moves with a dead node's tasks (set before ``start``; the A2A door's
+        # push configs): called after each batch of tasks taken over, and once a round that
+        # looked for them (a dead node may have left configs but no unfinished task)
+        self.after_take_over: Callable[[], Awaitable[int]] | None = None
 
     def metrics(self) -> dict[str, Any]:
         """The cluster's metrics (``core.metrics.combine``): this node's now, the others'
@@ -237,9 +244,18 @@ class ClusterNode:
                     if self.gateway.book.outcome(task.task_id) is None:
                         self.gateway.resume(task)
                     self.gateway.following.taken_over(task.task_id)
+                await self._adopt()
                 self.taken_over += len(tasks)
                 log.warning("node %s took over %d task(s) of node %s", self.node_id,
                             len(tasks), dead)
+        await self._adopt()
+
+    async def _adopt(self) -> None:
+        if self.after_take_over is not None:
+            taken = await self.after_take_over()
+            if taken:
+                log.warning("node %s took over %d push notification config(s) of dead nodes",
+                            self.node_id, taken)
 
 
 def _loads(text: str) -> dict[str, Any]:

@@ -261,14 +261,21 @@ class Ops:
             self.gateway.replay(task)
         return [t.task_id for t in letters]
 
-    def push_dead_letters(self) -> list[dict[str, Any]]:
-        """The A2A push notifications that were not delivered, oldest first (docs/a2a.md)."""
-        return list(self._pusher().dead_letters())
+    async def push_dead_letters(self) -> list[dict[str, Any]]:
+        """The A2A push notifications that were not delivered, oldest first (docs/a2a.md);
+        in a cluster, every node's."""
+        return list(await self._pusher().letters())
 
-    def replay_pushes(self, task_id: str | None = None) -> list[str]:
-        """Send them again, each with its tries (``task_id``: that task's only); the ids of
-        their tasks. Their outcomes arrive later (``push_dead_letters``)."""
-        return list(self._pusher().replay(task_id))
+    async def replay_pushes(self, task_id: str | None = None) -> list[str]:
+        """Send them again, each with its tries (``task_id``: that task's only, kept by any
+        node of a cluster; else this node's); the ids of their tasks. Their outcomes arrive
+        later (``push_dead_letters``)."""
+        pusher = self._pusher()
+        if self.cluster is not None:
+            if task_id is not None:
+                return list(await pusher.claim(task_id))
+            await pusher.letters()  # (drops this node's letters another node replayed)
+        return list(pusher.replay(task_id))
 
     def _pusher(self) -> Any:
         if self.pushes is None:

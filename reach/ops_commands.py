@@ -100,12 +100,12 @@ async def _forget_phrase(ops: Ops, args: dict[str, Any]) -> Any:
 
 
 async def _push_dead_letters(ops: Ops, args: dict[str, Any]) -> Any:
-    return {"push_dead_letters": ops.push_dead_letters()}
+    return {"push_dead_letters": await ops.push_dead_letters()}
 
 
 async def _replay_pushes(ops: Ops, args: dict[str, Any]) -> Any:
     task_id = args.get("task_id")
-    return {"replayed": ops.replay_pushes(None if task_id is None else str(task_id))}
+    return {"replayed": await ops.replay_pushes(None if task_id is None else str(task_id))}
 
 
 COMMANDS: dict[str, Command] = {

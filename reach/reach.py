@@ -245,6 +245,8 @@ class Reach(OperatorSurface):
             self.cluster = ClusterNode(self.node.node_id, s.lease_s, self.store, self.gateway,
                                        self.peers, self.channel, lambda: self.url)
             self.ops.cluster = self.cluster
+            if self.a2a is not None:  # a dead node's push configs move with its tasks
+                self.cluster.after_take_over = self.a2a.pusher.adopt
             await self.cluster.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()

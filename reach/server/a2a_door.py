@@ -244,7 +244,9 @@ class ReachHandler(RequestHandler):
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
         task = await self._readable(params.id, context)
         inbox = _Inbox()
-        if not task.terminal:
+        # Chunks come only where the task runs; a sink kept for a task another node of a
+        # cluster drives would never be let go (its end settles it there, not here).
+        if task.task_id in self.gateway.live:
             self.gateway.add_chunk_sink(task.task_id, inbox.chunk)
         async for event in self._follow(task, inbox):
             yield event
@@ -354,13 +356,14 @@ class ReachHandler(RequestHandler):
             self, params: pb.GetTaskPushNotificationConfigRequest,
             context: ServerCallContext) -> pb.TaskPushNotificationConfig:
         task = await self._readable(params.task_id, context)
-        return self.pusher.get(task.task_id, params.id)
+        return await self.pusher.get(task.task_id, params.id)
 
     async def on_list_task_push_notification_configs(
             self, params: pb.ListTaskPushNotificationConfigsRequest,
             context: ServerCallContext) -> pb.ListTaskPushNotificationConfigsResponse:
         task = await self._readable(params.task_id, context)
-        return pb.ListTaskPushNotificationConfigsResponse(configs=self.pusher.of(task.task_id))
+        return pb.ListTaskPushNotificationConfigsResponse(
+            configs=await self.pusher.of(task.task_id))
 
     async def on_delete_task_push_notification_config(
             self, params: pb.DeleteTaskPushNotificationConfigRequest,

@@ -21,6 +21,14 @@ memory (at most ``MAX_PER_TASK`` per task and ``MAX_CONFIGS`` in all); a config'
 its notification is delivered, and stays, marked dead, when it is not. After a restart
 ``load`` takes them up again: a task that ended meanwhile is notified then, and the dead
 letters are dead letters again, waiting for a replay.
+
+In a cluster (docs/cluster.md) a config is sent by the node it was made on (its row names that
+node, ``reach.store.pushes``), which follows the task wherever it runs. When that node dies,
+the survivor that takes its tasks over takes its configs too (``adopt``, the take-over hook
+of ``reach.membership``): it sends them when the tasks end, and keeps its dead letters. Each
+delivery first checks that its row is still this node's, so a node cut off from the cluster
+does not send what a survivor took over. Every node lists the cluster's dead letters
+(``letters``) and replays one task's, wherever they were kept (``claim``: once).
 """
 
 from __future__ import annotations
@@ -30,9 +38,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import aiohttp
 from a2a.types import a2a_pb2 as pb
@@ -48,6 +55,9 @@ from reach.core.backoff import Backoff
 from reach.core.tasks import Task
 from reach.gateway.gateway import Gateway
 from reach.server import a2a_tasks
+from reach.server.a2a_push_kept import DeadPush, Kept, PushConfigStore
+
+__all__ = ["DeadPush", "Kept", "PushConfigStore", "Pusher"]
 
 log = logging.getLogger("reach.a2a")
 TRIES = 5  # tries per delivery before it is a dead letter
@@ -57,53 +67,6 @@ CLOSE_GRACE = 2.0  # seconds the deliveries under way get at a stop
 MAX_PER_TASK, MAX_CONFIGS, MAX_DEAD = 10, 100_000, 1_000
 RETRIED = frozenset({408, 429})  # and every 5xx
 TOKEN_HEADER = "X-A2A-Notification-Token"
-
-
-class Kept(Protocol):
-    """One kept config as the store reads it back (``reach.store.pushes.Kept``)."""
-
-    @property
-    def task_id(self) -> str: ...
-
-    @property
-    def body(self) -> str: ...
-
-    @property
-    def dead(self) -> str | None: ...  # why it was not delivered (None: not yet sent)
-
-    @property
-    def dead_at(self) -> float: ...
-
-
-class PushConfigStore(Protocol):
-    """Where configs are kept across a restart (``reach.store.store.Store`` has it)."""
-
-    async def push_configs(self, limit: int) -> Sequence[Kept]: ...
-
-    async def push_dead(self, task_id: str, config_id: str, reason: str, now: float
-                        ) -> None: ...
-
-    async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
-                               ) -> None: ...
-
-    async def forget_push_config(self, task_id: str, config_id: str) -> None: ...
-
-
-@dataclass
-class DeadPush:
-    """A notification that was not delivered: what to send again, and why it failed."""
-
-    config: pb.TaskPushNotificationConfig
-    task: Task
-    reason: str
-    at: float  # when it was given up (wall clock)
-
-    def view(self) -> dict[str, Any]:
-        """What an operator sees of it (``reach pushes``)."""
-        return {"task_id": self.task.task_id, "config_id": self.config.id,
-                "url": self.config.url[:200], "reason": self.reason, "dead_at": self.at,
-                "capability": self.task.envelope.capability, "caller": self.task.envelope.caller,
-                "state": self.task.state.value}
 
 
 class Pusher:
@@ -116,6 +79,7 @@ class Pusher:
         self.store = store
         self.backoff, self.try_timeout, self.close_grace = BACKOFF, TRY_TIMEOUT, CLOSE_GRACE
         self.gateway = gateway
+        self.node = store.node_id  # the cluster node whose rows it sends (None: alone)
         self.allow_private = allow_private
         self.rng = random.Random(seed)
         self.configs: dict[str, dict[str, pb.TaskPushNotificationConfig]] = {}
@@ -159,30 +123,49 @@ class Pusher:
         """Take up the configs a previous run kept (after its unfinished tasks resumed): an
         ended task's notifications go now, an unfinished one's when it ends; a config whose
         task is gone is dropped. How many were taken up."""
+        return await self._take_up(await self.store.push_configs(MAX_CONFIGS))
+
+    async def adopt(self) -> int:
+        """Take up the configs of the cluster's dead nodes (after their tasks were taken
+        over), as ``load`` does this node's own: how many."""
+        taken = 0
+        while (room := min(MAX_DEAD, MAX_CONFIGS - self._count)) > 0:
+            kept = await self.store.adopt_pushes(room)
+            taken += await self._take_up(kept)
+            if len(kept) < room:
+                break
+        return taken
+
+    async def _take_up(self, rows: Sequence[Kept]) -> int:
         store, taken = self.store, 0
-        for kept in await store.push_configs(MAX_CONFIGS):
+        for kept in rows:
             config = Parse(kept.body, pb.TaskPushNotificationConfig())
             task = await self.gateway.task(kept.task_id)
             if task is None:
                 await store.forget_push_config(kept.task_id, config.id)
                 continue
             if kept.dead is not None:
-                self.dead.append(DeadPush(config, task, kept.dead, kept.dead_at))
+                self.dead.append(DeadPush(config, task, kept.dead, kept.dead_at, kept.node))
             else:
                 self._track(config, task)
             taken += 1
         await self._trim()
         return taken
 
-    def get(self, task_id: str, config_id: str) -> pb.TaskPushNotificationConfig:
-        found = self.configs.get(task_id, {}).get(config_id)
+    async def get(self, task_id: str, config_id: str) -> pb.TaskPushNotificationConfig:
+        found = {c.id: c for c in await self.of(task_id)}.get(config_id)
         if found is None:
             raise InvalidParamsError(f"no push notification config {config_id!r} for task "
                                      f"{task_id!r}")
         return found
 
-    def of(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:
-        return list(self.configs.get(task_id, {}).values())
+    async def of(self, task_id: str) -> list[pb.TaskPushNotificationConfig]:
+        """The task's configs not sent yet: this node's, or in a cluster every node's (a
+        config is sent by the node it was made on, but seen from any)."""
+        if self.node is None:
+            return list(self.configs.get(task_id, {}).values())
+        rows = await self.store.task_push_configs(task_id, MAX_PER_TASK * 10)
+        return [Parse(kept.body, pb.TaskPushNotificationConfig()) for kept in rows]
 
     async def delete(self, task_id: str, config_id: str) -> None:
         mine = self.configs.get(task_id, {})
@@ -216,15 +199,20 @@ class Pusher:
 
     def _ended(self, task: Task) -> None:
         for config in self._forget(task.task_id):
-            self._spawn(config, task)
+            self._spawn(self._deliver(config, task), task.task_id)
 
-    def _spawn(self, config: pb.TaskPushNotificationConfig, task: Task) -> None:
-        sending = asyncio.get_running_loop().create_task(
-            self._deliver(config, task), name=f"a2a-push-{task.task_id}")
+    def _spawn(self, delivery: Coroutine[Any, Any, None], task_id: str) -> None:
+        sending = asyncio.get_running_loop().create_task(delivery, name=f"a2a-push-{task_id}")
         self._sending.add(sending)
         sending.add_done_callback(self._sending.discard)
 
     async def _deliver(self, config: pb.TaskPushNotificationConfig, task: Task) -> None:
+        try:  # deleted meanwhile, or taken over by another node (a cluster's): not sent here
+            if not await self.store.push_pending_here(task.task_id, config.id):
+                return
+        except Exception as exc:  # the store is closing: its row stays for the next start
+            log.info("push config %s of task %s not read: %r", config.id, task.task_id, exc)
+            return
         body = MessageToDict(pb.StreamResponse(task=a2a_tasks.a2a_task(task)))
         headers = {TOKEN_HEADER: config.token} if config.token else {}
         auth = config.authentication
@@ -243,7 +231,7 @@ class Pusher:
             log.info("push config %s of task %s not written: %r", config.id, task.task_id,
                      exc)
             return
-        self.dead.append(DeadPush(config, task, reason, now))
+        self.dead.append(DeadPush(config, task, reason, now, self.node))
         await self._trim()
 
     async def _trim(self) -> None:
@@ -283,18 +271,58 @@ class Pusher:
         """The notifications not delivered, oldest first (``DeadPush.view``)."""
         return [letter.view() for letter in self.dead]
 
+    async def letters(self) -> list[dict[str, Any]]:
+        """The dead letters an operator sees: this coordinator's (``dead_letters``) or, in a
+        cluster, every node's as the store keeps them, by when they were given up. Those of
+        this node that another node replayed meanwhile leave its list here."""
+        if self.node is None:
+            return self.dead_letters()
+        rows = await self.store.push_configs(MAX_DEAD, dead_only=True, everywhere=True)
+        mine = {(d.task.task_id, d.config.id): d for d in self.dead}
+        out: list[DeadPush] = []
+        for kept in rows:
+            config = Parse(kept.body, pb.TaskPushNotificationConfig())
+            letter = mine.get((kept.task_id, config.id)) if kept.node == self.node else None
+            if letter is None:
+                task = await self.gateway.task(kept.task_id)
+                if task is None:
+                    continue
+                letter = DeadPush(config, task, kept.dead or "", kept.dead_at, kept.node)
+            out.append(letter)
+        here = {(d.task.task_id, d.config.id) for d in out if d.node == self.node}
+        self.dead = [d for d in self.dead if (d.task.task_id, d.config.id) in here]
+        return [letter.view() for letter in sorted(out, key=lambda d: d.at)]
+
     def replay(self, task_id: str | None = None) -> list[str]:
-        """Send the dead letters again, each with its tries (``task_id``: that task's only);
-        the ids of their tasks. A letter stays in the store, marked dead, until its
-        notification is delivered."""
+        """Send this node's dead letters again, each with its tries (``task_id``: that task's
+        only); the ids of their tasks. A letter stays in the store, marked dead, until its
+        replay claims it (``claim_push_dead``: one replay at a time, on any node)."""
         chosen: list[DeadPush] = []
         kept: list[DeadPush] = []
         for letter in self.dead:
             (chosen if task_id is None or letter.task.task_id == task_id else kept).append(letter)
         self.dead = kept
         for letter in chosen:
-            self._spawn(letter.config, letter.task)
+            self._spawn(self._replay(letter), letter.task.task_id)
         return [letter.task.task_id for letter in chosen]
+
+    async def _replay(self, letter: DeadPush) -> None:
+        if await self.store.claim_push_dead(letter.task.task_id, letter.config.id):
+            await self._deliver(letter.config, letter.task)
+
+    async def claim(self, task_id: str) -> list[str]:
+        """Replay one task's dead letters, whichever node of the cluster keeps them: each is
+        claimed for this node first, so a letter is replayed once (``[]``: none is dead any
+        more). The task's id once per letter."""
+        self.dead = [d for d in self.dead if d.task.task_id != task_id]
+        claimed = await self.store.claim_push_dead(task_id)
+        task = await self.gateway.task(task_id) if claimed else None
+        if task is None:
+            return []
+        for kept in claimed:
+            config = Parse(kept.body, pb.TaskPushNotificationConfig())
+            self._spawn(self._deliver(config, task), task_id)
+        return [task_id] * len(claimed)
 
     async def settled(self) -> None:
         """Once every delivery under way has ended (delivered or dead)."""

@@ -24,7 +24,7 @@ from reach.store import listing, phrases, postgres, pushes
 from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
-from reach.store.tables import AGENTS, TASKS, dumps, task_from_row, upsert_agent
+from reach.store.tables import AGENTS, NODES, TASKS, dumps, task_from_row, upsert_agent
 
 __all__ = ["Fenced", "Store"]
 
@@ -304,22 +304,51 @@ class Store(GroupCommit):
 
     # ------------------------------------------------------------ push notification configs
 
-    async def push_configs(self, limit: int) -> list[pushes.Kept]:
-        """The oldest ``limit`` kept push configs, dead letters included, oldest first
-        (reach.store.pushes)."""
-        found: list[pushes.Kept] = await self._run(pushes.load, self.engine, limit)
+    async def push_configs(self, limit: int, *, dead_only: bool = False,
+                           everywhere: bool = False) -> list[pushes.Kept]:
+        """The oldest ``limit`` push configs this node sends (``everywhere``: every node's),
+        dead letters included (``dead_only``: those only), oldest first (reach.store.pushes)."""
+        found: list[pushes.Kept] = await self._run(pushes.load, self.engine, limit, self.node_id,
+                                                   dead_only, everywhere)
+        return found
+
+    async def task_push_configs(self, task_id: str, limit: int) -> list[pushes.Kept]:
+        """The task's push configs not sent yet, whichever node sends them."""
+        found: list[pushes.Kept] = await self._run(pushes.of_task, self.engine, task_id, limit)
         return found
 
     async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
                                ) -> None:
-        await self._run(pushes.keep, self.engine, task_id, config_id, body, now)
+        await self._run(pushes.keep, self.engine, task_id, config_id, body, now, self.node_id)
 
     async def forget_push_config(self, task_id: str, config_id: str) -> None:
         await self._run(pushes.forget, self.engine, task_id, config_id)
 
     async def push_dead(self, task_id: str, config_id: str, reason: str, now: float) -> None:
         """Keep a push config whose notification was not delivered, as a dead letter."""
-        await self._run(pushes.mark_dead, self.engine, task_id, config_id, reason, now)
+        await self._run(pushes.mark_dead, self.engine, task_id, config_id, reason, now,
+                        self.node_id)
+
+    async def push_pending_here(self, task_id: str, config_id: str) -> bool:
+        """Whether this node still sends the config (not deleted, dead, or taken over)."""
+        mine: bool = await self._run(pushes.pending_here, self.engine, task_id, config_id,
+                                     self.node_id)
+        return mine
+
+    async def claim_push_dead(self, task_id: str, config_id: str | None = None
+                              ) -> list[pushes.Kept]:
+        """The task's dead push letters (of any node), made pending here to be replayed."""
+        found: list[pushes.Kept] = await self._run(pushes.claim_dead, self.engine, task_id,
+                                                   config_id, self.node_id)
+        return found
+
+    async def adopt_pushes(self, limit: int) -> list[pushes.Kept]:
+        """The push configs of dead nodes, moved to this node (a cluster's take-over)."""
+        if self.node_id is None:
+            return []
+        found: list[pushes.Kept] = await self._run(pushes.adopt, self.engine, self.node_id,
+                                                   limit, NODES.name)
+        return found
 
     async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
                          max_concurrency: int, now: float) -> None:

@@ -102,9 +102,9 @@ SCHEMA_LOCK = 0x7265616368
 
 def create_tables(engine: Engine, then: Callable[[Connection], None] | None = None) -> None:
     """Create the tables, and the trace index, where they do not exist yet; add the columns
-    of ``ADDED_LATER`` to a task table made before them (each is nullable, so old rows read as
-    before), then (PostgreSQL) the owner index; then ``then(connection)``, in the same
-    transaction (the key index, ``postgres.create_key_index``).
+    of ``ADDED_LATER`` to a task table made before them, and ``node`` to a push config table
+    (each is nullable, so old rows read as before), then (PostgreSQL) the owner index; then
+    ``then(connection)``, in the same transaction (the key index, ``postgres.create_key_index``).
 
     One transaction; on PostgreSQL it first takes the advisory lock ``SCHEMA_LOCK``, held
     until it commits: of several coordinators opening one database at once, one makes the
@@ -118,6 +118,9 @@ def create_tables(engine: Engine, then: Callable[[Connection], None] | None = No
         for name in ADDED_LATER:
             if name not in have:
                 conn.execute(text(f"ALTER TABLE {TASKS.name} ADD COLUMN {name} TEXT"))
+        if "node" not in {c["name"] for c in inspect(conn).get_columns(PUSHES.name)}:
+            # (a push table made before a cluster's nodes each sent their own configs)
+            conn.execute(text(f"ALTER TABLE {PUSHES.name} ADD COLUMN node TEXT"))
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"CREATE INDEX IF NOT EXISTS {OWNER_INDEX} ON {TASKS.name} "
                               f"(owner, created_at) WHERE state NOT IN ({_TERMINAL_SQL})"))

@@ -1,0 +1,75 @@
+"""What the A2A door's push sender (``reach.server.a2a_push``) keeps: its configs in the store,
+as the store reads them back, and the notifications it could not deliver (dead letters)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from a2a.types import a2a_pb2 as pb
+
+from reach.core.tasks import Task
+
+
+class Kept(Protocol):
+    """One kept config as the store reads it back (``reach.store.pushes.Kept``)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def dead(self) -> str | None: ...  # why it was not delivered (None: not yet sent)
+
+    @property
+    def dead_at(self) -> float: ...
+
+    @property
+    def node(self) -> str | None: ...  # the cluster node that sends it
+
+
+class PushConfigStore(Protocol):
+    """Where configs are kept across a restart (``reach.store.store.Store`` has it)."""
+
+    node_id: str | None  # the cluster node whose configs these are (None: alone)
+
+    async def push_configs(self, limit: int, *, dead_only: bool = False,
+                           everywhere: bool = False) -> Sequence[Kept]: ...
+
+    async def task_push_configs(self, task_id: str, limit: int) -> Sequence[Kept]: ...
+
+    async def push_pending_here(self, task_id: str, config_id: str) -> bool: ...
+
+    async def claim_push_dead(self, task_id: str, config_id: str | None = None
+                              ) -> Sequence[Kept]: ...
+
+    async def adopt_pushes(self, limit: int) -> Sequence[Kept]: ...
+
+    async def push_dead(self, task_id: str, config_id: str, reason: str, now: float
+                        ) -> None: ...
+
+    async def keep_push_config(self, task_id: str, config_id: str, body: str, now: float
+                               ) -> None: ...
+
+    async def forget_push_config(self, task_id: str, config_id: str) -> None: ...
+
+
+@dataclass
+class DeadPush:
+    """A notification that was not delivered: what to send again, and why it failed."""
+
+    config: pb.TaskPushNotificationConfig
+    task: Task
+    reason: str
+    at: float  # when it was given up (wall clock)
+    node: str | None = None  # the cluster node that keeps it (None: a lone coordinator)
+
+    def view(self) -> dict[str, Any]:
+        """What an operator sees of it (``reach pushes``)."""
+        return {"task_id": self.task.task_id, "config_id": self.config.id,
+                "url": self.config.url[:200], "reason": self.reason, "dead_at": self.at,
+                "capability": self.task.envelope.capability, "caller": self.task.envelope.caller,
+                "state": self.task.state.value, "node": self.node}
