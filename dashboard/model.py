@@ -46,8 +46,9 @@ def decode(frame: JSON) -> admin.Snapshot | admin.Delta:
 
 class PushLetter(BaseModel):
     """One A2A push notification the coordinator did not deliver after its tries, as the
-    ``push_dead_letters`` command lists it (docs/admin-feed.md §4, docs/a2a.md). ``tries``
-    is shown when the coordinator says it; ``dead_at`` is its wall clock, like the feed's."""
+    ``push_dead_letters`` command lists it (docs/admin-feed.md §4, docs/a2a.md). ``node`` is
+    the cluster node that keeps it (None: a lone coordinator); ``dead_at`` is its wall
+    clock, like the feed's."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -59,7 +60,7 @@ class PushLetter(BaseModel):
     capability: str = ""
     caller: str = ""
     state: str = ""
-    tries: int | None = None
+    node: str | None = None
 
     @property
     def key(self) -> str:

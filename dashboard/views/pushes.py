@@ -30,7 +30,7 @@ from .base import TableView
 PUSH_COLUMNS = (
     Column("task", "Task"), Column("capability", "Capability", shrink=12, name=True),
     Column("receiver", "Receiver", shrink=16, name=True), Column("reason", "Reason", shrink=20),
-    Column("tries", "Tries"), Column("age", "Given up"),
+    Column("age", "Given up"),
 )
 NO_DOOR = "no A2A door: this coordinator sends no push notifications"
 
@@ -49,7 +49,6 @@ def push_row(letter: PushLetter, at: float) -> Row:
         cells=(
             Text(short(letter.task_id)), Text(letter.capability or DASH),
             Text(receiver(letter.url)), Text(letter.reason, style="red"),
-            Text(DASH if letter.tries is None else str(letter.tries), justify="right"),
             Text(f"{age(at - letter.dead_at)} ago", justify="right"),
         ),
         fields={"task": letter.task_id, "capability": letter.capability,
@@ -69,8 +68,8 @@ def push_detail(letter: PushLetter, at: float) -> RenderableType:
     text.append("config ", style="grey62")
     text.append(f"{letter.config_id or DASH}\n")
     given_up = f"given up {age(at - letter.dead_at)} ago"
-    if letter.tries is not None:
-        given_up += f" after {letter.tries} {'try' if letter.tries == 1 else 'tries'}"
+    if letter.node:
+        given_up += f" by node {letter.node}"
     text.append(given_up + ": ", style="grey62")
     text.append(letter.reason or DASH, style="red")
     return text
