@@ -276,7 +276,7 @@ async def test_a_taken_over_nodes_backlog_keeps_its_order(pg_url: str,
             await gate.wait()
         return n
 
-    await stack.enter_async_context(agent.connect([b.url, a.url]))
+    await stack.enter_async_context(agent.connect([b.url, a.url], prefer="first"))
     await until(lambda: any(v["name"] == "only" and v["node"] == "node-b"
                             for v in a.agents()))
     client = await stack.enter_async_context(Client.connect(b.url, caller="planner"))
