@@ -47,11 +47,11 @@ from reach.sdk.client import Client
 from reach.sdk.context import Context
 from reach.sdk.faults import FaultLog
 from reach.sdk.handlers import Handler, arguments, jsonable
+from reach.sdk.outcomes import Outcome, error, not_json
 from reach.wire import protocol as p
-from reach.wire.numbers import RULE, finite, nonfinite_path
+from reach.wire.numbers import finite
 
 log = logging.getLogger("reach.agent")
-Outcome = tuple[str, Any]  # ("ok", result) | ("error", wire error dict)
 CacheKey = tuple[str, str]  # (caller, idempotency key): a key answers its own caller only
 # Frames built from what this agent holds (its own outcomes, invokes already parsed): checked
 # by the type checker, not validated again at run time (the coordinator parses what it gets).
@@ -88,8 +88,11 @@ class Serving:
         # reads waiting out the ack grace, in deadline order, and the one timer for them
         self._acks: deque[tuple[float, p.Invoke, int, asyncio.Future[Outcome]]] = deque()
         self._ack_timer: asyncio.TimerHandle | None = None
-        self._by_task: dict[str, asyncio.Task[None]] = {}
-        self._contexts: dict[str, Context] = {}  # task id → the context its handler holds
+        self._by_key: dict[CacheKey, asyncio.Task[None]] = {}  # each run's handler task
+        # the attempts each run answers: its first invoke's and those that joined it (the
+        # same key), so a cancel stops the run only once none of them still wants it
+        self._sharing: dict[CacheKey, set[tuple[str, int]]] = {}
+        self._contexts: dict[CacheKey, Context] = {}  # the context each run's handler holds
         self._done: OrderedDict[CacheKey, Outcome] = OrderedDict()
         self._work: set[asyncio.Task[Any]] = set()
         self._slots: asyncio.Semaphore | None = None
@@ -186,12 +189,7 @@ class Serving:
         elif isinstance(frame, p.Probe):
             self._on_probe(frame)
         elif isinstance(frame, p.Cancel):
-            ctx = self._contexts.get(frame.task_id)
-            if ctx is not None:
-                ctx.cancelled = True
-            work = self._by_task.get(frame.task_id)
-            if work is not None:
-                work.cancel()
+            self._on_cancel(frame)
         elif isinstance(frame, p.Welcome):  # the answer to an update (Agent.update)
             self._on_welcome(list(frame.capabilities), None)
         elif isinstance(frame, p.Error):
@@ -221,6 +219,7 @@ class Serving:
         loop = asyncio.get_running_loop()
         running = self._runs.get(key)
         if running is not None:  # same key while the first run goes on: share its outcome
+            self._sharing[key].add((f.task_id, f.attempt))
             running.add_done_callback(lambda fut: self._reply(f, conn, fut.result()))
         else:
             outcome: asyncio.Future[Outcome] = loop.create_future()
@@ -228,7 +227,8 @@ class Serving:
             work = loop.create_task(self._execute(f, conn, outcome),
                                     name=f"handler-{f.task_id}")
             self._work.add(work)
-            self._by_task[f.task_id] = work
+            self._by_key[key] = work
+            self._sharing[key] = {(f.task_id, f.attempt)}
             work.add_done_callback(self._work.discard)
             work.add_done_callback(lambda w: self._cancelled_early(w, f, conn, outcome))
             running = outcome
@@ -241,14 +241,35 @@ class Serving:
         else:  # a quick read answers within the grace, sparing the ack frame
             self._ack_later(loop, f, conn, running)
 
+    def _on_cancel(self, f: p.Cancel) -> None:
+        """The coordinator gave up an attempt (``attempt`` 0: every attempt of the task). Its
+        run is stopped unless another invoke joined it and still waits for its outcome (a
+        duplicate under the same key): then only the given-up one stops waiting."""
+        for key, sharing in self._sharing.items():
+            gone = {s for s in sharing if s[0] == f.task_id and f.attempt in (0, s[1])}
+            if not gone:
+                continue
+            sharing -= gone
+            if sharing:
+                return
+            ctx = self._contexts.get(key)
+            if ctx is not None:
+                ctx.cancelled = True
+            work = self._by_key.get(key)
+            if work is not None:
+                work.cancel()
+            return
+
     def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke, conn: int,
                          outcome: asyncio.Future[Outcome]) -> None:
         """A task cancelled before its first step never ran ``_execute``'s cleanup."""
         if not work.cancelled() or outcome.done():
             return
-        self._runs.pop((f.caller, f.idempotency_key), None)
-        self._by_task.pop(f.task_id, None)
-        outcome.set_result(_error("task_failed", "cancelled", answer=False, agent=self.name))
+        key = (f.caller, f.idempotency_key)
+        self._runs.pop(key, None)
+        self._by_key.pop(key, None)
+        self._sharing.pop(key, None)
+        outcome.set_result(error("task_failed", "cancelled", answer=False, agent=self.name))
         self._reply(f, conn, outcome.result())
 
     def _ack(self, f: p.Invoke, conn: int, running: asyncio.Future[Outcome]) -> None:
@@ -285,7 +306,8 @@ class Serving:
             self._reply(f, conn, outcome.result())
             raise
         finally:
-            self._by_task.pop(f.task_id, None)
+            self._by_key.pop(key, None)
+            self._sharing.pop(key, None)
         self._runs.pop(key, None)
         if result[0] == "ok" or result[1].get("details", {}).get("answer"):
             self._done[key] = result  # faults are not cached: a retry must really run again
@@ -297,7 +319,7 @@ class Serving:
     async def _run_handler(self, f: p.Invoke, conn: int) -> Outcome:
         handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
         if handler is None:
-            return _error("task_failed", f"agent {self.name!r} does not serve {f.capability!r}",
+            return error("task_failed", f"agent {self.name!r} does not serve {f.capability!r}",
                           answer=False, agent=self.name)
         assert self._slots is not None
         self._waiting += 1
@@ -309,7 +331,7 @@ class Serving:
             self.executions += 1
             kwargs = arguments(handler, f, self._get_client)
             if handler.ctx_param is not None:
-                self._contexts[f.task_id] = kwargs[handler.ctx_param]
+                self._contexts[(f.caller, f.idempotency_key)] = kwargs[handler.ctx_param]
             if handler.streaming:
                 chunks: list[Any] = []
                 stream = handler.fn(**kwargs)
@@ -317,7 +339,7 @@ class Serving:
                     item = jsonable(item)
                     if not finite(item):  # it would reach the caller as null
                         await stream.aclose()
-                        return _not_json(f"chunk {len(chunks)}", item, self.name)
+                        return not_json(f"chunk {len(chunks)}", item, self.name)
                     self._send(conn, p.dump(_Chunk(task_id=f.task_id, attempt=f.attempt,
                                                    seq=len(chunks), data=item)))
                     chunks.append(item)
@@ -329,25 +351,25 @@ class Serving:
             value = jsonable(value)
             to_json(value)  # not JSON-able: a fault, reported now rather than lost
             if not finite(value):  # NaN or inf would reach the caller as null
-                return _not_json("result", value, self.name)
+                return not_json("result", value, self.name)
             return ("ok", value)
         except TaskError as exc:
             # The handler's own details may use any name, "code" and "agent" included.
-            return _error("task_failed", exc.message,
+            return error("task_failed", exc.message,
                           **{**exc.details, "answer": True, "agent": self.name})
         except ValidationError as exc:
-            return _error("invalid_params", f"params rejected by {self.name!r}: {exc}",
+            return error("invalid_params", f"params rejected by {self.name!r}: {exc}",
                           answer=True, agent=self.name)
         except PydanticSerializationError as exc:
-            return _error("task_failed", f"result is not JSON-serializable: {exc}",
+            return error("task_failed", f"result is not JSON-serializable: {exc}",
                           answer=False, agent=self.name)
         except Exception as exc:  # an agent fault: reported, counted, maybe retried elsewhere
             self._faults.fault(self.name, f, exc)
-            return _error("task_failed", f"{type(exc).__name__}: {exc}", answer=False,
+            return error("task_failed", f"{type(exc).__name__}: {exc}", answer=False,
                           agent=self.name, type=type(exc).__name__)
         finally:
             self._slots.release()
-            self._contexts.pop(f.task_id, None)
+            self._contexts.pop((f.caller, f.idempotency_key), None)
 
     def _by_normalized(self, capability: str) -> Handler | None:
         for name, handler in self.handlers.items():
@@ -367,7 +389,7 @@ class Serving:
                 return
             # Sent, it would close the connection (1009) and lose every task on it. Running
             # again would give the same result, so this is a final answer, not a fault.
-            payload = _error("task_failed", f"the result is {size} bytes, over "
+            payload = error("task_failed", f"the result is {size} bytes, over "
                              f"the {limit}-byte frame limit; return a reference to large data",
                              answer=True, agent=self.name)[1]
         self._send(conn, p.dump(_Error(task_id=f.task_id, attempt=f.attempt,
@@ -376,16 +398,3 @@ class Serving:
 
 def _nothing() -> None:
     """The default probe's check: nothing, run where a handler runs."""
-
-
-def _not_json(what: str, value: Any, agent: str) -> Outcome:
-    """A handler's result (or chunk) holding NaN or an infinity: the agent's fault, said now
-    (JSON has no such numbers: sent, they would reach the caller as null)."""
-    where = nonfinite_path(value, what) or what
-    return _error("task_failed", f"{where}: {RULE}", answer=False, agent=agent,
-                  type="ValueError")
-
-
-def _error(code: str, message: str, /, **details: Any) -> Outcome:
-    return ("error", {"code": code, "message": message, "details": details})
-

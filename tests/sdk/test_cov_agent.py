@@ -295,6 +295,37 @@ async def test_a_cancelled_handler_replies_cancelled_and_its_key_runs_again() ->
             assert agent.executions == 2
 
 
+async def test_a_cancel_stops_a_shared_run_only_once_no_invoke_still_waits_for_it() -> None:
+    """Two invokes under one key share one run (a duplicate while the first goes on). A
+    cancel of one of them lets the other still get the run's answer; a cancel of the last
+    one that waits stops the run."""
+    async with FakeCoordinator(serves) as fake:
+        agent, release, seen = blocking_agent()
+        async with agent.connect(fake.url):
+            peer = fake.peers[-1]
+            await peer.invoke("t1", "hold", key="k")
+            await wait_until(lambda: seen == ["started"])
+            await peer.invoke("t2", "hold", key="k")  # joins t1's run
+            await peer.send(type="cancel", task_id="t1", attempt=1)
+            await peer.send(type="cancel", task_id="t-unknown", attempt=1)
+            await asyncio.sleep(0.05)
+            assert seen == ["started"]  # t2 still waits for the run: it goes on
+            release.set()
+            assert (await peer.answer("t2"))["result"] == "released"
+            assert agent.executions == 1
+
+            release.clear()
+            await peer.invoke("t3", "hold", key="k2")
+            await wait_until(lambda: seen == ["started", "started"])
+            await peer.invoke("t4", "hold", key="k2")
+            await peer.send(type="cancel", task_id="t4", attempt=1)
+            await asyncio.sleep(0.05)
+            assert seen == ["started", "started"]
+            await peer.send(type="cancel", task_id="t3", attempt=0)  # 0: every attempt
+            await wait_until(lambda: seen[-1] == "cancelled")
+            assert (await peer.answer("t3"))["error"]["message"] == "cancelled"
+
+
 async def test_the_key_cache_forgets_its_least_recently_used_answer() -> None:
     async with FakeCoordinator(serves) as fake:
         agent = Agent("counter", cache_size=2)
