@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager
 import httpx
 from a2a.client import Client, ClientConfig, create_client
 from a2a_door.conftest import FAST, call, send
+from counting import counting
 
-from reach import Agent, Reach
+from reach import Reach
 
 
 @asynccontextmanager
@@ -26,15 +27,7 @@ async def keyed(url: str, key: str) -> AsyncIterator[Client]:
 async def test_a_new_message_with_the_same_idempotency_key_header_runs_once() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
         assert reach.a2a_url is not None
-        agent = Agent("counter", reconnect_base=0.02)
-        runs: list[int] = []
-
-        @agent.capability("count.up")
-        async def up() -> dict[str, int]:
-            runs.append(1)
-            return {"n": len(runs)}
-        await agent.connect(reach.url)
-        try:
+        async with counting(reach.url) as runs:
             async with keyed(reach.a2a_url, "order-7") as client:
                 [first] = await send(client, call("count.up", {}))
                 [again] = await send(client, call("count.up", {}))  # another message id
@@ -42,5 +35,3 @@ async def test_a_new_message_with_the_same_idempotency_key_header_runs_once() ->
             async with keyed(reach.a2a_url, "order-8") as client:
                 [other] = await send(client, call("count.up", {}))
                 assert other.task.id != first.task.id and runs == [1, 1]
-        finally:
-            await agent.close(drain=0.2)

@@ -11,6 +11,7 @@ from a2a.client import ClientConfig, create_client
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from a2a_door.conftest import FAST, a2a_client, call, data, say, send, serve, worked
+from counting import counting
 
 from reach import Agent, Reach
 
@@ -72,22 +73,12 @@ async def test_no_route_and_bad_params_are_errors_with_reachs_code() -> None:
 async def test_the_message_id_is_the_idempotency_key() -> None:
     async with Reach.start(**FAST, a2a=True) as reach:
         assert reach.a2a_url is not None
-        agent = Agent("counter", reconnect_base=0.02)
-        runs: list[int] = []
-
-        @agent.capability("count.up")
-        async def up() -> dict[str, int]:
-            runs.append(1)
-            return {"n": len(runs)}
-        await agent.connect(reach.url)
-        try:
+        async with counting(reach.url) as runs:
             async with a2a_client(reach.a2a_url) as client:
                 request = call("count.up", {})
                 [first] = await send(client, request)
                 [again] = await send(client, request)  # a client's retry: the same message
                 assert again.task.id == first.task.id and runs == [1]
-        finally:
-            await agent.close(drain=0.2)
 
 
 async def test_return_immediately_answers_the_task_as_accepted() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from counting import counting
 from held import Held
 from mcp.shared.exceptions import MCPError
 from mcp_door.conftest import FAST, mcp_client
@@ -65,15 +66,7 @@ async def test_a_timeout_out_of_bounds_is_invalid_params(timeout: object) -> Non
 async def test_a_retried_call_with_the_same_idempotency_key_header_runs_once(mode: str) -> None:
     async with Reach.start(**FAST, mcp=True) as reach:
         assert reach.mcp_url is not None
-        agent = Agent("counter", reconnect_base=0.02)
-        runs: list[int] = []
-
-        @agent.capability("count.up")
-        async def up() -> dict[str, int]:
-            runs.append(1)
-            return {"n": len(runs)}
-        await agent.connect(reach.url)
-        try:
+        async with counting(reach.url) as runs:
             # Each client sends its header with every request: the second is a client
             # retrying the same call from scratch (a new connection and a new request id).
             for _ in range(2):
@@ -85,5 +78,3 @@ async def test_a_retried_call_with_the_same_idempotency_key_header_runs_once(mod
                                   headers={"Idempotency-Key": "h-2"}) as client:
                 other = await client.call_tool("count.up", {})
             assert other.structured_content == {"n": 2} and len(runs) == 2
-        finally:
-            await agent.close(drain=0.2)

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from counting import counting
 from held import Held
 from mcp.shared.exceptions import MCPError
 from mcp_door.conftest import FAST, mcp_client, serve
@@ -134,15 +135,7 @@ async def test_a_caller_without_permission_sees_no_tool() -> None:
 async def test_a_retried_tool_call_with_the_same_idempotency_key_runs_once() -> None:
     async with Reach.start(**FAST, mcp=True) as reach:
         assert reach.mcp_url is not None
-        agent = Agent("counter", reconnect_base=0.02)
-        runs: list[int] = []
-
-        @agent.capability("count.up")
-        async def up() -> dict[str, int]:
-            runs.append(1)
-            return {"n": len(runs)}
-        await agent.connect(reach.url)
-        try:
+        async with counting(reach.url) as runs:
             async with mcp_client(reach.mcp_url, mode="legacy") as client:
                 key = {"agent-reach/idempotency-key": "k-1"}
                 first = await client.call_tool("count.up", {}, meta=key)  # type: ignore[arg-type]
@@ -150,8 +143,6 @@ async def test_a_retried_tool_call_with_the_same_idempotency_key_runs_once() -> 
                 other = await client.call_tool("count.up", {})
             assert first.structured_content == again.structured_content == {"n": 1}
             assert other.structured_content == {"n": 2} and len(runs) == 2
-        finally:
-            await agent.close(drain=0.2)
 
 
 async def test_the_intent_tool_routes_words_and_a_refusal_can_be_chosen_from() -> None:
