@@ -156,3 +156,14 @@ class TaskStore(Protocol):
 
     async def save_agent(self, agent_id: str, name: str, version: str,
                          capabilities: list[Any], max_concurrency: int, now: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """A page of one caller's tasks, newest first (what A2A ``ListTasks`` reads from a store,
+    reach.store.listing): ``next`` is the (created_at, task_id) cursor of the page after
+    (None: this is the last); ``total``: how many match, over the caller's newest ``scan``."""
+
+    tasks: list[Task]
+    total: int
+    next: tuple[float, str] | None

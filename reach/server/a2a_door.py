@@ -56,13 +56,13 @@ from reach.core.tasks import SubmitRequest, Task
 from reach.core.trust import may_read
 from reach.errors import ReachError
 from reach.gateway import cancelling
+from reach.ports import TaskPage
 from reach.server import a2a_card, a2a_tasks
 from reach.server.a2a_push import PushConfigStore, Pusher
 from reach.server.front import FrontDoor
 from reach.server.front_models import Headers
 from reach.server.front_problems import HttpProblem
 from reach.server.front_views import callable_specs
-from reach.store.listing import Page
 
 PREFIX = "/a2a"
 HEADERS = ("Idempotency-Key", "traceparent", "X-Reach-Timeout")  # read as the REST door does
@@ -86,7 +86,7 @@ class CallerTasks(Protocol):
     async def of_caller(self, caller: str, limit: int, *,
                         before: tuple[float, str] | None = None, trace_id: str | None = None,
                         states: list[str] | None = None, updated_after: float | None = None,
-                        scan: int = 10_000) -> Page: ...
+                        scan: int = 10_000) -> TaskPage: ...
 
 
 class _Inbox:

@@ -20,29 +20,18 @@ not pay. Once made it stays, and every later coordinator on that database keeps 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, select, text, tuple_
 from sqlalchemy.engine import Engine
 
-from reach.core.tasks import Task
+from reach.ports import TaskPage as Page
 from reach.store.tables import SCHEMA_LOCK, TASKS, task_from_row
 
 __all__ = ["CALLER_INDEX", "Page", "create_caller_index", "of_caller"]
 
 CALLER_INDEX = "ix_reach_tasks_caller_created"
 Cursor = tuple[float, str]  # (created_at, task_id) of the last task a page held
-
-
-@dataclass(frozen=True)
-class Page:
-    """A page of one caller's tasks, newest first; ``next`` is the cursor of the page after
-    (None: this is the last); ``total``: how many match, over the caller's newest ``scan``."""
-
-    tasks: list[Task]
-    total: int
-    next: Cursor | None
 
 
 def create_caller_index(engine: Engine) -> None:
