@@ -228,14 +228,9 @@ async def test_a_cancel_sent_to_another_node_says_where_the_task_runs(
     gate.set()
 
 
-async def test_a_nodes_backlog_drains_to_another_nodes_agent_in_order(
-        pg_url: str, stack: AsyncExitStack) -> None:
-    """Issue 27: a node's backlog drains to any node's agent. Node A has no agent; node B's
-    one agent has one slot, held. Five submits at A wait their turn at A (none refused),
-    then run at B's agent one at a time, in the order they were submitted."""
-    a = await node(stack, pg_url, "node-a", priority_aging=0.01)
-    b = await node(stack, pg_url, "node-b")
-    gate, runs = asyncio.Event(), []
+def one_slot(gate: asyncio.Event, runs: list[int]) -> Agent:
+    """The backlog drills' agent: one slot, ``work.one`` notes each ``n`` it runs, and holds
+    the slot on ``n`` 0 until ``gate`` is set, so the others wait their turn."""
     agent = Agent("only", heartbeat_interval=0.05, max_concurrency=1)
 
     @agent.capability("work.one", idempotent=True, latency_ms=5000)
@@ -245,6 +240,18 @@ async def test_a_nodes_backlog_drains_to_another_nodes_agent_in_order(
             await gate.wait()
         return n
 
+    return agent
+
+
+async def test_a_nodes_backlog_drains_to_another_nodes_agent_in_order(
+        pg_url: str, stack: AsyncExitStack) -> None:
+    """Issue 27: a node's backlog drains to any node's agent. Node A has no agent; node B's
+    one agent has one slot, held. Five submits at A wait their turn at A (none refused),
+    then run at B's agent one at a time, in the order they were submitted."""
+    a = await node(stack, pg_url, "node-a", priority_aging=0.01)
+    b = await node(stack, pg_url, "node-b")
+    gate, runs = asyncio.Event(), []
+    agent = one_slot(gate, runs)
     await stack.enter_async_context(agent.connect(b.url))
     await until(lambda: any(v["name"] == "only" for v in a.agents()))
     client = await stack.enter_async_context(Client.connect(a.url, caller="planner"))
@@ -267,15 +274,7 @@ async def test_a_taken_over_nodes_backlog_keeps_its_order(pg_url: str,
     a = await node(stack, pg_url, "node-a")
     b = await node(stack, pg_url, "node-b")
     gate, runs = asyncio.Event(), []
-    agent = Agent("only", heartbeat_interval=0.05, max_concurrency=1)
-
-    @agent.capability("work.one", idempotent=True, latency_ms=5000)
-    async def one(n: int) -> int:
-        runs.append(n)
-        if n == 0:
-            await gate.wait()
-        return n
-
+    agent = one_slot(gate, runs)
     await stack.enter_async_context(agent.connect([b.url, a.url], prefer="first"))
     await until(lambda: any(v["name"] == "only" and v["node"] == "node-b"
                             for v in a.agents()))
