@@ -1,4 +1,5 @@
-"""The ``nodes`` fixture: coordinators, agents and clients of one test (peering.Nodes)."""
+"""The ``nodes`` fixture: coordinators, agents and clients of one test (peering.Nodes); the
+``stack`` fixture: what a test enters, exited in reverse order at its end."""
 
 from __future__ import annotations
 
@@ -15,3 +16,9 @@ async def nodes() -> AsyncIterator[Nodes]:
         yield Nodes(stack)
 
 
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as s:
+        yield s

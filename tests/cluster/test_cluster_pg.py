@@ -5,7 +5,7 @@ take over a dead node's tasks and fence themselves when cut off from the databas
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -25,12 +25,6 @@ async def until(check: Callable[[], Any], limit: float = 10.0) -> None:
     async with asyncio.timeout(limit):
         while not check():
             await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
 # Agents beat every 50 ms; suspected after 4 silent beats, offline after 6 (Settings' 2 and 3

@@ -9,7 +9,6 @@ through a real receiver on loopback."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -19,7 +18,7 @@ from a2a.utils.errors import TaskNotFoundError
 from a2a_door.conftest import a2a_client, accepted, call, data, send
 from a2a_door.test_a2a_push import pushed, receiving
 from mcp_door.conftest import mcp_client, serve
-from test_cluster_pg import cut_off
+from test_cluster_pg import cut_off, until
 
 from reach import Admin, Agent, Reach
 
@@ -33,21 +32,24 @@ OPTIONS: dict[str, Any] = dict(heartbeat_interval=0.05, suspect_after=4.0, offli
                                a2a=True, tokens=TOKENS, lease_s=LEASE, admin_token="t")
 
 
-async def until(check: Callable[[], Any], limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not check():
-            await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
-
-
 async def node(stack: AsyncExitStack, url: str, name: str, **kw: Any) -> Reach:
     return await stack.enter_async_context(Reach.start(
         store=url, cluster=True, node_id=name, **{**OPTIONS, **kw}))
+
+
+def slow(gate: asyncio.Event, runs: list[int] | None = None) -> Agent:
+    """The agent whose ``slow.read`` holds each call until ``gate`` is set (noting each run in
+    ``runs``), so a task stays running on the node its agent is connected to."""
+    agent = Agent("slow", token="tok-s", heartbeat_interval=0.05, reconnect_base=0.02)
+
+    @agent.capability("slow.read", idempotent=True, latency_ms=5000)
+    async def read() -> dict[str, bool]:
+        if runs is not None:
+            runs.append(1)
+        await gate.wait()
+        return {"done": True}
+
+    return agent
 
 
 def sees(reach: Reach, agent: str) -> bool:
@@ -60,13 +62,7 @@ async def test_an_a2a_task_sent_to_one_node_is_read_followed_and_listed_on_anoth
     b = await node(stack, pg_url, "node-b")
     assert a.a2a_url is not None and b.a2a_url is not None
     gate = asyncio.Event()
-    agent = Agent("slow", token="tok-s", heartbeat_interval=0.05, reconnect_base=0.02)
-
-    @agent.capability("slow.read", idempotent=True, latency_ms=5000)
-    async def read() -> dict[str, bool]:
-        await gate.wait()
-        return {"done": True}
-
+    agent = slow(gate)
     await stack.enter_async_context(agent.connect(a.url))
     await until(lambda: sees(a, "slow"))
     alice_a = await stack.enter_async_context(a2a_client(a.a2a_url, "tok-alice"))
@@ -151,14 +147,7 @@ async def test_a_taken_over_tasks_push_is_sent_by_the_node_that_took_it_over(
     b = await node(stack, pg_url, "node-b", a2a_push_private=True)
     assert a.a2a is not None and b.a2a is not None and b.a2a_url is not None
     gate, runs = asyncio.Event(), []
-    agent = Agent("slow", token="tok-s", heartbeat_interval=0.05, reconnect_base=0.02)
-
-    @agent.capability("slow.read", idempotent=True, latency_ms=5000)
-    async def read() -> dict[str, bool]:
-        runs.append(1)
-        await gate.wait()
-        return {"done": True}
-
+    agent = slow(gate, runs)
     await stack.enter_async_context(agent.connect([b.url, a.url]))  # moves to A when B goes
     await until(lambda: sees(b, "slow"))
     receiver = await stack.enter_async_context(receiving([]))
@@ -236,13 +225,7 @@ async def test_a_config_made_on_a_node_that_leaves_is_sent_by_one_that_stays(
                           **{**OPTIONS, "a2a_push_private": True})
     assert a.a2a is not None and a.a2a_url is not None and b.a2a_url is not None
     gate = asyncio.Event()
-    agent = Agent("slow", token="tok-s", heartbeat_interval=0.05, reconnect_base=0.02)
-
-    @agent.capability("slow.read", idempotent=True, latency_ms=5000)
-    async def read() -> dict[str, bool]:
-        await gate.wait()
-        return {"done": True}
-
+    agent = slow(gate)
     await stack.enter_async_context(agent.connect(a.url))
     await until(lambda: sees(a, "slow"))
     receiver = await stack.enter_async_context(receiving([]))
