@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reach.core.chains import Link, Step, steps_json
 from reach.core.keys import unscoped_key
 
 
@@ -109,6 +110,9 @@ class SubmitRequest:
     # A synchronous call (the caller waits for the answer): without its own ``queue_wait`` it
     # waits ``queue_wait`` for a slot and fails fast when no agent can take it.
     call: bool = False
+    notify: str | None = None  # the URL its outcome is POSTed to when it ends (webhooks)
+    then: Any = None  # the chain's steps after it, as given (reach.core.chains.steps_of)
+    link: Link | None = None  # its place in a chain: set by the coordinator for its steps
 
 
 @dataclass(slots=True)
@@ -146,9 +150,26 @@ class Envelope:
     # stored: a resumed task waits as a submit does.
     queue_wait: float | None = None
     fail_fast: bool = False  # no agent can take it: fail now (a call that did not ask to wait)
+    # Where its outcome goes besides its caller (stored in the row's ``follow`` column): the
+    # webhook URL, the chain's steps after it, and its own place in a chain.
+    notify: str | None = None
+    then: tuple[Step, ...] = ()
+    link: Link | None = None
+
+    def follow(self) -> dict[str, Any]:
+        """Where its outcome goes besides its caller, as stored and shown: ``notify``, the
+        chain's steps after it (``then``) and its place in a chain (``chain``)."""
+        out: dict[str, Any] = {}
+        if self.notify is not None:
+            out["notify"] = self.notify
+        if self.then:
+            out["then"] = steps_json(self.then)
+        if self.link is not None:
+            out["chain"] = self.link.to_json()
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "task_id": self.task_id, "trace_id": self.trace_id, "capability": self.capability,
             "params": self.params, "caller": self.caller,
             # As the caller gave it; the coordinator keeps it scoped to the caller (trust).
@@ -158,6 +179,9 @@ class Envelope:
             "created_at": self.created_at, "parent_task_id": self.parent_task_id,
             "traceparent": self.traceparent,
         }
+        if self.notify is not None or self.then or self.link is not None:
+            out.update(self.follow())
+        return out
 
 
 @dataclass(slots=True)

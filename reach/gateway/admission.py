@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from reach.config import Settings
+from reach.core import chains, reasons
 from reach.core import intent as intents
 from reach.core import intent_learn as learning
-from reach.core import reasons
 from reach.core import tags as tagging
 from reach.core.agents import Declared
+from reach.core.chains import Step
 from reach.core.registry import Registry
-from reach.core.tasks import Task
+from reach.core.tasks import SubmitRequest, Task
 from reach.errors import InvalidParams, NoRoute, Rejected, Unauthorized, Unavailable
 from reach.gateway.backlog import Backlog
 from reach.gateway.book import TaskBook
@@ -62,6 +63,15 @@ def check_join(book: TaskBook, trace_id: str, caller: str, parent_task_id: str |
     raise Unauthorized(
         f"trace {trace_id!r} belongs to another caller; start a new trace, or name as "
         f"parent_task_id the task your agent is running", trace_id=trace_id)
+
+
+def follow(request: SubmitRequest) -> tuple[Step, ...]:
+    """The chain steps a submit asks for, its webhook URL checked too (``InvalidParams``
+    saying what is wrong). Asked only of a submit that has either."""
+    try:
+        return chains.follow_of(request.notify, request.then)[1]
+    except ValueError as exc:
+        raise InvalidParams(str(exc)) from None
 
 
 def not_connected(capability: str, agents: set[str]) -> Unavailable:

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import random
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,7 @@ from reach.gateway import admission, cancelling
 from reach.gateway.admission import Admission
 from reach.gateway.audit import Audit
 from reach.gateway.book import ChunkSink, TaskBook, replay_note
+from reach.gateway.book_views import BookViews
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
@@ -47,7 +47,7 @@ S = TaskState
 log = logging.getLogger("reach.gateway")
 
 
-class Gateway:
+class Gateway(BookViews):
     def __init__(self, settings: Settings, registry: Registry, router: Router,
                  store: TaskStore, clock: Clock, rng: random.Random | None = None) -> None:
         self.settings = settings
@@ -82,31 +82,6 @@ class Gateway:
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         self.on_learned: Callable[[Phrase], None] | None = None  # the wiring keeps phrases
         registry.listen(self.agents_changed)
-
-    # The book's maps, as the edge and the operator surface read them.
-    @property
-    def live(self) -> dict[str, Task]:
-        return self.book.live
-
-    @property
-    def recent(self) -> OrderedDict[str, Task]:
-        return self.book.recent
-
-    @property
-    def dead(self) -> dict[str, Task]:
-        return self.book.dead
-
-    @property
-    def traces(self) -> dict[str, list[str]]:
-        return self.book.traces
-
-    @property
-    def keys(self) -> dict[str, str]:
-        return self.book.keys
-
-    @property
-    def caller_live(self) -> dict[str, int]:
-        return self.book.caller_live
 
     async def submit(self, request: SubmitRequest) -> tuple[Task, bool]:
         """Accept a task and return once it is committed: (task, duplicate)."""
@@ -173,6 +148,7 @@ class Gateway:
         declaring = self.registry.declaring(cap)
         fail_fast = req.call and req.queue_wait is None  # (a call that did not ask to wait)
         tags = tagging.check(req.tags) if req.tags else None
+        steps = admission.follow(req) if req.then or req.notify or req.link else ()
         if declaring or cap not in self.known:
             self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags,
                               typed=capability)
@@ -211,7 +187,7 @@ class Gateway:
             hedge=req.hedge, tags=tags, fallback=False if req.fallback is FOLLOWED else plan,
             parent_span=traces.span_id_of(req.traceparent) if req.traceparent else None,
             queue_wait=self.settings.queue_wait if fail_fast else req.queue_wait,
-            fail_fast=fail_fast,
+            fail_fast=fail_fast, notify=req.notify, then=steps, link=req.link,
         )
         task = new_task(env, now)
         self.book.track(task)

@@ -226,10 +226,16 @@ class Client(Waiters):
                      trace_id: str | None = None, parent_task_id: str | None = None,
                      traceparent: str | None = None, hedge: bool | None = None,
                      fallback: dict[str, Any] | None = None,
-                     queue_wait: float | None = None) -> Handle:
+                     queue_wait: float | None = None, notify: str | None = None,
+                     then: str | Sequence[str | Mapping[str, Any]] | None = None) -> Handle:
         """Hand a task over; returns once the coordinator has durably accepted it. ``hedge``
         and ``fallback`` override the capability's own (``handle.fallback`` tells, later);
         ``tags`` (``{"region": "eu"}``) keeps the task to agents declaring them (§7).
+
+        ``notify="https://..."`` has its outcome POSTed there, signed, when it ends
+        (docs/webhooks.md). ``then="report.build"`` (or a list of steps) passes a success's
+        result on as the next capability's params, each step a task of its own in the same
+        trace; ``handle.result()`` follows the chain to its last step (docs/protocol.md).
 
         An accepted task waits its turn when every agent is busy or none can take it now (a
         restart, a drain): until its ``timeout``, else the coordinator's ``max_wait``, or
@@ -238,7 +244,9 @@ class Client(Waiters):
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
             parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
-            fallback=fallback, queue_wait=queue_wait))
+            fallback=fallback, queue_wait=queue_wait, notify=notify,
+            then=then if then is None or isinstance(then, str) else [
+                s if isinstance(s, str) else dict(s) for s in then]))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,

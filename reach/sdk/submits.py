@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from reach.core import chains
 from reach.core import tags as tagging
 from reach.core.tasks import SubmitRequest
 from reach.errors import InvalidParams, ProtocolError, ReachTimeout
@@ -29,7 +30,7 @@ def submit_frame(req_id: int, r: SubmitRequest, *, defer_ack: bool, limit: int) 
         timeout=r.timeout, max_retries=r.max_retries, trace_id=r.trace_id,
         parent_task_id=r.parent_task_id, traceparent=r.traceparent, wait=True,
         intent=r.intent, defer_ack=defer_ack, hedge=r.hedge, tags=tagging.check(r.tags),
-        fallback=r.fallback, queue_wait=r.queue_wait))
+        fallback=r.fallback, queue_wait=r.queue_wait, notify=r.notify, then=r.then))
     size = p.oversize(text, limit)
     if size is not None:
         raise ProtocolError(f"the submit is {size} bytes, over the {limit}-byte frame limit; "
@@ -60,3 +61,8 @@ def check(r: SubmitRequest) -> None:
             p.fallback_of(r.fallback)
         except ValueError as exc:  # pydantic's ValidationError is one
             raise InvalidParams(f"bad fallback {r.fallback!r}: {exc}") from None
+    if r.notify is not None or r.then is not None:
+        try:
+            chains.follow_of(r.notify, r.then)
+        except ValueError as exc:
+            raise InvalidParams(str(exc)) from None

@@ -151,7 +151,8 @@ class CallerSession(Session):
         request = SubmitRequest(
             f.capability, f.params, self.caller, f.idempotency_key, f.priority, f.timeout,
             f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent, f.hedge,
-            f.tags, f.fallback, queue_wait=f.queue_wait, call=f.defer_ack)
+            f.tags, f.fallback, queue_wait=f.queue_wait, call=f.defer_ack, notify=f.notify,
+            then=f.then)
         routing = self.services.intent_routing
         if routing is not None and f.intent and not f.capability:
             self._spawn(self._route(f, request, routing))

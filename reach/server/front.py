@@ -288,7 +288,7 @@ class FrontDoor:
                             body.priority, body.timeout, body.max_retries,
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
                             tags=body.tags, fallback=body.fallback,
-                            queue_wait=body.queue_wait)
+                            queue_wait=body.queue_wait, notify=body.notify, then=body.then)
         task, duplicate = await self.admit(req, self.chunks.sink)
         self._forget_when_done(task)
         env = task.envelope

@@ -43,6 +43,8 @@ CapabilityName = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD, r"\s_\-/
 Intent = Annotated[str, Field(pattern=_pattern(bounds.TEXT_BAD, r"\s"), min_length=1,
                               max_length=2000)]
 Params = dict[str, Any]
+StepName = CapabilityName  # a chain step (reach.core.chains checks the rest at the gateway)
+Steps = Annotated[list[StepName | dict[str, Any]], Field(max_length=8)]
 # Routing tags (reach.core.tags): "key": "value" or "key": true, keys without "=".
 TagKey = Annotated[str, Field(pattern=_pattern(bounds.NAME_BAD + ((0x3D, 0x3D),)),
                               min_length=1, max_length=100)]
@@ -101,6 +103,14 @@ class SubmitBody(_In):
         default=None, ge=0, le=bounds.MAX_TIMEOUT,
         description="seconds it may wait its turn for a free slot or an agent (default: "
                     "until its timeout, else the coordinator's max_wait)")
+    notify: str | None = Field(
+        default=None, max_length=2000, pattern=r"^https?://\S+$",
+        description="a URL the task's outcome is POSTed to, signed, when it ends "
+                    "(docs/webhooks.md)")
+    then: StepName | Steps | None = Field(
+        default=None, description="a chain: the capability (or list of steps, each a name or "
+        "{\"capability\": name, \"map\": {param: JSON pointer}}) the result is passed to "
+        "next, at most 8 (docs/protocol.md, chains)")
 
     @model_validator(mode="after")
     def _names_the_work(self) -> SubmitBody:

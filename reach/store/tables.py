@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Field, SQLModel
 
+from reach.core.chains import Link, steps_of
 from reach.core.keys import revision as key_revision
 from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
 from reach.store.phrases import PHRASES
@@ -57,6 +58,9 @@ class TaskRow(SQLModel, table=True):
     params: str = "{}"
     tags: str | None = None  # the submit's routing tags as JSON (added later: see create_tables)
     owner: str | None = None  # the node that drives it, in a cluster (added later); None: alone
+    # Where its outcome goes besides its caller, as JSON (``Envelope.follow``: a webhook URL,
+    # a chain's steps after it, its place in a chain); added later; None: nowhere else.
+    follow: str | None = None
     state: str = Field(default="pending", index=True)
     result: str | None = None
     error: str | None = None
@@ -94,7 +98,7 @@ OWNER_INDEX = "ix_reach_tasks_owner_unfinished"
 _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
 
 
-ADDED_LATER = ("tags", "owner")  # nullable task columns an older version's database lacks
+ADDED_LATER = ("tags", "owner", "follow")  # nullable task columns an older version's database lacks
 # The key of the PostgreSQL advisory lock the schema is made under ("reach" in ASCII): nodes
 # of a cluster started together on a new database would otherwise race to create one table
 # (CREATE TABLE's existence check is not atomic: the loser fails on pg_type's unique index).
@@ -208,6 +212,8 @@ def task_row(task: Task) -> dict[str, Any]:
         "parent_task_id": env.parent_task_id, "traceparent": env.traceparent,
         "params": dumps(env.params), "created_at": env.created_at,
         "tags": dumps(env.tags) if env.tags else None, "owner": None,
+        "follow": None if env.notify is None and not env.then and env.link is None
+        else dumps(env.follow()),
         **task_changes(task),
     }
 
@@ -246,6 +252,11 @@ def task_from_row(row: Any) -> Task:
         parent_task_id=row.parent_task_id, traceparent=row.traceparent,
         tags=json.loads(row.tags) if getattr(row, "tags", None) else None,
     )
+    if getattr(row, "follow", None):
+        follow = json.loads(row.follow)
+        env.notify, env.then = follow.get("notify"), steps_of(follow.get("then"))
+        link = follow.get("chain")
+        env.link = None if link is None else Link(link["head"], link["step"], link["of"])
     task = Task(envelope=env, state=TaskState(row.state), updated_at=row.updated_at)
     task.result = None if row.result is None else json.loads(row.result)
     task.error = None if row.error is None else json.loads(row.error)

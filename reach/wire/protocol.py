@@ -70,6 +70,9 @@ __all__ = [
     "parse", "request_id", "unchecked",
 ]
 
+StepName = Annotated[Name, Field(min_length=1, max_length=200)]  # a chain step's capability
+
+
 class Frame(BaseModel):
     # allow_inf_nan: JSON has no NaN or Infinity, yet parsers (Python's json.dumps among them)
     # emit them, and 1e999 decodes to inf; no number field accepts them.
@@ -318,6 +321,10 @@ class Submit(Frame):
     tags: dict[Tag, Annotated[Tag, Strict()] | Annotated[bool, Strict()]] | None = Field(
         default=None, max_length=16)
     fallback: Fallback = None  # this call's fallback (over the capability's own)
+    # Where the outcome goes besides the caller: a webhook POSTed when the task ends, and a
+    # chain's next steps (reach.core.chains checks their shape and names at the gateway).
+    notify: Annotated[str, Field(max_length=2000, pattern=r"^https?://\S+$")] | None = None
+    then: StepName | Annotated[list[StepName | dict[str, Any]], Field(max_length=8)] | None = None
 
 
 class Status(Frame):
