@@ -1,0 +1,191 @@
+"""Completion webhooks: ``notify`` on submit, a signed POST of the outcome when the task ends.
+
+A submit that names ``notify`` (SDK ``client.submit(..., notify=URL)``, REST ``"notify"``) is
+checked at its door before it is accepted (``Notify.check``: http(s), and a host that resolves
+to public addresses unless ``notify_allow`` names its network; refused ``invalid_params``),
+and its config is kept in the store before the submit is acknowledged (``Notify.keep``). When
+the task ends (succeeded, failed, dead, cancelled), the coordinator's one sender
+(reach.server.pushes) POSTs ``outcome(task)`` with the sender's retries, dead letters and
+replay. The task's own outcome is never touched by what the receiver does.
+
+Signed (docs/webhooks.md has a ten-line verifier): ``X-Reach-Timestamp`` (unix seconds) and
+``X-Reach-Signature: sha256=<hex HMAC-SHA256(secret, b"<timestamp>." + body)>``. The secret is
+the token the caller authenticated with (``X-Reach-Signer: token``), else the coordinator's
+notify secret (``X-Reach-Signer: coordinator``: ``Settings.notify_secret``, or one made once
+and kept in the store, ``reach_values``). The config keeps a fingerprint of the token, never
+the token: the token itself is read from the coordinator's token table when it signs.
+
+A chain (reach.core.chains): a task that succeeded with steps still to run sends nothing; its
+next step carries the same ``notify`` and sends when the chain ends (``carry``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from reach.core.tasks import Task, TaskState
+from reach.core.trust import Trust
+from reach.server import outbound
+from reach.server.push_kept import WEBHOOK, Push
+from reach.server.pushes import MAX_CONFIGS, Pusher
+
+CONFIG_ID = "reach:notify"  # one webhook per task
+SECRET_NAME = "notify_secret"  # its row in reach_values
+SIGNATURE, TIMESTAMP, SIGNER = "X-Reach-Signature", "X-Reach-Timestamp", "X-Reach-Signer"
+
+
+class Values(Protocol):
+    """Where the made secret is kept (``reach.store.store.Store`` has it)."""
+
+    async def kept_value(self, name: str, made: str) -> str: ...
+
+
+def fingerprint(token: str) -> str:
+    """What a config keeps to find its caller's token again (not the token)."""
+    return hashlib.sha256(b"reach-notify:" + token.encode()).hexdigest()[:32]
+
+
+def bearer(trust: Trust, authorization: str | None) -> str | None:
+    """The token a REST caller proved itself with (None in open mode: none is proved)."""
+    if trust.open or authorization is None:
+        return None
+    return authorization.strip().partition(" ")[2].strip() or None
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``X-Reach-Signature`` value of ``body`` sent at ``timestamp``."""
+    mac = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256)
+    return "sha256=" + mac.hexdigest()
+
+
+def outcome(task: Task) -> dict[str, Any]:
+    """What the receiver gets: the outcome as its caller may see it."""
+    env = task.envelope
+    body: dict[str, Any] = {
+        "v": 1, "event": "task.ended", "task_id": task.task_id, "trace_id": env.trace_id,
+        "capability": env.capability, "caller": env.caller, "state": task.state.value,
+        "attempts": len(task.attempts), "created_at": env.created_at,
+        "ended_at": task.updated_at}
+    if task.state is TaskState.SUCCEEDED:
+        body["result"] = task.result
+        if task.fallback is not None:
+            body["fallback"] = task.fallback
+    else:
+        body["error"] = task.error or {"code": "task_failed", "message": "task failed"}
+    if env.link is not None:
+        body["chain"] = env.link.to_json()
+    return body
+
+
+class WebhookKind:
+    """How a task webhook is kept, read back and sent (``reach.server.pushes.Kind``)."""
+
+    name = WEBHOOK
+
+    def __init__(self, allow: outbound.Allow, trust: Trust, values: Values,
+                 secret: str | None, clock: Callable[[], float] = time.time) -> None:
+        self.allow = allow
+        self.trust = trust
+        self.values = values
+        self.secret = secret  # the coordinator's; made and kept at ``start`` when None
+        self.clock = clock
+        self._tokens: dict[str, str] | None = None  # fingerprint -> token
+        self.handed: dict[str, Push] = {}  # a chain's head id -> its config, until carried
+
+    async def start(self) -> str:
+        """The coordinator's notify secret: the configured one, else the one kept in the
+        store (made by the first start that needed one)."""
+        if self.secret is None:
+            self.secret = await self.values.kept_value(SECRET_NAME, secrets.token_urlsafe(32))
+        return self.secret
+
+    def read(self, body: str) -> Push:
+        spec = json.loads(body)
+        if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
+            raise ValueError(f"not a webhook config: {body[:200]!r}")
+        return Push(WEBHOOK, str(spec.get("id", CONFIG_ID)), spec["url"], body, spec)
+
+    def make(self, url: str, token: str | None) -> Push:
+        """The config of one task's webhook, signed with ``token`` (a caller's) if given."""
+        spec = {"kind": WEBHOOK, "id": CONFIG_ID, "url": url,
+                "signer": None if token is None else fingerprint(token)}
+        return Push(WEBHOOK, CONFIG_ID, url, json.dumps(spec), spec)
+
+    def _token(self, push: Push, task: Task) -> str | None:
+        tokens = self.trust.tokens
+        if not tokens:
+            return None
+        if self._tokens is None:
+            self._tokens = {fingerprint(t): t for t in tokens}
+        signer = push.spec.get("signer") if isinstance(push.spec, dict) else None
+        if signer:
+            return self._tokens.get(signer)
+        # (a chain step whose head's config was not handed on, after a restart: the caller's
+        # token when it has exactly one)
+        mine = [t for t, principal in tokens.items() if principal == task.envelope.caller]
+        return mine[0] if len(mine) == 1 else None
+
+    async def request(self, push: Push, task: Task) -> tuple[bytes, dict[str, str]]:
+        view = outcome(task)
+        data = json.dumps(view, default=str, separators=(",", ":")).encode()
+        if len(data) > outbound.MAX_BODY:  # the result stays with the task: read it there
+            view.pop("result", None)
+            view["result_omitted"] = f"{len(data)} bytes: read it with status()"
+            data = json.dumps(view, default=str, separators=(",", ":")).encode()
+        token = self._token(push, task)
+        secret = token if token is not None else (self.secret or await self.start())
+        stamp = int(self.clock())
+        return data, {"Content-Type": "application/json", TIMESTAMP: str(stamp),
+                      SIGNATURE: sign(secret, stamp, data),
+                      SIGNER: "coordinator" if token is None else "token"}
+
+    def skip(self, push: Push, task: Task) -> bool:
+        """A chain's link that succeeded with steps to go sends nothing: the chain's end
+        does (its config is remembered for the next step, ``Notify.carry``)."""
+        if task.state is not TaskState.SUCCEEDED or not getattr(task.envelope, "then", ()):
+            return False
+        link = task.envelope.link
+        self.handed[link.head if link is not None else task.task_id] = push
+        while len(self.handed) > MAX_CONFIGS:
+            self.handed.pop(next(iter(self.handed)))
+        return True
+
+
+class Notify:
+    """The doors' side of webhooks: check a URL before accepting, keep the config before
+    acknowledging, and hand a chain's config on to its next step."""
+
+    def __init__(self, pusher: Pusher, kind: WebhookKind) -> None:
+        self.pusher = pusher
+        self.kind = kind
+        pusher.kinds[WEBHOOK] = kind
+
+    async def check(self, url: str) -> None:
+        """``InvalidParams`` saying what to do, for a URL Reach will not POST to."""
+        await self.pusher.check(WEBHOOK, url)
+
+    async def keep(self, task: Task, duplicate: bool, token: str | None) -> None:
+        """Keep the webhook of an accepted task, before it is acknowledged. A duplicate
+        submit keeps it too unless the task has ended (it was sent, or is a letter)."""
+        url = task.envelope.notify
+        if url is None or (duplicate and task.terminal):
+            return
+        await self.pusher.keep(self.kind.make(url, token), task)
+
+    async def carry(self, step: Task) -> None:
+        """Keep the webhook of a chain's next step (``step.envelope.notify``, signed as its
+        head's was); called by whoever starts the step, once it is accepted."""
+        link = step.envelope.link
+        if step.envelope.notify is None:
+            return
+        head = self.kind.handed.pop(link.head, None) if link is not None else None
+        push = self.kind.make(step.envelope.notify, None)
+        if head is not None:
+            push = Push(WEBHOOK, head.id, step.envelope.notify, head.body, head.spec)
+        await self.pusher.keep(push, step)
