@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from reach.core.tasks import Task, TaskState
 from reach.core.trust import Trust
+from reach.errors import InvalidParams
 from reach.server import outbound
 from reach.server.push_kept import WEBHOOK, Push
 from reach.server.pushes import MAX_CONFIGS, Pusher
@@ -168,7 +169,10 @@ class Notify:
 
     async def check(self, url: str) -> None:
         """``InvalidParams`` saying what to do, for a URL Reach will not POST to."""
-        await self.pusher.check(WEBHOOK, url)
+        try:
+            await self.pusher.check(WEBHOOK, url)
+        except InvalidParams as exc:
+            raise InvalidParams(f"notify refused: {exc}", **exc.details) from None
 
     async def keep(self, task: Task, duplicate: bool, token: str | None) -> None:
         """Keep the webhook of an accepted task, before it is acknowledged. A duplicate

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a_door.conftest import FAST, a2a_client, call, send, worked
 from a2a_door.test_a2a_push import receiving
