@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +22,20 @@ FAST: dict[str, Any] = dict(heartbeat_interval=0.5, ack_timeout=1.0, recovery_gr
                             drain_timeout=0.5)
 LOOPBACK = ["127.0.0.0/8"]
 QUICK = Backoff(base=0.001, factor=1.0, cap=0.001, jitter=0.0)
+DOC = Path(__file__).resolve().parents[1] / "docs" / "webhooks.md"
+
+
+def verifier() -> Callable[..., bool]:
+    """The ``verify`` function of docs/webhooks.md, as a reader would paste it."""
+    text = DOC.read_text()
+    block = text[text.index("## Verifying a delivery"):]
+    code = re.search(r"```python\n(.*?)```", block, re.S)
+    assert code is not None
+    lines = code.group(1).strip().splitlines()
+    assert len(lines) <= 11, "the verifier is meant to be about ten lines"
+    scope: dict[str, Any] = {}
+    exec(compile(code.group(1), str(DOC), "exec"), scope)  # noqa: S102 - our own doc
+    return scope["verify"]  # type: ignore[no-any-return]
 
 
 @dataclass

@@ -6,32 +6,15 @@ receivers, a real websocket agent, the SDK and the REST door."""
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-from notify_rig import FAST, LOOPBACK, QUICK, receiver, working
+from notify_rig import FAST, LOOPBACK, QUICK, receiver, verifier, working
 
 from reach import Client, Reach
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
 PLANNER, WORKER = "planner-t0ken-0123456789", "worker-t0ken-0123456789"
-
-
-def verifier() -> Callable[..., bool]:
-    """The ``verify`` function of docs/webhooks.md, as a reader would paste it."""
-    text = DOC.read_text()
-    block = text[text.index("## Verifying a delivery"):]
-    code = re.search(r"```python\n(.*?)```", block, re.S)
-    assert code is not None
-    lines = code.group(1).strip().splitlines()
-    assert len(lines) <= 11, "the verifier is meant to be about ten lines"
-    scope: dict[str, Any] = {}
-    exec(compile(code.group(1), str(DOC), "exec"), scope)  # noqa: S102 - our own doc
-    return scope["verify"]  # type: ignore[no-any-return]
 
 
 async def test_a_receiver_that_fails_twice_gets_one_signed_delivery() -> None:
