@@ -133,7 +133,8 @@ class Reach(OperatorSurface):
             rules = s.alerts if isinstance(s.alerts, AlertConfig) else load_alerts(s.alerts)
             self.alerting = Alerting(rules, self.gateway, self.registry, self.clock,
                                      random.Random(None if seed is None else seed + 1),
-                                     lambda: self.url)
+                                     lambda: self.url, lambda: (
+                                         d.task.envelope.capability for d in self.pusher.dead))
         self.ops.alerting = self.alerting
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
