@@ -5,30 +5,30 @@ reach.server.pushes), which every coordinator has, whether or not the A2A door i
 
 from __future__ import annotations
 
-import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from reach.config import Settings
+from reach.core.trust import Trust
+from reach.gateway.gateway import Gateway
+from reach.ports import Clock
 from reach.server import outbound
+from reach.server.front import FrontDoor
 from reach.server.notify import Notify, WebhookKind
 from reach.server.pushes import Pusher
-
-if TYPE_CHECKING:
-    from reach.reach import Reach
+from reach.store.store import Store
 
 
-def sender(reach: Reach, seed: int | None) -> tuple[Pusher, Notify]:
+def sender(s: Settings, gateway: Gateway, store: Store, trust: Trust, clock: Clock
+           ) -> tuple[Pusher, Notify]:
     """The coordinator's sender, with the webhook kind (``notify`` on submit) added."""
-    s = reach.settings
-    pusher = Pusher(reach.gateway, reach.store,
-                    None if seed is None else random.Random(seed + 2).randrange(1 << 30))
-    kind = WebhookKind(outbound.Allow.of(s.notify_allow), reach.trust, reach.store,
-                       s.notify_secret, reach.clock.wall)
+    pusher = Pusher(gateway, store)
+    kind = WebhookKind(outbound.Allow.of(s.notify_allow), trust, store, s.notify_secret,
+                       clock.wall)
     return pusher, Notify(pusher, kind)
 
 
-def protocol_doors(reach: Reach) -> tuple[Any, Any]:
+def protocol_doors(s: Settings, front: FrontDoor | None, pusher: Pusher) -> tuple[Any, Any]:
     """The MCP door and the A2A door (docs/mcp.md, docs/a2a.md), each None when off."""
-    s, front = reach.settings, reach.front
     mcp: Any = None
     if s.mcp:
         if front is None:
@@ -48,5 +48,5 @@ def protocol_doors(reach: Reach) -> tuple[Any, Any]:
         except ImportError as exc:
             raise ImportError(f"a2a=True needs the A2A SDK: pip install "
                               f"'agent-reach[a2a]' ({exc})") from None
-        a2a = A2ADoor(front, reach.pusher)
+        a2a = A2ADoor(front, pusher)
     return mcp, a2a

@@ -106,7 +106,8 @@ class Reach(OperatorSurface):
             from reach.server.intent_routing import ModelRouting
             self.intent_routing = ModelRouting(self.registry)  # ImportError: names the extra
         # The one sender of task notifications: A2A pushes and webhooks (docs/webhooks.md).
-        self.pusher, self.notify = doors.sender(self, seed)
+        self.pusher, self.notify = doors.sender(s, self.gateway, self.store, self.trust,
+                                                self.clock)
         self.channel = Channel(Services(
             settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
             clock=self.clock, identities=self.identities, operator=self.ops,
@@ -116,7 +117,7 @@ class Reach(OperatorSurface):
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
         # The MCP and A2A doors (docs/mcp.md, docs/a2a.md), on the front door's port.
-        self.mcp, self.a2a = doors.protocol_doors(self)
+        self.mcp, self.a2a = doors.protocol_doors(s, self.front, self.pusher)
         self.ops.pushes = self.pusher
         if s.json_logs:
             self.events.listen(log_json)
