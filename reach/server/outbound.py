@@ -33,6 +33,7 @@ __all__ = ["MAX_BODY", "RETRIED", "Allow", "post", "refusal"]
 
 RETRIED = frozenset({408, 425, 429})  # and every 5xx
 MAX_BODY = 1 << 20  # bytes of one notification body
+RESOLVE_TIMEOUT = 5.0  # seconds a URL's host may take to resolve
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -82,10 +83,12 @@ async def refusal(url: str, allow: Allow) -> str | None:
     if allow.everything:
         return None
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port,
-                                                             type=socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"the host of {url[:200]!r} does not resolve ({exc}); give a reachable one"
+        async with asyncio.timeout(RESOLVE_TIMEOUT):
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port,
+                                                                 type=socket.SOCK_STREAM)
+    except (OSError, ValueError, TimeoutError) as exc:  # (a bad name: UnicodeError)
+        why = "no answer in time" if isinstance(exc, TimeoutError) else exc
+        return f"the host of {url[:200]!r} does not resolve ({why}); give a reachable one"
     for info in infos:
         address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
         mapped = getattr(address, "ipv4_mapped", None)
