@@ -103,7 +103,8 @@ class A2APushes:
         out.task_id = task.task_id
         out.id = config.id or uuid.uuid4().hex
         try:
-            await self.pusher.keep(Push(A2A, out.id, out.url, MessageToJson(out), out), task)
+            await self.pusher.keep(Push(A2A, out.id, out.url, MessageToJson(out), out), task,
+                                   checked=True)
         except ReachError as exc:
             raise InvalidParamsError(str(exc), data={"code": "invalid_params"}) from None
         return out

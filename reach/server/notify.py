@@ -180,7 +180,8 @@ class Notify:
         url = task.envelope.notify
         if url is None or (duplicate and task.terminal):
             return
-        await self.pusher.keep(self.kind.make(url, token), task)
+        # (its URL was checked before the task was accepted: ``check``)
+        await self.pusher.keep(self.kind.make(url, token), task, checked=True)
 
     async def carry(self, step: Task) -> None:
         """Keep the webhook of a chain's next step (``step.envelope.notify``, signed as its

@@ -97,10 +97,12 @@ class Pusher:
         if why is not None:
             raise InvalidParams(why, url=url[:200])
 
-    async def keep(self, push: Push, task: Task) -> Push:
-        """Keep ``push`` for ``task`` (checked first), in the store before this returns; a
-        task that has ended is notified at once. ``InvalidParams`` past the bounds."""
-        await self.check(push.kind, push.url)
+    async def keep(self, push: Push, task: Task, *, checked: bool = False) -> Push:
+        """Keep ``push`` for ``task`` (its URL checked first, unless the door just did:
+        ``checked``), in the store before this returns; a task that has ended is notified at
+        once. ``InvalidParams`` past the bounds."""
+        if not checked:
+            await self.check(push.kind, push.url)
         mine = self.configs.get(task.task_id, {})
         if push.id not in mine and (len(mine) >= MAX_PER_TASK or self._count >= MAX_CONFIGS):
             raise InvalidParams(f"too many push notification configs (at most "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from notify_rig import FAST, LOOPBACK, QUICK, free_port, receiver, working
+from notify_rig import FAST, LOOPBACK, QUICK, Worker, free_port, receiver, working
 from test_admin_cli import Served
 
 from reach import Admin, Client, Reach, TaskError
@@ -104,3 +104,25 @@ async def test_a_restart_on_the_same_file_sends_a_pending_notification(tmp_path:
             await asyncio.wait_for(third.pusher.settled(), 5)
             assert not third.pusher.configs and not third.pusher.dead
         assert len(hook.got) == 1
+
+
+async def test_a_task_unfinished_at_a_stop_notifies_when_it_ends_after_the_restart(
+        tmp_path: Path) -> None:
+    opts = dict(FAST, notify_allow=LOOPBACK, store=f"sqlite:///{tmp_path / 'reach.db'}")
+    async with receiver() as hook:
+        async with Reach.start(**opts) as reach:
+            held = Worker()  # holds the task until the stop (its agent leaves first)
+            await held.agent.connect(reach.url)
+            async with Client.connect(reach.url, caller="planner") as client:
+                handle = await client.submit("slow.read", {}, notify=hook.url)
+                while held.calls == 0:
+                    await asyncio.sleep(0.005)
+            await held.agent.close(drain=0.01)
+        assert not hook.got
+        async with Reach.start(**opts) as again:
+            assert list(again.pusher.configs) == [handle.task_id]  # kept with the task
+            async with working(again.url) as worker:
+                worker.go.set()  # the resumed task runs, and ends
+                delivery = await hook.one()
+    assert (delivery.json["task_id"], delivery.json["state"]) == (handle.task_id, "succeeded")
+    assert delivery.json["result"] == {"done": True}
