@@ -1,6 +1,7 @@
 """``reach serve --notify-allow CIDR`` names the private networks webhooks may reach, and
 ``REACH_NOTIFY_SECRET`` is the secret they are signed with: a real ``reach serve``
-subprocess, a websocket agent and caller, a loopback receiver."""
+subprocess, a websocket agent and caller, a loopback receiver. And a cron job's way in:
+``reach submit --notify URL`` from a shell, then the signed outcome at the URL."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from notify_rig import free_port, receiver, verifier, working
+from test_admin_cli import Served
 
-from reach import Client, InvalidParams
+from reach import Client, InvalidParams, Reach
 
 SECRET = "a-secret-from-the-environment"
 
@@ -47,3 +49,20 @@ async def test_reach_serve_takes_notify_allow_and_the_secret(tmp_path: Path) -> 
         if serve.stdout is not None:
             serve.stdout.close()
         log.close()
+
+
+async def test_a_cron_job_submits_from_a_shell_and_is_notified() -> None:
+    async with receiver() as hook, Reach.start(heartbeat_interval=0.5, notify_allow=[
+            "127.0.0.0/8"]) as reach, working(reach.url):
+        shell = Served(reach.url, {})
+        handed = await shell.reach("submit", "echo.run", '{"n": 4}', "--notify", hook.url,
+                                   "--json", token=None)
+        assert handed.rc == 0, handed.err
+        delivery = await hook.one()
+        refused = await shell.reach("submit", "echo.run", "{}", "--notify",
+                                    "http://10.0.0.1/hook", token=None)
+        secret = reach.notify_secret
+    assert delivery.json["task_id"] == handed.json()["task_id"]
+    assert delivery.json["result"] == {"echo": {"n": 4}}
+    assert secret is not None and verifier()(secret, delivery.headers, delivery.body)
+    assert refused.rc == 4 and "notify_allow" in refused.err  # invalid_params
