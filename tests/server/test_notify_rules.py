@@ -10,7 +10,7 @@ import asyncio
 from aiohttp import web
 from notify_rig import FAST, LOOPBACK, QUICK, receiver, verifier, working
 
-from reach import Admin, Client, Reach
+from reach import Admin, Agent, Client, Reach
 from reach.core.chains import Link
 from reach.core.tasks import SubmitRequest
 
@@ -68,3 +68,29 @@ async def test_a_chain_notifies_once_at_its_end() -> None:
     assert delivery.json["chain"] == {"head": head.task_id, "step": 2, "of": 2}
     assert delivery.headers["X-Reach-Signer"] == "token"
     assert verify(PLANNER, delivery.headers, delivery.body)
+
+
+async def test_a_result_past_the_body_bound_is_left_out_and_read_with_status() -> None:
+    big = "x" * (1 << 20)  # the result alone fills the 1 MiB a webhook body may take
+    async with receiver() as hook, Reach.start(**FAST, notify_allow=LOOPBACK,
+                                               max_frame_bytes=4 << 20) as reach:
+        worker = Agent("big", reconnect_base=0.02, max_frame_bytes=4 << 20)
+
+        @worker.capability("big.read")
+        async def read() -> dict[str, str]:
+            return {"text": big}
+
+        await worker.connect(reach.url)
+        try:
+            async with Client.connect(reach.url, caller="planner",
+                                      max_frame_bytes=4 << 20) as client:
+                handle = await client.submit("big.read", {}, notify=hook.url)
+                assert (await handle.result(timeout=5))["text"] == big
+                delivery = await hook.one()
+                view = await client.status(handle.task_id)
+        finally:
+            await worker.close(drain=0.1)
+    body = delivery.json
+    assert len(delivery.body) < 1 << 20 and "result" not in body
+    assert body["state"] == "succeeded" and "status()" in body["result_omitted"]
+    assert view["result"] == {"text": big}  # the task keeps it
