@@ -1,7 +1,8 @@
 """The POST rules webhooks share with A2A pushes and alert webhooks (reach.server.outbound):
-a redirect is an answer, never followed; 429 is retried, 400 is not. And a chain notifies
-once, at its end: a link that succeeded with steps to go sends nothing, and its next step,
-carrying the same ``notify``, sends signed as the head was. Loopback receivers."""
+a redirect is an answer, never followed; 429 is retried, 400 is not; the body is bounded (a
+result past it is left out, read with status). And a chain notifies once, at its end: a link
+that succeeded with steps to go sends nothing, and its next step, carrying the same
+``notify``, sends signed as the head was. Loopback receivers."""
 
 from __future__ import annotations
 
