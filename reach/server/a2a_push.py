@@ -86,7 +86,8 @@ class A2APushes:
         try:
             await self.pusher.check(A2A, url)
         except ReachError as exc:
-            raise InvalidParamsError(f"push notification {exc}",
+            raise InvalidParamsError(f"push notification {exc} (a2a_push_private allows "
+                                     f"every private receiver)",
                                      data={"code": "invalid_params"}) from None
 
     async def add(self, config: pb.TaskPushNotificationConfig, task: Task
