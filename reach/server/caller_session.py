@@ -181,15 +181,8 @@ class CallerSession(Session):
         """Keep the task's webhook in the store, then acknowledge the submit."""
         try:
             await self.services.notify.keep(task, duplicate, self._token)
-        except ReachError as exc:
+        except ReachError as exc:  # (the store failed: unavailable, not acknowledged)
             self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
-            return
-        except Exception as exc:  # the store failed: not acknowledged, so submitted again
-            log.error("webhook of task %s not kept: %r", task.task_id, exc)
-            self.out.post(error_frame(Unavailable(f"task {task.task_id} accepted but its "
-                                                  f"webhook not kept ({exc!r}); submit "
-                                                  f"again with the same idempotency key"),
-                                      id=f.id))
             return
         self._acknowledge(f, task, duplicate, kept=True)
 

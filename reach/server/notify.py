@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -31,11 +32,12 @@ from typing import Any, Protocol
 
 from reach.core.tasks import Task, TaskState
 from reach.core.trust import Trust
-from reach.errors import InvalidParams
+from reach.errors import InvalidParams, ReachError, Unavailable
 from reach.server import outbound
 from reach.server.push_kept import WEBHOOK, Push
 from reach.server.pushes import MAX_CONFIGS, Pusher
 
+log = logging.getLogger("reach.pushes")
 CONFIG_ID = "reach:notify"  # one webhook per task
 SECRET_NAME = "notify_secret"  # its row in reach_values
 SIGNATURE, TIMESTAMP, SIGNER = "X-Reach-Signature", "X-Reach-Timestamp", "X-Reach-Signer"
@@ -181,7 +183,15 @@ class Notify:
         if url is None or (duplicate and task.terminal):
             return
         # (its URL was checked before the task was accepted: ``check``)
-        await self.pusher.keep(self.kind.make(url, token), task, checked=True)
+        try:
+            await self.pusher.keep(self.kind.make(url, token), task, checked=True)
+        except ReachError:
+            raise
+        except Exception as exc:  # the store failed: not acknowledged, so submitted again
+            log.error("the webhook of task %s was not kept: %r", task.task_id, exc)
+            raise Unavailable(f"task {task.task_id} accepted but its webhook not kept "
+                              f"({exc!r}); submit again with the same idempotency key",
+                              task_id=task.task_id) from None
 
     async def carry(self, step: Task) -> None:
         """Keep the webhook of a chain's next step (``step.envelope.notify``, signed as its
