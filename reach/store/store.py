@@ -177,6 +177,17 @@ class Store(GroupCommit):
         rows = await self._run(self._select, where)
         return [task_from_row(r) for r in rows]
 
+    async def chained(self, since: float) -> list[Task]:
+        """Chain tasks (``follow`` names steps after them) that succeeded, created since
+        ``since``, oldest first: those whose next step never started are resumed at start
+        (reach.gateway.chaining). A cluster's node: only its own."""
+        where: ColumnElement[bool] = (TASKS.c.state == TaskState.SUCCEEDED.value) & \
+            (TASKS.c.created_at >= since) & TASKS.c.follow.contains('"then"')
+        if self.node_id is not None:
+            where = (TASKS.c.owner == self.node_id) & where
+        rows = await self._run(self._select, where)
+        return [task_from_row(r) for r in rows]
+
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]:
         """The newest ``limit`` dead letters (dead since ``since``), oldest first."""
         def q() -> list[Any]:

