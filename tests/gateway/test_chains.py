@@ -211,13 +211,38 @@ async def test_a_bad_then_is_refused_at_submit(stack: Stack) -> None:
 
 async def test_a_step_the_caller_may_not_call_is_refused_at_submit() -> None:
     reach = await Reach.start(tokens={"t-p": "planner", "t-a": "analyst", "t-w": "writer"},
-                              call_rules={"planner": ["data.*"]},
-                              **FAST) if False else None
-    assert reach is None or True
+                              permissions={"planner": ("data.*",)}, **FAST)
+    runs: list[tuple[str, dict[str, Any]]] = []
+    s = Stack(reach, await Client.connect(reach.url, caller="planner", token="t-p"), [])
+    s.agents = [_analyst(runs), _writer(s)]
+    try:
+        s.agents[0].token, s.agents[1].token = "t-a", "t-w"
+        for agent in s.agents:
+            await agent.connect(reach.url)
+        with pytest.raises(Unauthorized, match=r"then, step 3: caller 'planner' may not use "
+                                               r"'report.build'"):
+            await s.client.submit("data.fetch", {"region": "e"},
+                                  then=["data.sum", "report.build"])
+        handle = await s.client.submit("data.fetch", {"region": "e"}, then="data.sum")
+        assert await handle.result(timeout=5) == {"region": "e", "total": 12}
+        assert [c for c, _ in runs] == ["data.fetch", "data.sum"]
+    finally:
+        await s.client.close()
+        for agent in s.agents:
+            await agent.close()
+        await reach.stop()
 
 
-async def test_a_chain_over_rest_with_the_then_field() -> None:
-    pass
+async def test_a_task_error_in_a_step_fails_the_chain_without_a_letter(stack: Stack) -> None:
+    handle = await stack.client.submit("data.fetch", {"region": "e"},
+                                       then=["report.reject", "report.build"])
+    with pytest.raises(TaskError, match=r"^step 2 of 3 \(report.reject\): not this one"):
+        await handle.result(timeout=5)
+    head = await stack.client.status(handle.task_id)
+    failed = await stack.client.status(head["chain"]["next"])
+    assert failed["state"] == "failed" and "next" not in failed["chain"]
+    assert stack.reach.dead_letters() == []
+    assert [c for c, _ in stack.runs] == ["data.fetch"]
 
 
 async def test_a_chain_without_then_costs_nothing(stack: Stack) -> None:
