@@ -152,7 +152,7 @@ def resolve(document: Any, pointer: str) -> Any:
                                f"{len(value)}-item array")
             value = value[int(token)]
         else:
-            raise Unmapped(f"{pointer!r}: {token!r} steps into a {_kind(value)}, not an "
+            raise Unmapped(f"{pointer!r}: {token!r} steps into {_kind(value)}, not an "
                            f"object or array")
     return value
 
@@ -163,7 +163,7 @@ def params_for(step: Step, result: Any) -> dict[str, Any]:
     value. Raises ``Unmapped`` saying why not."""
     if step.map is None:
         if not isinstance(result, dict):
-            raise Unmapped(f"the previous result is a {_kind(result)}, not a JSON object, so "
+            raise Unmapped(f"the previous result is {_kind(result)}, not a JSON object, so "
                            f"it cannot be the params; give the step a \"map\" (e.g. "
                            f"{{\"value\": \"\"}})")
         return result
@@ -171,10 +171,11 @@ def params_for(step: Step, result: Any) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
+    """What a JSON value is, with its article: "an array", "a number", "null"."""
     if value is None:
         return "null"
-    return {bool: "boolean", str: "string", int: "number", float: "number",
-            list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    return {bool: "a boolean", str: "a string", int: "a number", float: "a number",
+            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def place(task_id: str, then: tuple[Step, ...], link: Link | None) -> Link:

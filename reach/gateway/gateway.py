@@ -176,7 +176,7 @@ class Gateway(BookViews):
         trace_id = req.trace_id or traces.trace_id_of(req.traceparent)
         if trace_id is None:
             trace_id = os.urandom(16).hex()
-        else:
+        elif req.link is None:  # (a chain's next step joins the trace its head joined)
             admission.check_join(self.book, trace_id, caller, req.parent_task_id)
         env = Envelope(
             task_id=task_id, trace_id=trace_id, capability=cap,

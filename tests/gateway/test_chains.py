@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from reach import Agent, Client, Reach, TaskError
-from reach.errors import InvalidParams, NoRoute, ReachError, Unauthorized
+from reach import Agent, Client, Context, Reach, TaskError
+from reach.errors import Cancelled, InvalidParams, NoRoute, ReachError, Unauthorized
 from reach.testing import wait_until
 
 FAST = {"heartbeat_interval": 0.05, "recovery_grace": 0.5, "drain_timeout": 0.2}
@@ -25,6 +25,7 @@ class Stack:
         self.reach, self.client, self.agents = reach, client, agents
         self.runs: list[tuple[str, dict[str, Any]]] = []
         self.broken = False  # the writer's report.build fails while set
+        self.held = asyncio.Event()  # set once report.hold runs (it runs until cancelled)
 
 
 def _analyst(stack_runs: list[tuple[str, dict[str, Any]]]) -> Agent:
@@ -57,6 +58,11 @@ def _writer(stack: Stack) -> Agent:
         if stack.broken:
             raise RuntimeError("the template is missing")
         return {"report": f"{params.get('region')}: {params.get('total')}", "in": params}
+
+    @agent.capability("report.hold", params={"type": "object"})
+    async def hold(**params: Any) -> None:
+        stack.held.set()
+        await asyncio.Event().wait()
 
     @agent.capability("report.reject", params={"type": "object"})
     async def reject(**params: Any) -> None:
@@ -105,10 +111,11 @@ async def test_a_three_step_chain_across_two_agents_is_one_trace_ending_in_the_l
     # Each step's key derives from the chain's (the head's: the SDK gives each submit one).
     assert second["idempotency_key"] == f"{head['idempotency_key']}#2"
     assert third["idempotency_key"] == f"{head['idempotency_key']}#3"
-    trace = stack.reach.trace(handle.trace_id)
-    ids = [t["task_id"] for t in trace["tasks"]] if isinstance(trace, dict) else \
-        [t["task_id"] for t in trace]
-    assert set(ids) == {handle.task_id, second["task_id"], third["task_id"]}
+    # One trace, each step nested under the one before (as the dashboard's timeline draws it).
+    timeline = stack.reach.trace(handle.trace_id).tasks
+    assert [(t["task_id"], t["depth"], t["state"]) for t in timeline] == [
+        (handle.task_id, 0, "succeeded"), (second["task_id"], 1, "succeeded"),
+        (third["task_id"], 2, "succeeded")]
 
 
 async def test_a_map_takes_each_param_from_a_json_pointer(stack: Stack) -> None:
@@ -245,13 +252,43 @@ async def test_a_task_error_in_a_step_fails_the_chain_without_a_letter(stack: St
     assert [c for c, _ in stack.runs] == ["data.fetch"]
 
 
-async def test_a_chain_without_then_costs_nothing(stack: Stack) -> None:
+async def test_a_task_without_then_shows_no_chain(stack: Stack) -> None:
     handle = await stack.client.submit("data.fetch", {"region": "e"})
-    view = await stack.client.status(handle.task_id)
     await handle.result(timeout=5)
+    view = await stack.client.status(handle.task_id)
     assert "chain" not in view and "then" not in view
 
 
-async def test_the_cancelled_head_stops_the_chain(stack: Stack) -> None:
-    await wait_until(lambda: True)
-    await asyncio.sleep(0)
+async def test_a_cancelled_step_stops_the_chain_and_says_so(stack: Stack) -> None:
+    handle = await stack.client.submit("data.fetch", {"region": "e"},
+                                       then=["report.hold", "report.build"])
+    await wait_until(lambda: stack.held.is_set(), timeout=5, interval=0.001)
+    head = await stack.client.status(handle.task_id)
+    await stack.client.cancel(head["chain"]["next"])
+    with pytest.raises(Cancelled, match=r"^step 2 of 3 \(report.hold\): "):
+        await handle.result(timeout=5)
+    assert [c for c, _ in stack.runs] == ["data.fetch"]  # report.build never ran
+
+
+async def test_a_chain_started_by_a_nested_call_joins_its_callers_trace(stack: Stack) -> None:
+    nested = Agent("nester", reconnect_base=0.005, reconnect_cap=0.02)
+
+    @nested.capability("plan.run", params={"type": "object"})
+    async def plan(region: str, ctx: Context) -> Any:
+        inner = await Client.connect(stack.reach.url, caller="nester")
+        try:
+            handle = await inner.submit("data.fetch", {"region": region}, then="data.sum",
+                                        trace_id=ctx.trace_id, parent_task_id=ctx.task_id)
+            return await handle.result(timeout=5)
+        finally:
+            await inner.close()
+
+    await nested.connect(stack.reach.url)
+    try:
+        handle = await stack.client.submit("plan.run", {"region": "n"})
+        assert await handle.result(timeout=5) == {"region": "n", "total": 12}
+        timeline = stack.reach.trace(handle.trace_id).tasks
+        assert [(t["capability"], t["depth"]) for t in timeline] == [
+            ("plan.run", 0), ("data.fetch", 1), ("data.sum", 2)]
+    finally:
+        await nested.close()
