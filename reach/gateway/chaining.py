@@ -78,6 +78,10 @@ class Chains:
         # retried) → who waits on that next step.
         self._waiting: dict[str, list[Watcher]] = {}
         self._retrying: set[str] = set()
+        # Told when a chain stops because its next step could not start (no task of that
+        # step ends, so nothing else would say so): the failed stand-in for that step. The
+        # webhooks send a chain's outcome from here, as from the task that ends a chain.
+        self.on_stop: Watcher | None = None
 
     # ------------------------------------------------------------ at submit
 
@@ -174,6 +178,11 @@ class Chains:
         log.warning("chain of task %s stopped: %s", task.task_id, error.message)
         self._note(task, f"{chains.STOPPED}{error.code}: {error.message}"[:1000])
         self._answer_waiting(task)
+        if self.on_stop is not None:
+            try:
+                self.on_stop(stand_in(task, error.code, error.message))
+            except Exception:  # the listener's bug: the chain is stopped all the same
+                log.exception("a listener of chain stops failed on task %s", task.task_id)
 
     def _note(self, task: Task, note: str) -> None:
         task.history.append((task.state.value, self.gateway.clock.wall(), note))

@@ -135,6 +135,8 @@ async def test_a_map_takes_each_param_from_a_json_pointer(stack: Stack) -> None:
 
 async def test_a_pointer_that_finds_nothing_stops_the_chain_naming_the_step(
         stack: Stack) -> None:
+    stopped: list[Any] = []
+    stack.reach.gateway.chains.on_stop = stopped.append  # (what the webhooks listen to)
     handle = await stack.client.submit(
         "data.fetch", {"region": "north"},
         then=["data.sum", {"capability": "report.build", "map": {"x": "/missing"}}])
@@ -148,6 +150,8 @@ async def test_a_pointer_that_finds_nothing_stops_the_chain_naming_the_step(
     assert second["state"] == "succeeded"
     assert second["chain"]["stopped"]["code"] == "invalid_params"
     assert [c for c, _ in stack.runs] == ["data.fetch", "data.sum"]  # nothing else ran
+    assert [(t.task_id, t.state.value, t.error["message"]) for t in stopped] == [
+        (second["task_id"], "failed", caught.value.message)]
 
 
 async def test_a_result_that_is_not_an_object_is_not_params(stack: Stack) -> None:
@@ -292,3 +296,21 @@ async def test_a_chain_started_by_a_nested_call_joins_its_callers_trace(stack: S
             ("plan.run", 0), ("data.fetch", 1), ("data.sum", 2)]
     finally:
         await nested.close()
+
+
+async def test_a_next_step_refused_for_now_is_submitted_again() -> None:
+    """The caller's limit of one unfinished task refuses the next step while its head is
+    still finishing (``rejected``): it is tried again a moment later, and the chain ends."""
+    reach = await Reach.start(max_caller_tasks=1, **FAST)
+    runs: list[tuple[str, dict[str, Any]]] = []
+    agent = _analyst(runs)
+    await agent.connect(reach.url)
+    client = await Client.connect(reach.url, caller="planner")
+    try:
+        handle = await client.submit("data.fetch", {"region": "e"}, then="data.sum")
+        assert await handle.result(timeout=5) == {"region": "e", "total": 12}
+        assert [c for c, _ in runs] == ["data.fetch", "data.sum"]
+    finally:
+        await client.close()
+        await agent.close()
+        await reach.stop()
