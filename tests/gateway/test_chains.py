@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from reach import Agent, Client, Context, Reach, TaskError
+from reach import Admin, Agent, Client, Context, Reach, TaskError
 from reach.errors import Cancelled, InvalidParams, NoRoute, ReachError, Unauthorized
 from reach.testing import wait_until
 
 FAST = {"heartbeat_interval": 0.05, "recovery_grace": 0.5, "drain_timeout": 0.2}
+ADMIN = "admin-token"
 
 
 class Stack:
@@ -73,7 +74,7 @@ def _writer(stack: Stack) -> Agent:
 
 @pytest.fixture
 async def stack() -> AsyncIterator[Stack]:
-    reach = await Reach.start(max_retries=0, **FAST)
+    reach = await Reach.start(max_retries=0, admin_token=ADMIN, **FAST)
     client = await Client.connect(reach.url, caller="planner")
     s = Stack(reach, client, [])
     s.agents = [_analyst(s.runs), _writer(s)]
@@ -180,7 +181,8 @@ async def test_step_two_fails_its_letter_names_it_and_replaying_it_finishes_the_
     assert caught.value.message.startswith("step 2 of 3 (report.build): ")
     assert "the template is missing" in caught.value.message
     assert caught.value.details["chain"] == {"head": handle.task_id, "step": 2, "of": 3}
-    letters = stack.reach.dead_letters()
+    async with Admin.connect(stack.reach.url, token=ADMIN) as admin:  # the operator's view
+        letters = await admin.dead_letters()
     assert len(letters) == 1
     letter = letters[0]
     assert letter["capability"] == "report.build"
@@ -189,7 +191,8 @@ async def test_step_two_fails_its_letter_names_it_and_replaying_it_finishes_the_
     head = await stack.client.status(handle.task_id)
     assert head["chain"]["next"] == letter["task_id"]
     stack.broken = False
-    view = await stack.reach.replay(letter["task_id"])
+    async with Admin.connect(stack.reach.url, token=ADMIN) as admin:  # `reach replay ID`
+        view = await admin.replay(letter["task_id"])
     assert view["state"] == "succeeded"
     # The chain went on from the replayed step: asked again, the handle follows it on.
     assert await handle.result(timeout=5) == {"region": "east", "total": 12}
