@@ -263,7 +263,8 @@ class Chains:
         started = 0
         for stored in await self.gateway.store.chained(since):
             task = self.gateway.find(stored.task_id) or stored
-            if chains.next_of(task.history) is None and chains.stop_of(task.history) is None:
+            if task.envelope.then and chains.next_of(task.history) is None and \
+                    chains.stop_of(task.history) is None:
                 self._next(task)
                 started += 1
         if started:
