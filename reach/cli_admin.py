@@ -33,6 +33,7 @@ from reach.cli_common import (
     usage,
 )
 from reach.cli_pushes import register as register_pushes
+from reach.cli_submit import register as register_submit
 from reach.cli_tables import err, ms, table
 from reach.errors import ReachError
 
@@ -148,6 +149,7 @@ def register(sub: Any) -> None:
     p.add_argument("--caller", default="cli", help="the caller's name (default cli)")
     p.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="bound the whole call, retries included (seconds)")
+    register_submit(command)
 
 
 def run(args: argparse.Namespace) -> int:

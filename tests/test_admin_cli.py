@@ -274,3 +274,27 @@ async def test_cancel_a_live_task_from_a_shell(served: Served) -> None:
         assert missing.rc == 4 and "no task" in missing.err  # invalid_params
     finally:
         await agent.close(drain=0.1)
+
+
+async def test_submit_from_a_shell_prints_the_task_and_can_wait(served: Served) -> None:
+    served.broken["on"] = False
+    handed = await served.reach("submit", "x.write", '{"n": 2}', "--key", "nightly-7",
+                                "--json", token=None)
+    assert handed.rc == 0, handed.err
+    first = handed.json()
+    assert set(first) == {"task_id", "trace_id", "duplicate"} and first["duplicate"] is False
+    again = await served.reach("submit", "x.write", '{"n": 2}', "--key", "nightly-7",
+                               token=None)
+    assert again.rc == 0 and again.out.startswith(first["task_id"]), again.out
+    assert "a duplicate" in again.out
+    found = await served.reach("find", first["task_id"], "--json")
+    assert found.rc == 0 and first["task_id"] in found.out
+
+    waited = await served.reach("submit", "x.write", '{"n": 5}', "--wait", "10", token=None)
+    assert waited.rc == 0 and json.loads(waited.out) == 50, waited.err
+
+    bad_hook = await served.reach("submit", "x.write", "{}", "--notify", "ftp://x/y",
+                                  token=None)
+    assert bad_hook.rc == 4 and "notify must be an http(s) URL" in bad_hook.err
+    bad_step = await served.reach("submit", "x.write", "{}", "--then", "{nope", token=None)
+    assert bad_step.rc == 2 and "--then" in bad_step.err
