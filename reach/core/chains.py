@@ -207,6 +207,11 @@ NEXT = "then: next step is task "
 STOPPED = "then: chain stopped: "
 
 
+def noted(note: str) -> bool:
+    """Whether a history note is one of a chain's (not a change of the task's own state)."""
+    return note.startswith((NEXT, STOPPED))
+
+
 def next_of(history: list[tuple[str, float, str]]) -> str | None:
     """The task id of the next step this task's success started (None: none yet)."""
     for _state, _at, note in reversed(history):

@@ -117,6 +117,9 @@ async def test_a_three_step_chain_across_two_agents_is_one_trace_ending_in_the_l
     assert [(t["task_id"], t["depth"], t["state"]) for t in timeline] == [
         (handle.task_id, 0, "succeeded"), (second["task_id"], 1, "succeeded"),
         (third["task_id"], 2, "succeeded")]
+    hops = stack.reach.trace(handle.trace_id).hops
+    assert [h["task_id"] for h in hops if h["phase"] == "done"] == [
+        handle.task_id, second["task_id"], third["task_id"]]  # one end each: a link is a note
 
 
 async def test_a_map_takes_each_param_from_a_json_pointer(stack: Stack) -> None:
