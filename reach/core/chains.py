@@ -23,6 +23,7 @@ MAX_STEPS = 8  # steps after the head
 MAX_MAP = 32  # params one step maps
 MAX_POINTER = 500  # characters of one pointer
 MAX_URL = 2000  # characters of a webhook URL
+_INDEX = re.compile(r"0|[1-9][0-9]{0,17}")  # an array index in a pointer (RFC 6901)
 _BAD_ESCAPE = re.compile(r"~(?![01])")  # RFC 6901: "~" escapes only "~0" and "~1"
 _URL = re.compile(r"https?://[^\s/?#]+(?:[/?#]\S*)?", re.IGNORECASE)
 
@@ -146,8 +147,7 @@ def resolve(document: Any, pointer: str) -> Any:
                 raise Unmapped(f"{pointer!r}: the result has no {token!r}")
             value = value[token]
         elif isinstance(value, list):
-            if not token.isdigit() or (len(token) > 1 and token[0] == "0") or \
-                    int(token) >= len(value):
+            if _INDEX.fullmatch(token) is None or int(token) >= len(value):
                 raise Unmapped(f"{pointer!r}: {token!r} is not an index of a "
                                f"{len(value)}-item array")
             value = value[int(token)]

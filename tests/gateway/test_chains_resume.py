@@ -94,6 +94,7 @@ def test_a_pointer_reads_what_rfc_6901_says(pointer: str, value: Any) -> None:
     ("/missing", "has no 'missing'"), ("/a/b~1c/2", "not an index of a 2-item array"),
     ("/a/b~1c/01", "not an index"), ("/a/b~1c/-", "not an index"),
     ("/a/b~1c/0/x", "steps into a number"), ("/list/0", "0-item array"),
+    ("/a/b~1c/\u00b2", "not an index"),
 ])
 def test_a_pointer_that_names_nothing_says_why(pointer: str, why: str) -> None:
     with pytest.raises(chains.Unmapped, match=why):
