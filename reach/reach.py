@@ -226,6 +226,7 @@ class Reach(OperatorSurface):
             self.gateway.resume(task)
         if unfinished:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
+        await self.gateway.chains.resume(now - s.idempotency_ttl)  # a chain's next steps
         if self.a2a is not None:  # the push configs kept for tasks, resumed ones included
             await self.a2a.pusher.load()
         front = self.front if self.mcp is not None else None  # GET /mcp here: 307 to it
