@@ -135,6 +135,11 @@ class TaskStore(Protocol):
         """Tasks a stopped coordinator left unfinished: resumed at start."""
         ...
 
+    async def chained(self, since: float) -> list[Task]:
+        """Succeeded chain tasks created since ``since``: a restart starts the next step of
+        those whose next step never started (reach.gateway.chaining)."""
+        ...
+
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]: ...
 
     async def amend(self, task: Task) -> None:

@@ -212,6 +212,7 @@ class Reach(OperatorSurface):
             self.gateway.resume(task)
         if unfinished:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
+        await self.gateway.chains.resume(now - s.idempotency_ttl)  # a chain's next steps
         await self.notify.kind.start()  # the notify secret, made once and kept
         await self.pusher.load()  # the push configs kept for tasks, resumed ones included
         front = self.front if self.mcp is not None else None  # GET /mcp here: 307 to it

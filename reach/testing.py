@@ -320,6 +320,9 @@ class MemoryStore:
     async def unfinished(self) -> list[Task]:
         return []
 
+    async def chained(self, since: float) -> list[Task]:
+        return []
+
     async def dead(self, limit: int = 10_000, since: float | None = None) -> list[Task]:
         return []
 

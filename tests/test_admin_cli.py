@@ -292,6 +292,10 @@ async def test_submit_from_a_shell_prints_the_task_and_can_wait(served: Served) 
 
     waited = await served.reach("submit", "x.write", '{"n": 5}', "--wait", "10", token=None)
     assert waited.rc == 0 and json.loads(waited.out) == 50, waited.err
+    chained = await served.reach("submit", "x.write", '{"n": 5}', "--then",
+                                 '{"capability": "x.write", "map": {"n": ""}}', "--wait", "10",
+                                 token=None)  # the chain's outcome: its last step's
+    assert chained.rc == 0 and json.loads(chained.out) == 500, chained.err
 
     bad_hook = await served.reach("submit", "x.write", "{}", "--notify", "ftp://x/y",
                                   token=None)

@@ -23,6 +23,8 @@ MAX_STEPS = 8  # steps after the head
 MAX_MAP = 32  # params one step maps
 MAX_POINTER = 500  # characters of one pointer
 MAX_URL = 2000  # characters of a webhook URL
+_INDEX = re.compile(r"0|[1-9][0-9]{0,17}")  # an array index in a pointer (RFC 6901)
+_BAD_ESCAPE = re.compile(r"~(?![01])")  # RFC 6901: "~" escapes only "~0" and "~1"
 _URL = re.compile(r"https?://[^\s/?#]+(?:[/?#]\S*)?", re.IGNORECASE)
 
 
@@ -94,9 +96,10 @@ def _step(item: Any, number: int) -> Step:
         if not isinstance(param, str) or not param or len(param) > 200:
             raise ValueError(f"{where}: a mapped param name must be 1-200 characters")
         if not isinstance(pointer, str) or len(pointer) > MAX_POINTER or (
-                pointer and not pointer.startswith("/")):
+                pointer and not pointer.startswith("/")) or _BAD_ESCAPE.search(pointer):
             raise ValueError(f"{where}: map[{param!r}] must be a JSON pointer: \"\" (the "
-                             f"whole result) or starting with \"/\", e.g. \"/summary\"")
+                             f"whole result) or starting with \"/\", e.g. \"/summary\" "
+                             f"(\"~\" only as ~0 or ~1)")
     return Step(_name(capability, where), dict(mapping))
 
 
@@ -121,3 +124,124 @@ def follow_of(notify: str | None, then: Any) -> tuple[str | None, tuple[Step, ..
 def steps_json(steps: tuple[Step, ...]) -> list[str | dict[str, Any]]:
     """The steps as stored and shown (``steps_of`` reads them back)."""
     return [step.to_json() for step in steps]
+
+
+# ------------------------------------------------------------------ passing a result on
+
+class Unmapped(ValueError):
+    """A result that cannot become the next step's params (not an object, a pointer that
+    finds nothing): the chain stops there, with ``invalid_params`` naming the step."""
+
+
+def resolve(document: Any, pointer: str) -> Any:
+    """The value an RFC 6901 JSON pointer names in ``document`` (``""``: all of it). Raises
+    ``Unmapped`` when it names nothing: a missing key, an index past the end or not a number,
+    a step into a value that is neither an object nor an array."""
+    if pointer == "":
+        return document
+    value = document
+    for raw in pointer[1:].split("/"):
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, Mapping):
+            if token not in value:
+                raise Unmapped(f"{pointer!r}: the result has no {token!r}")
+            value = value[token]
+        elif isinstance(value, list):
+            if _INDEX.fullmatch(token) is None or int(token) >= len(value):
+                raise Unmapped(f"{pointer!r}: {token!r} is not an index of a "
+                               f"{len(value)}-item array")
+            value = value[int(token)]
+        else:
+            raise Unmapped(f"{pointer!r}: {token!r} steps into {_kind(value)}, not an "
+                           f"object or array")
+    return value
+
+
+def params_for(step: Step, result: Any) -> dict[str, Any]:
+    """The next step's params from the previous step's result: the result itself when the
+    step maps nothing (it must then be a JSON object), else each mapped param's pointer's
+    value. Raises ``Unmapped`` saying why not."""
+    if step.map is None:
+        if not isinstance(result, dict):
+            raise Unmapped(f"the previous result is {_kind(result)}, not a JSON object, so "
+                           f"it cannot be the params; give the step a \"map\" (e.g. "
+                           f"{{\"value\": \"\"}})")
+        return result
+    return {param: resolve(result, pointer) for param, pointer in step.map.items()}
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, with its article: "an array", "a number", "null"."""
+    if value is None:
+        return "null"
+    return {bool: "a boolean", str: "a string", int: "a number", float: "a number",
+            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def place(task_id: str, then: tuple[Step, ...], link: Link | None) -> Link:
+    """A chain task's place: its own ``link``, or (the head, which has none) step 1 of all."""
+    return link if link is not None else Link(task_id, 1, len(then) + 1)
+
+
+def step_key(chain_key: str, step: int) -> str:
+    """The idempotency key of a chain's step ``step`` (2 and on): the chain's key (the head's
+    own key as its caller gave it, else the head's task id) and the step, so a chain resumed
+    after a restart, or replayed, never creates a step twice."""
+    return f"{chain_key}#{step}"
+
+
+def chain_key(own_key: str, link: Link | None) -> str:
+    """The chain's key, from a chain task's own (unscoped) key: a step's is ``step_key``'s."""
+    return own_key if link is None or link.step == 1 else own_key.rpartition("#")[0]
+
+
+def named(message: str, link: Link, capability: str) -> str:
+    """An error message that says which step of its chain failed."""
+    prefix = f"step {link.step} of {link.of} ({capability}): "
+    return message if message.startswith(prefix) else prefix + message
+
+
+# The notes a chain task's history keeps of where its chain went on (stored with it, so a
+# restart knows which next steps exist): the next step's task id, or why it never started.
+NEXT = "then: next step is task "
+STOPPED = "then: chain stopped: "
+
+
+def noted(note: str) -> bool:
+    """Whether a history note is one of a chain's (not a change of the task's own state)."""
+    return note.startswith((NEXT, STOPPED))
+
+
+def next_of(history: list[tuple[str, float, str]]) -> str | None:
+    """The task id of the next step this task's success started (None: none yet)."""
+    for _state, _at, note in reversed(history):
+        if note.startswith(NEXT):
+            return note[len(NEXT):]
+    return None
+
+
+def stop_of(history: list[tuple[str, float, str]]) -> tuple[str, str] | None:
+    """(error code, message) when the next step could not start (None: it did, or not yet)."""
+    for _state, _at, note in reversed(history):
+        if note.startswith(NEXT):
+            return None
+        if note.startswith(STOPPED):
+            code, _, message = note[len(STOPPED):].partition(": ")
+            return code, message
+    return None
+
+
+def view_of(task_id: str, then: tuple[Step, ...], link: Link | None,
+            history: list[tuple[str, float, str]]) -> dict[str, Any]:
+    """A chain task's ``chain`` in its view: ``head``, ``step``, ``of``, and once its success
+    passed the result on, ``next`` (the next step's task id) or ``stopped`` (why not)."""
+    out = place(task_id, then, link).to_json()
+    if then:
+        following = next_of(history)
+        if following is not None:
+            out["next"] = following
+        else:
+            stopped = stop_of(history)
+            if stopped is not None:
+                out["stopped"] = {"code": stopped[0], "message": stopped[1]}
+    return out

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reach.core.chains import Link, Step, steps_json
+from reach.core.chains import Link, Step, steps_json, view_of
 from reach.core.keys import unscoped_key
 
 
@@ -241,8 +241,10 @@ class Task:
         self.history.append((dst.value, now, note))
 
     def view(self) -> dict[str, Any]:
-        """The JSON-able status a caller or operator sees."""
-        return {
+        """The JSON-able status a caller or operator sees (a chain's task: with ``chain``,
+        its place and where the chain went on, reach.core.chains.view_of)."""
+        env = self.envelope
+        out = {
             **self.envelope.to_dict(),
             "state": self.state.value,
             "result": self.result,
@@ -252,6 +254,9 @@ class Task:
             "updated_at": self.updated_at,
             "fallback": self.fallback,
         }
+        if env.then or env.link is not None:
+            out["chain"] = view_of(self.task_id, env.then, env.link, self.history)
+        return out
 
 
 def new_task(envelope: Envelope, now: float) -> Task:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from reach.core import chains
 from reach.core.tasks import TERMINAL, Task, TaskState
 
 S = TaskState
@@ -72,7 +73,11 @@ def _depths(tasks: Sequence[Task]) -> dict[str, int]:
 
 
 def _ended_at(task: Task) -> float | None:
-    return task.history[-1][1] if task.terminal and task.history else None
+    if not task.terminal:
+        return None
+    # (a chain's note on where it went, maybe written after a restart, is not its end)
+    return next((at for _, at, note in reversed(task.history) if not chains.noted(note)),
+                None)
 
 
 def summary(trace_id: str, tasks: Sequence[Task]) -> dict[str, Any]:
@@ -140,6 +145,8 @@ def hops(task: Task, depth: int = 0) -> list[dict[str, Any]]:
             close(at, phase in ("delivered", "processing"), note)
             phase, start, agent, attempt = "retry", at, None, None
         elif state in TERMINAL:
+            if phase is None and chains.noted(note):
+                continue  # where its chain went on: a note, not another end
             failed = state != S.SUCCEEDED
             close(at, failed, note if failed else "",
                   as_phase="processing" if phase == "delivered" and attempt else None)

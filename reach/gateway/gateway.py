@@ -33,6 +33,7 @@ from reach.gateway.admission import Admission
 from reach.gateway.audit import Audit
 from reach.gateway.book import ChunkSink, TaskBook, replay_note
 from reach.gateway.book_views import BookViews
+from reach.gateway.chaining import Chains
 from reach.gateway.crew import Crew
 from reach.gateway.dispatch import Dispatcher
 from reach.gateway.driver import Driver
@@ -78,6 +79,7 @@ class Gateway(BookViews):
                              self._drivers)
         self.following = Following(store, self.book, clock, self._drivers, enabled=settings.cluster)
         self.fallbacks = Fallbacks(settings, clock, self.metrics, self._drivers, self)
+        self.chains = Chains(self)  # result chains (``then``): reach.gateway.chaining
         self.accepting = True
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         self.on_learned: Callable[[Phrase], None] | None = None  # the wiring keeps phrases
@@ -148,7 +150,7 @@ class Gateway(BookViews):
         declaring = self.registry.declaring(cap)
         fail_fast = req.call and req.queue_wait is None  # (a call that did not ask to wait)
         tags = tagging.check(req.tags) if req.tags else None
-        steps = admission.follow(req) if req.then or req.notify or req.link else ()
+        steps = self.chains.steps(req) if req.then or req.notify or req.link else ()
         if declaring or cap not in self.known:
             self.router.admit(cap, req.params, caller, declaring, self.registry.names, tags,
                               typed=capability)
@@ -174,7 +176,7 @@ class Gateway(BookViews):
         trace_id = req.trace_id or traces.trace_id_of(req.traceparent)
         if trace_id is None:
             trace_id = os.urandom(16).hex()
-        else:
+        elif req.link is None:  # (a chain's next step joins the trace its head joined)
             admission.check_join(self.book, trace_id, caller, req.parent_task_id)
         env = Envelope(
             task_id=task_id, trace_id=trace_id, capability=cap,
@@ -317,6 +319,8 @@ class Gateway(BookViews):
         if task.fallback is not None:
             note = f"fallback: {task.fallback['kind']} ({task.fallback['reason']})"
         self.move(task, state, note)
+        if task.envelope.then or task.envelope.link is not None:  # a chain's: the next step
+            self.chains.ended(task)
         self.book.release(task)  # the answer first (a caller waits on it), the rest after
         if self.dispatch.timed_out:
             self.dispatch.stop_timed_out(task.task_id)
@@ -374,3 +378,4 @@ class Gateway(BookViews):
         self.slots.cancel_all()
         self.dispatch.deadlines.close()
         await self.following.close(Unavailable("the coordinator stopped before the task ended"))
+        await self.chains.stop()

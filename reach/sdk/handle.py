@@ -36,14 +36,20 @@ class Handle:
         self.fallback: Fallback | None = None  # set by result() when the result is a fallback
 
     async def result(self, timeout: float | None = None) -> Any:
-        """The task's result; raises its ``ReachError`` if it failed, ``ReachTimeout`` if late."""
+        """The task's result; raises its ``ReachError`` if it failed, ``ReachTimeout`` if late.
+
+        A chain's head (``submit(..., then=...)``) answers with its last step's result, or
+        the error of the step that failed (``details["chain"]`` names it; after that step's
+        dead letter is replayed, calling ``result()`` again follows the chain on)."""
         if self._outcome is None:
             self._outcome = await self.client._subscribe(self.task_id)
         try:
             async with asyncio.timeout(timeout):
                 value, self.fallback = unwrap(await asyncio.shield(self._outcome))
                 return value
-        except ReachError:
+        except ReachError as exc:
+            if "chain" in exc.details:  # a chain's step failed: its dead letter may be
+                self._outcome = None    # replayed, so the next call asks again
             raise  # the task's own error (a remote timeout included), not our wait's
         except TimeoutError:
             raise ReachTimeout(f"task {self.task_id} has no outcome after {timeout}s; it is "

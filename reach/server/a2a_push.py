@@ -70,8 +70,8 @@ class A2AKind:
             headers["Authorization"] = f"{auth.scheme} {auth.credentials}"
         return json.dumps(body).encode(), headers
 
-    def skip(self, push: Push, task: Task) -> bool:
-        return False
+    def follows(self, push: Push, task: Task) -> bool:
+        return False  # (an A2A push tells its own task's end)
 
 
 class A2APushes:

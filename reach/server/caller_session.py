@@ -308,6 +308,9 @@ class CallerSession(Session):
                     task_id=task_id))
 
     def _post_outcome(self, task: Any, req_id: int, accepts: bool = False) -> None:
+        if task.envelope.then and task.state is TaskState.SUCCEEDED:
+            self._follow_chain(task, req_id, accepts)
+            return
         trace_id = task.envelope.trace_id if accepts else None
         if task.state is TaskState.SUCCEEDED:
             text = p.dump(_Result(task_id=task.task_id, attempt=0, id=req_id,
@@ -326,6 +329,18 @@ class CallerSession(Session):
             error = task.error or {"code": "task_failed", "message": "task failed"}
         self.out.post(p.dump(_Error(task_id=task.task_id, attempt=0, id=req_id,
                                     trace_id=trace_id, error=wire_error(error))))
+
+    def _follow_chain(self, task: Any, req_id: int, accepts: bool) -> None:
+        """A chain task passed its result on: its caller's outcome is its chain's, so the
+        answer waits for the next step (and so on to the last, or the step that failed;
+        docs/protocol.md §chains). An outcome that would also acknowledge the submit
+        acknowledges it now, naming this task, as a plain ``accepted``."""
+        if accepts:
+            self.out.post(p.dump(_Accepted(id=req_id, task_id=task.task_id,
+                                           trace_id=task.envelope.trace_id, duplicate=False)))
+        self.services.gateway.chains.follow(
+            task, lambda done: self._post_outcome(done, req_id) if not self.out.closed
+            else None)
 
     async def _status(self, f: p.Status) -> None:
         task = await self._readable(f.task_id, f.id)

@@ -15,8 +15,9 @@ notify secret (``X-Reach-Signer: coordinator``: ``Settings.notify_secret``, or o
 and kept in the store, ``reach_values``). The config keeps a fingerprint of the token, never
 the token: the token itself is read from the coordinator's token table when it signs.
 
-A chain (reach.core.chains): a task that succeeded with steps still to run sends nothing; its
-next step carries the same ``notify`` and sends when the chain ends (``carry``).
+A chain (reach.core.chains, reach.gateway.chaining) notifies once, when it ends: the head's
+config follows the chain (``WebhookKind.follows``) and tells the last step's outcome, or why a
+step could not start; it stays the head's (one row, one dead letter, the head's id).
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from reach.core import chains
 from reach.core.tasks import Task, TaskState
 from reach.core.trust import Trust
 from reach.errors import InvalidParams, ReachError, Unavailable
 from reach.server import outbound
 from reach.server.push_kept import WEBHOOK, Push
-from reach.server.pushes import MAX_CONFIGS, Pusher
+from reach.server.pushes import Pusher
 
 log = logging.getLogger("reach.pushes")
 CONFIG_ID = "reach:notify"  # one webhook per task
@@ -81,8 +83,8 @@ def outcome(task: Task) -> dict[str, Any]:
             body["fallback"] = task.fallback
     else:
         body["error"] = task.error or {"code": "task_failed", "message": "task failed"}
-    if env.link is not None:
-        body["chain"] = env.link.to_json()
+    if env.link is not None or env.then:
+        body["chain"] = chains.place(task.task_id, env.then, env.link).to_json()
     return body
 
 
@@ -99,7 +101,6 @@ class WebhookKind:
         self.secret = secret  # the coordinator's; made and kept at ``start`` when None
         self.clock = clock
         self._tokens: dict[str, str] | None = None  # fingerprint -> token
-        self.handed: dict[str, Push] = {}  # a chain's head id -> its config, until carried
 
     async def start(self) -> str:
         """The coordinator's notify secret: the configured one, else the one kept in the
@@ -129,8 +130,7 @@ class WebhookKind:
         signer = push.spec.get("signer") if isinstance(push.spec, dict) else None
         if signer:
             return self._tokens.get(signer)
-        # (a chain step whose head's config was not handed on, after a restart: the caller's
-        # token when it has exactly one)
+        # (a config kept without a fingerprint: the caller's token when it has exactly one)
         mine = [t for t, principal in tokens.items() if principal == task.envelope.caller]
         return mine[0] if len(mine) == 1 else None
 
@@ -148,21 +148,15 @@ class WebhookKind:
                       SIGNATURE: sign(secret, stamp, data),
                       SIGNER: "coordinator" if token is None else "token"}
 
-    def skip(self, push: Push, task: Task) -> bool:
-        """A chain's link that succeeded with steps to go sends nothing: the chain's end
-        does (its config is remembered for the next step, ``Notify.carry``)."""
-        if task.state is not TaskState.SUCCEEDED or not getattr(task.envelope, "then", ()):
-            return False
-        link = task.envelope.link
-        self.handed[link.head if link is not None else task.task_id] = push
-        while len(self.handed) > MAX_CONFIGS:
-            self.handed.pop(next(iter(self.handed)))
-        return True
+    def follows(self, push: Push, task: Task) -> bool:
+        """A chain's link that succeeded with steps to go does not notify: its chain's end
+        does (the last step's outcome, or why a step could not start)."""
+        return task.state is TaskState.SUCCEEDED and bool(task.envelope.then)
 
 
 class Notify:
     """The doors' side of webhooks: check a URL before accepting, keep the config before
-    acknowledging, and hand a chain's config on to its next step."""
+    acknowledging."""
 
     def __init__(self, pusher: Pusher, kind: WebhookKind) -> None:
         self.pusher = pusher
@@ -192,15 +186,3 @@ class Notify:
             raise Unavailable(f"task {task.task_id} accepted but its webhook not kept "
                               f"({exc!r}); submit again with the same idempotency key",
                               task_id=task.task_id) from None
-
-    async def carry(self, step: Task) -> None:
-        """Keep the webhook of a chain's next step (``step.envelope.notify``, signed as its
-        head's was); called by whoever starts the step, once it is accepted."""
-        link = step.envelope.link
-        if step.envelope.notify is None:
-            return
-        head = self.kind.handed.pop(link.head, None) if link is not None else None
-        push = self.kind.make(step.envelope.notify, None)
-        if head is not None:
-            push = Push(WEBHOOK, head.id, step.envelope.notify, head.body, head.spec)
-        await self.pusher.keep(push, step)

@@ -93,6 +93,7 @@ class DeadPush:
     reason: str
     at: float  # when it was given up (wall clock)
     node: str | None = None  # the cluster node that keeps it (None: a lone coordinator)
+    outcome: Task | None = None  # what it told of, when not ``task`` (a chain's end)
 
     def view(self) -> dict[str, Any]:
         """What an operator sees of it (``reach pushes``)."""
@@ -100,4 +101,4 @@ class DeadPush:
                 "kind": self.config.kind,
                 "url": self.config.url[:200], "reason": self.reason, "dead_at": self.at,
                 "capability": self.task.envelope.capability, "caller": self.task.envelope.caller,
-                "state": self.task.state.value, "node": self.node}
+                "state": (self.outcome or self.task).state.value, "node": self.node}

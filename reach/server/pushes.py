@@ -13,6 +13,10 @@ says how the POST is made (``Kind``: the A2A door's ``a2a_push.A2AKind``, the we
 - **dead letters**: the last failed try, or a final answer, keeps the row marked dead (the
   newest ``MAX_DEAD``), listed by ``reach pushes`` (``letters``) and sent again by
   ``reach pushes --replay`` (``replay``, ``claim``);
+- **chains** (reach.gateway.chaining): a config whose task passed its result on to a next
+  step tells the chain's end instead (``Kind.follows``): it is sent when the last step ends,
+  or when a step could not start, and stays the head's (one row per chain, replayed by the
+  head's id);
 - **a cluster** (docs/cluster.md): a row names the node that sends it, which follows the task
   wherever it runs; a survivor takes a dead node's rows over with its tasks (``adopt``); each
   delivery first checks the row is still this node's.
@@ -34,7 +38,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from reach.core.backoff import Backoff
-from reach.core.tasks import Task
+from reach.core.tasks import Task, TaskState
 from reach.errors import InvalidParams
 from reach.gateway.gateway import Gateway
 from reach.server import outbound
@@ -64,8 +68,9 @@ class Kind(Protocol):
         """The body and headers of the POST that tells ``task``'s outcome."""
         ...
 
-    def skip(self, push: Push, task: Task) -> bool:
-        """Whether this ended task sends nothing (its config goes unsent)."""
+    def follows(self, push: Push, task: Task) -> bool:
+        """Whether what this ended task's config tells is its chain's end, not its own (a
+        chain's link that passed its result on, reach.gateway.chaining)."""
         ...
 
 
@@ -196,26 +201,43 @@ class Pusher:
 
     def _ended(self, task: Task) -> None:
         for push in self._forget(task.task_id):
-            kind = self.kinds.get(push.kind)
-            if kind is not None and kind.skip(push, task):
-                self._spawn(self.store.forget_push_config(task.task_id, push.id),
-                            task.task_id)
+            self._send(push, task)
+
+    def _send(self, push: Push, task: Task) -> None:
+        """Deliver what ``push`` tells of ``task``: its own end, or its chain's."""
+        kind = self.kinds.get(push.kind)
+        if kind is not None and kind.follows(push, task):
+            self._follow(push, task, task)
+        else:
+            self._spawn(self._deliver(push, task), task.task_id)
+
+    def _follow(self, push: Push, task: Task, link: Task) -> None:
+        """``link`` of ``task``'s chain passed its result on: deliver once the chain ends
+        (its last step, or a stand-in for a step that could not start). Nothing is held
+        meanwhile but the chain's own watcher; the config's row stays ``task``'s, so a
+        restart follows the chain again (``load``)."""
+        def ended(end: Task) -> None:
+            if end.state is TaskState.SUCCEEDED and end.envelope.then:
+                self._follow(push, task, end)
             else:
-                self._spawn(self._deliver(push, task), task.task_id)
+                self._spawn(self._deliver(push, task, end), task.task_id)
+        self.gateway.chains.follow(link, ended)
 
     def _spawn(self, delivery: Coroutine[Any, Any, None], task_id: str) -> None:
         sending = asyncio.get_running_loop().create_task(delivery, name=f"push-{task_id}")
         self._sending.add(sending)
         sending.add_done_callback(self._sending.discard)
 
-    async def _deliver(self, push: Push, task: Task) -> None:
+    async def _deliver(self, push: Push, task: Task, end: Task | None = None) -> None:
+        """POST ``end``'s outcome (default ``task``'s: a chain's end is another task's) for
+        the config ``push`` of ``task``; keep its row dead when it is not delivered."""
         try:  # deleted meanwhile, or taken over by another node (a cluster's): not sent here
             if not await self.store.push_pending_here(task.task_id, push.id):
                 return
         except Exception as exc:  # the store is closing: its row stays for the next start
             log.info("push config %s of task %s not read: %r", push.id, task.task_id, exc)
             return
-        reason = await self._try(push, task)
+        reason = await self._try(push, end or task)
         # Delivered: its row goes. Dead: its row stays, marked, for a replay after a restart
         # too. (A delivery cut by a stop keeps its row as it was: the next start sends it.)
         try:
@@ -227,7 +249,7 @@ class Pusher:
         except Exception as exc:  # the store is closing: sent again after a restart
             log.info("push config %s of task %s not written: %r", push.id, task.task_id, exc)
             return
-        self.dead.append(DeadPush(push, task, reason, now, self.node))
+        self.dead.append(DeadPush(push, task, reason, now, self.node, end))
         await self._trim()
 
     async def _trim(self) -> None:
@@ -303,7 +325,10 @@ class Pusher:
 
     async def _replay(self, letter: DeadPush) -> None:
         if await self.store.claim_push_dead(letter.task.task_id, letter.config.id):
-            await self._deliver(letter.config, letter.task)
+            if letter.outcome is not None:
+                await self._deliver(letter.config, letter.task, letter.outcome)
+            else:  # (read back after a restart: a chain's end is found again)
+                self._send(letter.config, letter.task)
 
     async def claim(self, task_id: str) -> list[str]:
         """Replay one task's dead letters, whichever node of the cluster keeps them: each is
@@ -317,7 +342,7 @@ class Pusher:
         for kept in claimed:
             push = self.read(kept.body)
             if push is not None:
-                self._spawn(self._deliver(push, task), task_id)
+                self._send(push, task)
         return [task_id] * len(claimed)
 
     # ------------------------------------------------------------ lifecycle

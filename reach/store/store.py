@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import DBAPIError
 
+from reach.core import chains
 from reach.core.intent_learn import Phrase
 from reach.core.tasks import TERMINAL, Task, TaskState
 from reach.ports import DuplicateKey
@@ -172,6 +173,19 @@ class Store(GroupCommit):
         node: only its own; a dead node's come to it by ``Nodes.take_over``)."""
         done = [s.value for s in TERMINAL]
         where: ColumnElement[bool] = TASKS.c.state.not_in(done)
+        if self.node_id is not None:
+            where = (TASKS.c.owner == self.node_id) & where
+        rows = await self._run(self._select, where)
+        return [task_from_row(r) for r in rows]
+
+    async def chained(self, since: float) -> list[Task]:
+        """Chain tasks (``follow`` names steps after them) that succeeded, created since
+        ``since``, and whose history has no note of a next step (``chains.NEXT``) or of why
+        none started (``chains.STOPPED``), oldest first: what a restart carries on
+        (reach.gateway.chaining). A cluster's node: only its own."""
+        where: ColumnElement[bool] = (TASKS.c.state == TaskState.SUCCEEDED.value) & \
+            (TASKS.c.created_at >= since) & TASKS.c.follow.contains('"then"') & \
+            ~TASKS.c.history.contains(chains.NEXT) & ~TASKS.c.history.contains(chains.STOPPED)
         if self.node_id is not None:
             where = (TASKS.c.owner == self.node_id) & where
         rows = await self._run(self._select, where)

@@ -126,3 +126,24 @@ async def test_a_task_unfinished_at_a_stop_notifies_when_it_ends_after_the_resta
                 delivery = await hook.one()
     assert (delivery.json["task_id"], delivery.json["state"]) == (handle.task_id, "succeeded")
     assert delivery.json["result"] == {"done": True}
+
+
+async def test_a_chain_cut_by_a_restart_notifies_once_it_ends(tmp_path: Path) -> None:
+    opts = dict(FAST, notify_allow=LOOPBACK, store=f"sqlite:///{tmp_path / 'reach.db'}")
+    async with receiver() as hook:
+        async with Reach.start(**opts) as reach:
+            held = Worker()  # runs the head, then holds step 2 until the stop
+            await held.agent.connect(reach.url)
+            async with Client.connect(reach.url, caller="planner") as client:
+                head = await client.submit("echo.run", {}, notify=hook.url, then="slow.read")
+                while held.calls < 2:
+                    await asyncio.sleep(0.005)
+            await held.agent.close(drain=0.01)
+        assert not hook.got
+        async with Reach.start(**opts) as again:
+            async with working(again.url) as worker:
+                worker.go.set()
+                delivery = await hook.one()
+    body = delivery.json
+    assert (body["state"], body["result"]) == ("succeeded", {"done": True})
+    assert body["chain"] == {"head": head.task_id, "step": 2, "of": 2} and len(hook.got) == 1

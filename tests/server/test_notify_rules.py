@@ -1,8 +1,8 @@
 """The POST rules webhooks share with A2A pushes and alert webhooks (reach.server.outbound):
 a redirect is an answer, never followed; 429 is retried, 400 is not; the body is bounded (a
-result past it is left out, read with status). And a chain notifies once, at its end: a link
-that succeeded with steps to go sends nothing, and its next step, carrying the same
-``notify``, sends signed as the head was. Loopback receivers."""
+result past it is left out, read with status). And a chain notifies once, at its end (its last
+step's outcome, or the step that failed), signed as its head's submit was; its dead letter is
+the head's and a replay sends it again. Loopback receivers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from aiohttp import web
 from notify_rig import FAST, LOOPBACK, QUICK, receiver, verifier, working
 
 from reach import Admin, Agent, Client, Reach
-from reach.core.chains import Link
-from reach.core.tasks import SubmitRequest
 
 TOKEN = "notify-rules-adm1n"
 PLANNER = "planner-t0ken-0123456789"
@@ -54,21 +52,44 @@ async def test_a_chain_notifies_once_at_its_end() -> None:
             Reach.start(**FAST, notify_allow=LOOPBACK, tokens=tokens) as reach, \
             working(reach.url, token="worker-t0ken-0123456789"):
         async with Client.connect(reach.url, caller="planner", token=PLANNER) as client:
-            head = await client.submit("echo.run", {"n": 1}, notify=hook.url, then="echo.run")
-            await head.result(timeout=5)
-            await asyncio.wait_for(reach.pusher.settled(), 5)
-            assert not any(d.json["task_id"] == head.task_id for d in hook.got)
-            assert head.task_id not in reach.pusher.configs and not reach.pusher.dead
-            # The chain's next step (as the chain runner starts it) carries the webhook on.
-            step, _ = await reach.gateway.submit(SubmitRequest(
-                "echo.run", {"n": 2}, "planner", notify=hook.url,
-                link=Link(head.task_id, 2, 2), trace_id=head.trace_id))
-            await reach.notify.carry(step)
+            head = await client.submit("echo.run", {"n": 1}, notify=hook.url,
+                                       then=["echo.run", "echo.run"])
+            last = await head.result(timeout=5)  # (the chain's end: the last step's result)
             delivery = await hook.one()
-    assert delivery.json["task_id"] == step.task_id
-    assert delivery.json["chain"] == {"head": head.task_id, "step": 2, "of": 2}
+            await asyncio.wait_for(reach.pusher.settled(), 5)
+            view = await client.status(head.task_id)
+    assert last == {"echo": {"echo": {"echo": {"n": 1}}}}
+    assert len(hook.got) == 1 and hook.tries == 1  # one delivery for the chain
+    body = delivery.json
+    assert body["state"] == "succeeded" and body["result"] == last
+    assert body["chain"] == {"head": head.task_id, "step": 3, "of": 3}
+    assert body["task_id"] != head.task_id and body["trace_id"] == head.trace_id
+    assert view["chain"]["next"]  # (the head passed its result on)
     assert delivery.headers["X-Reach-Signer"] == "token"
     assert verify(PLANNER, delivery.headers, delivery.body)
+
+
+async def test_a_chain_whose_step_fails_says_which_and_its_letter_is_the_heads() -> None:
+    async with receiver([404]) as hook, \
+            Reach.start(**FAST, notify_allow=LOOPBACK, admin_token=TOKEN) as reach, \
+            working(reach.url):
+        async with Client.connect(reach.url, caller="planner") as client:
+            head = await client.submit("echo.run", {"order": "x9"}, notify=hook.url,
+                                       then=[{"capability": "orders.cancel",
+                                              "map": {"order": "/echo/order"}}])
+            async with asyncio.timeout(5):
+                while not reach.pusher.dead:  # a 404 is final: a dead letter at once
+                    await asyncio.sleep(0.005)
+        async with Admin.connect(reach.url, token=TOKEN) as admin:
+            [letter] = await admin.push_dead_letters()
+            assert (letter["task_id"], letter["kind"], letter["state"]) == (
+                head.task_id, "webhook", "failed")
+            assert await admin.replay_pushes(head.task_id) == [head.task_id]
+            delivery = await hook.one()
+    body = delivery.json
+    assert body["state"] == "failed" and body["error"]["code"] == "task_failed"
+    assert "step 2 of 2 (orders.cancel)" in body["error"]["message"]
+    assert body["chain"] == {"head": head.task_id, "step": 2, "of": 2}
 
 
 async def test_a_result_past_the_body_bound_is_left_out_and_read_with_status() -> None:
