@@ -45,15 +45,16 @@ def decode(frame: JSON) -> admin.Snapshot | admin.Delta:
 
 
 class PushLetter(BaseModel):
-    """One A2A push notification the coordinator did not deliver after its tries, as the
-    ``push_dead_letters`` command lists it (docs/admin-feed.md §4, docs/a2a.md). ``node`` is
-    the cluster node that keeps it (None: a lone coordinator); ``dead_at`` is its wall
-    clock, like the feed's."""
+    """One task notification (an A2A push or a completion webhook, ``kind``) the coordinator
+    did not deliver after its tries, as the ``push_dead_letters`` command lists it
+    (docs/admin-feed.md §4, docs/a2a.md, docs/webhooks.md). ``node`` is the cluster node that
+    keeps it (None: a lone coordinator); ``dead_at`` is its wall clock, like the feed's."""
 
     model_config = ConfigDict(extra="ignore")
 
     task_id: str
     config_id: str = ""
+    kind: str = "a2a"  # "a2a" (an A2A push) or "webhook" (a task's completion webhook)
     url: str = ""
     reason: str = ""
     dead_at: float = 0.0

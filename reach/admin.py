@@ -310,8 +310,9 @@ class Admin:
         return result
 
     async def push_dead_letters(self) -> list[dict[str, Any]]:
-        """The A2A push notifications that were not delivered, oldest first: task_id,
-        config_id, url, reason, dead_at, capability, caller, state (docs/a2a.md)."""
+        """The notifications that were not delivered (A2A pushes and task webhooks), oldest
+        first: task_id, config_id, kind, url, reason, dead_at, capability, caller, state
+        (docs/a2a.md, docs/webhooks.md)."""
         result: dict[str, Any] = await self.command("push_dead_letters")
         return list(result["push_dead_letters"])
 
@@ -321,6 +322,12 @@ class Admin:
         args = {} if task_id is None else {"task_id": task_id}
         result: dict[str, Any] = await self.command("replay_pushes", **args)
         return list(result["replayed"])
+
+    async def notify_secret(self) -> str | None:
+        """The secret completion webhooks are signed with when their caller gave no token
+        (docs/webhooks.md)."""
+        result: dict[str, Any] = await self.command("notify_secret")
+        return None if result["notify_secret"] is None else str(result["notify_secret"])
 
     async def drain(self, name: str) -> dict[str, Any]:
         """Route no new work to agent ``name`` (or agent_id); its in-flight work finishes."""

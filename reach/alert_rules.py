@@ -12,7 +12,7 @@
     [[rule]]
     name = "ledger-breaker"
     kind = "breaker_open"               # dead_letters | breaker_open | p95_latency | no_agent
-                                        # | backlog_age
+                                        # | backlog_age | undelivered
     threshold = 30                      # seconds not closed
     agent = "ledger-*"
 
@@ -40,6 +40,7 @@ from reach.core.alerts import (
     KINDS,
     NO_AGENT,
     P95_LATENCY,
+    UNDELIVERED,
     Rule,
 )
 from reach.core.backoff import Backoff
@@ -93,6 +94,7 @@ _RULE_KEYS = {
     P95_LATENCY: {"threshold", "capability"},
     NO_AGENT: {"threshold", "capability"},
     BACKLOG_AGE: {"threshold", "capability"},
+    UNDELIVERED: {"threshold", "capability"},
 }
 _COMMON = {"name", "kind", "for", "clear_for", "hysteresis", "notify"}
 _WEBHOOK_KEYS = {"name", "url", "headers", "timeout", "attempts", "backoff"}
@@ -182,7 +184,8 @@ def _rule(table: dict[str, Any], where: str, webhooks: set[str]) -> Rule:
         if "threshold" not in table:
             unit = "dead letters per window" if kind == DEAD_LETTERS else "seconds"
             raise AlertsFileError(f"{where}: a {kind} rule needs threshold = N ({unit})")
-        threshold = _number(table, "threshold", 0.0, where, positive=kind != DEAD_LETTERS)
+        threshold = _number(table, "threshold", 0.0, where,
+                            positive=kind not in (DEAD_LETTERS, UNDELIVERED))
     hysteresis = _number(table, "hysteresis", 0.1 if kind == P95_LATENCY else 0.0, where)
     if hysteresis >= 1.0:
         raise AlertsFileError(f"{where}: hysteresis = {hysteresis}: a share below 1 (0.1 "

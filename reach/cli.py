@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--a2a", action="store_true",
                        help="serve A2A at /a2a on the REST port (docs/a2a.md; needs "
                             "agent-reach[a2a])")
+    serve.add_argument("--notify-allow", action="append", default=[], metavar="CIDR",
+                       help="a private network completion webhooks (notify=) and A2A pushes "
+                            "may reach, e.g. 10.0.0.0/8 (repeatable; docs/webhooks.md); "
+                            "their signing secret: REACH_NOTIFY_SECRET, else one kept in the "
+                            "store")
     serve.add_argument("--store", default="sqlite:///reach.db",
                        help="database URL: sqlite:///file.db (default reach.db; one "
                             "coordinator per file), sqlite:// (in memory, gone at exit) or "
@@ -242,7 +247,8 @@ def _settings(args: argparse.Namespace) -> Settings:
             tokens=rules(args.tokens_file, str), permissions=rules(args.permissions_file, list),
             serves=rules(args.serves_file, list), insecure=args.insecure, mcp=args.mcp,
             intent_model=args.intent_model,
-            a2a=args.a2a,
+            a2a=args.a2a, notify_allow=tuple(args.notify_allow),
+            notify_secret=os.environ.get("REACH_NOTIFY_SECRET") or None,
             max_connections=args.max_connections, max_caller_tasks=args.max_caller_tasks,
             audit_log=args.audit_log, audit_params=args.audit_params,
             otel_endpoint=args.otel_endpoint,

@@ -100,6 +100,12 @@ class Settings:
     intent_model: bool = False
     a2a: bool = False  # serve A2A at /a2a on the HTTP port (docs/a2a.md; extra agent-reach[a2a])
     a2a_push_private: bool = False  # A2A push notifications may go to private/loopback hosts
+    # completion webhooks (docs/webhooks.md): the private, loopback or link-local networks a
+    # caller's ``notify`` URL (and an A2A push's) may reach (CIDRs, "10.0.0.0/8"), and the
+    # secret a webhook is signed with when its caller gave no token (None: one is made once
+    # and kept in the store; Reach.notify_secret reads it)
+    notify_allow: Sequence[str] = ()
+    notify_secret: str | None = None
     ping_interval: float | None = 20.0  # websocket keepalive; a peer silent past
     ping_timeout: float | None = 20.0  # interval + timeout is closed (None: no pings)
     max_outbox_bytes: int = 16 << 20  # unsent bytes per connection before it is closed (slow)
@@ -161,6 +167,16 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         self._check_store()
+        if isinstance(self.notify_allow, str):  # (one network given as a string)
+            object.__setattr__(self, "notify_allow", (self.notify_allow,))
+        for cidr in self.notify_allow:
+            try:
+                ipaddress.ip_network(str(cidr).strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"notify_allow: {cidr!r} is not a network: give CIDRs such "
+                                 f"as 127.0.0.0/8 or 10.0.0.0/8") from None
+        if self.notify_secret is not None and len(self.notify_secret) < 16:
+            raise ValueError("notify_secret must be at least 16 characters")
         if self.otel_endpoint is not None:
             parts = urlsplit(self.otel_endpoint)
             if parts.scheme not in ("http", "https") or not parts.hostname:

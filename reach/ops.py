@@ -49,7 +49,7 @@ class Ops:
         self.cluster: Any = None  # reach.membership.ClusterNode, in a cluster
         self.discarded = settling.Discarded(settings.dead_letters_max)  # settled letters
         self.phrases: Any = None  # reach.phrasebook.PhraseBook: intent routing's learned phrases
-        self.pushes: Any = None  # reach.server.a2a_push.Pusher, with the A2A door
+        self.pushes: Any = None  # reach.server.pushes.Pusher: the coordinator's one sender
 
     def coordinator(self) -> dict[str, Any]:
         """Where and what this coordinator is (the snapshot's ``coordinator`` object)."""
@@ -262,8 +262,8 @@ class Ops:
         return [t.task_id for t in letters]
 
     async def push_dead_letters(self) -> list[dict[str, Any]]:
-        """The A2A push notifications that were not delivered, oldest first (docs/a2a.md);
-        in a cluster, every node's."""
+        """The task notifications (A2A pushes, completion webhooks) that were not delivered,
+        oldest first (docs/a2a.md, docs/webhooks.md); in a cluster, every node's."""
         return list(await self._pusher().letters())
 
     async def replay_pushes(self, task_id: str | None = None) -> list[str]:
@@ -279,8 +279,7 @@ class Ops:
 
     def _pusher(self) -> Any:
         if self.pushes is None:
-            raise InvalidParams("this coordinator serves no A2A door, so it sends no push "
-                                "notifications (start it with a2a=True, or reach serve --a2a)")
+            raise InvalidParams("this coordinator has no notification sender")
         return self.pushes
 
     def _foreign(self, task: Task) -> bool:

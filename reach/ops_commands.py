@@ -108,6 +108,13 @@ async def _replay_pushes(ops: Ops, args: dict[str, Any]) -> Any:
     return {"replayed": await ops.replay_pushes(None if task_id is None else str(task_id))}
 
 
+async def _notify_secret(ops: Ops, args: dict[str, Any]) -> Any:
+    # The secret completion webhooks are signed with when their caller gave no token
+    # (docs/webhooks.md): an admin's to read, so receivers can be set up to verify.
+    kind = None if ops.pushes is None else ops.pushes.kinds.get("webhook")
+    return {"notify_secret": None if kind is None else kind.secret}
+
+
 COMMANDS: dict[str, Command] = {
     "replay": _replay,
     "discard": _discard,
@@ -127,5 +134,6 @@ COMMANDS: dict[str, Command] = {
     "forget_phrase": _forget_phrase,
     "push_dead_letters": _push_dead_letters,
     "replay_pushes": _replay_pushes,
+    "notify_secret": _notify_secret,
 }
 """Every admin-feed action and its handler (docs/admin-feed.md, section 4)."""

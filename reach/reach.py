@@ -22,7 +22,7 @@ from typing import Any
 
 from websockets.asyncio.server import Server
 
-from reach import attached
+from reach import attached, doors
 from reach.adapters.base import Adapter
 from reach.alert_rules import AlertConfig, load_alerts
 from reach.cluster.node import Node
@@ -105,35 +105,20 @@ class Reach(OperatorSurface):
         if s.intent_model:
             from reach.server.intent_routing import ModelRouting
             self.intent_routing = ModelRouting(self.registry)  # ImportError: names the extra
+        # The one sender of task notifications: A2A pushes and webhooks (docs/webhooks.md).
+        self.pusher, self.notify = doors.sender(s, self.gateway, self.store, self.trust,
+                                                self.clock)
         self.channel = Channel(Services(
             settings=s, gateway=self.gateway, registry=self.registry, trust=self.trust,
             clock=self.clock, identities=self.identities, operator=self.ops,
             admin_token=self.admin_token, node=self.node,
-            intent_routing=self.intent_routing), self.capacity)
+            intent_routing=self.intent_routing, notify=self.notify), self.capacity)
         self.registry.listen(self.ops.agent_changed)
         # The REST front door (docs/http-api.md): its own port, the same gateway and trust.
         self.front = None if s.http_port is None else FrontDoor(self.channel.services)
-        self.mcp: Any = None  # the MCP door (docs/mcp.md), on the front door's port
-        if s.mcp:
-            if self.front is None:
-                raise ValueError("mcp=True needs the HTTP port (http_port must not be None)")
-            try:
-                from reach.server.mcp_door import McpDoor  # the mcp extra, when asked for
-            except ImportError as exc:
-                raise ImportError(f"mcp=True needs the MCP SDK: pip install "
-                                  f"'agent-reach[mcp]' ({exc})") from None
-            self.mcp = McpDoor(self.front)
-        self.a2a: Any = None  # the A2A door (docs/a2a.md), on the front door's port
-        if s.a2a:
-            if self.front is None:
-                raise ValueError("a2a=True needs the HTTP port (http_port must not be None)")
-            try:
-                from reach.server.a2a_door import A2ADoor  # the a2a extra, when asked for
-            except ImportError as exc:
-                raise ImportError(f"a2a=True needs the A2A SDK: pip install "
-                                  f"'agent-reach[a2a]' ({exc})") from None
-            self.a2a = A2ADoor(self.front, self.store)
-            self.ops.pushes = self.a2a.pusher
+        # The MCP and A2A doors (docs/mcp.md, docs/a2a.md), on the front door's port.
+        self.mcp, self.a2a = doors.protocol_doors(s, self.front, self.pusher)
+        self.ops.pushes = self.pusher
         if s.json_logs:
             self.events.listen(log_json)
         self.audit = None if s.audit_log is None else AuditWriter(s.audit_log)
@@ -149,7 +134,8 @@ class Reach(OperatorSurface):
             rules = s.alerts if isinstance(s.alerts, AlertConfig) else load_alerts(s.alerts)
             self.alerting = Alerting(rules, self.gateway, self.registry, self.clock,
                                      random.Random(None if seed is None else seed + 1),
-                                     lambda: self.url)
+                                     lambda: self.url, lambda: (
+                                         d.task.envelope.capability for d in self.pusher.dead))
         self.ops.alerting = self.alerting
         self._server: Server | None = None
         self._loops: list[asyncio.Task[None]] = []
@@ -227,8 +213,8 @@ class Reach(OperatorSurface):
         if unfinished:
             log.info("resumed %d unfinished task(s) from %s", len(unfinished), s.store)
         await self.gateway.chains.resume(now - s.idempotency_ttl)  # a chain's next steps
-        if self.a2a is not None:  # the push configs kept for tasks, resumed ones included
-            await self.a2a.pusher.load()
+        await self.notify.kind.start()  # the notify secret, made once and kept
+        await self.pusher.load()  # the push configs kept for tasks, resumed ones included
         front = self.front if self.mcp is not None else None  # GET /mcp here: 307 to it
         self._server = await listen(self.channel.services, self.channel,
                                     lambda: (front.port or None) if front else None)
@@ -246,8 +232,7 @@ class Reach(OperatorSurface):
             self.cluster = ClusterNode(self.node.node_id, s.lease_s, self.store, self.gateway,
                                        self.peers, self.channel, lambda: self.url)
             self.ops.cluster = self.cluster
-            if self.a2a is not None:  # a dead node's push configs move with its tasks
-                self.cluster.after_take_over = self.a2a.pusher.adopt
+            self.cluster.after_take_over = self.pusher.adopt  # (with a dead node's tasks)
             await self.cluster.start()
         self.ops.url = self.url
         self.ops.started_at = self.clock.wall()
@@ -292,6 +277,7 @@ class Reach(OperatorSurface):
             await self._server.wait_closed()
         if self.front is not None:
             await self.front.stop()
+        await self.pusher.close()  # (after the drain: the drained tasks' notifications go)
         await self.ops.phrases.flush()
         await self.intent_index.close()
         if self.intent_routing is not None:
@@ -342,6 +328,12 @@ class Reach(OperatorSurface):
         ``<base>/.well-known/agent-card.json``, JSON-RPC at the base (None without a2a=True)."""
         base = self.http_url
         return None if self.a2a is None or base is None else base + "/a2a"
+
+    @property
+    def notify_secret(self) -> str | None:
+        """The secret completion webhooks are signed with when their caller gave no token
+        (docs/webhooks.md): ``notify_secret``, else the one kept in the store (once started)."""
+        return self.notify.kind.secret
 
     @property
     def started_at(self) -> float:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ADMIN_URL = os.environ.get("REACH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-TABLES = ("reach_tasks", "reach_agents", "reach_nodes", "reach_phrases", "reach_push_configs")
+TABLES = ("reach_tasks", "reach_agents", "reach_nodes", "reach_phrases", "reach_push_configs",
+          "reach_values")
 
 
 def _absent(why: str) -> None:

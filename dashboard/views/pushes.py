@@ -1,12 +1,13 @@
-"""The Pushes tab: the A2A push notifications the coordinator did not deliver after their tries
-(docs/a2a.md), oldest first, with the selected one whole below; `r` sends the selected task's
+"""The Pushes tab: the task notifications — A2A push notifications (docs/a2a.md) and completion
+webhooks (docs/webhooks.md), told apart by the Kind column — the coordinator did not deliver
+after their tries, oldest first, with the selected one whole below; `r` sends the selected task's
 again, `R` every one the filter shows, each after a yes.
 
 The admin feed carries no delta for them, so the app reads them with the
 ``push_dead_letters`` command on the feed's own cadence (each frame, at least one a second)
-while this tab is shown or a replay is being followed. A coordinator without the A2A door
-answers that command ``invalid_params``: the caption says "no A2A door" and nothing is asked
-again until the feed reconnects.
+while this tab is shown or a replay is being followed. A coordinator from before every one had
+its sender answers that command ``invalid_params`` without the A2A door: the caption says "no
+A2A door" and nothing is asked again until the feed reconnects.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from ..rows import DASH, Column, Row, age, short
 from .base import TableView
 
 PUSH_COLUMNS = (
-    Column("task", "Task"), Column("capability", "Capability", shrink=12, name=True),
+    Column("task", "Task"), Column("kind", "Kind"),
+    Column("capability", "Capability", shrink=12, name=True),
     Column("receiver", "Receiver", shrink=16, name=True), Column("reason", "Reason", shrink=20),
     Column("age", "Given up"),
 )
@@ -47,11 +49,12 @@ def push_row(letter: PushLetter, at: float) -> Row:
     return Row(
         key=letter.key,
         cells=(
-            Text(short(letter.task_id)), Text(letter.capability or DASH),
+            Text(short(letter.task_id)), Text(letter.kind),
+            Text(letter.capability or DASH),
             Text(receiver(letter.url)), Text(letter.reason, style="red"),
             Text(f"{age(at - letter.dead_at)} ago", justify="right"),
         ),
-        fields={"task": letter.task_id, "capability": letter.capability,
+        fields={"task": letter.task_id, "kind": letter.kind, "capability": letter.capability,
                 "caller": letter.caller, "url": letter.url, "error": letter.reason,
                 "state": letter.state},
     )
@@ -66,7 +69,7 @@ def push_detail(letter: PushLetter, at: float) -> RenderableType:
     text.append("to ", style="grey62")
     text.append(f"{letter.url}\n")
     text.append("config ", style="grey62")
-    text.append(f"{letter.config_id or DASH}\n")
+    text.append(f"{letter.config_id or DASH} ({letter.kind})\n")
     given_up = f"given up {age(at - letter.dead_at)} ago"
     if letter.node:
         given_up += f" by node {letter.node}"

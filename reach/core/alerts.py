@@ -2,7 +2,7 @@
 
 A ``Rule`` says what to watch (``kind``), which subjects (capability / agent globs), the
 threshold, how long a bad value must last before it pages (``hold``, the file's ``for``) and
-how long a good one must last before the page is called off (``clear_for``). Five kinds:
+how long a good one must last before the page is called off (``clear_for``). Six kinds:
 
     dead_letters   more than ``threshold`` new dead letters in the last ``window`` seconds
                    (one subject: every capability the rule's filter matches, together)
@@ -12,6 +12,9 @@ how long a good one must last before the page is called off (``clear_for``). Fiv
                    ``latency_ms`` when the rule names none (undeclared: not watched)
     no_agent       fewer than ``threshold`` (default 1) reachable agents for a capability
     backlog_age    a capability's oldest task waiting its turn older than ``threshold`` s
+    undelivered    more than ``threshold`` (default 0) task notifications (completion
+                   webhooks, A2A pushes) not delivered now: dead letters of the sender, not
+                   yet replayed (one subject: every capability the rule's filter matches)
 
 Each (rule, subject) is a ``Track``: ok → pending (bad, waiting ``hold``) → firing → clearing
 (good, waiting ``clear_for``) → ok. Exactly one ``firing`` transition and one ``resolved``
@@ -34,11 +37,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT, BACKLOG_AGE = (
-    "dead_letters", "breaker_open", "p95_latency", "no_agent", "backlog_age")
-KINDS = (DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT, BACKLOG_AGE)
+DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT, BACKLOG_AGE, UNDELIVERED = (
+    "dead_letters", "breaker_open", "p95_latency", "no_agent", "backlog_age", "undelivered")
+KINDS = (DEAD_LETTERS, BREAKER_OPEN, P95_LATENCY, NO_AGENT, BACKLOG_AGE, UNDELIVERED)
 UNITS = {DEAD_LETTERS: "letters", BREAKER_OPEN: "s", P95_LATENCY: "ms", NO_AGENT: "agents",
-         BACKLOG_AGE: "s"}
+         BACKLOG_AGE: "s", UNDELIVERED: "notifications"}
 FIRING, RESOLVED = "firing", "resolved"
 
 
@@ -208,6 +211,8 @@ def summary(kind: str, capability: str | None, agent: str | None, value: float,
         return f"a task of {capability} waited {value:.0f} s in the backlog (over " \
                f"{threshold:.0f} s)"
     where = "every capability" if capability in (None, "*") else capability
+    if kind == UNDELIVERED:
+        return f"{value:.0f} task notifications undelivered (over {threshold:.0f}) on {where}"
     return f"{value:.0f} new dead letters (over {threshold:.0f}) on {where}"
 
 
@@ -372,6 +377,15 @@ def backlog_readings(rule: Rule, oldest: Mapping[str, float], now: float) -> lis
     limit = _threshold(rule)
     return [Reading(cap, None, age, limit, now - age + limit if age > limit else None)
             for cap, age in sorted(oldest.items()) if rule.capability_matches(cap)]
+
+
+def undelivered_readings(rule: Rule, capabilities: Iterable[str]) -> list[Reading]:
+    """One reading: how many undelivered notifications (one capability per letter, of the
+    task it tells about) the rule's filter matches. Default threshold 0: any one is bad,
+    and the alert resolves once none is left (replayed, or delivered)."""
+    count = sum(1 for cap in capabilities if rule.capability_matches(cap))
+    limit = 0.0 if rule.threshold is None else float(rule.threshold)
+    return [Reading(",".join(rule.capabilities) or "*", None, float(count), limit)]
 
 
 def _threshold(rule: Rule) -> float:

@@ -24,7 +24,8 @@ after a restart, and calls get Reach's trust rules, timeouts, retries and dead l
   cursor token), filtered by context id (trace), state and status time when asked; a page
   reads at most ``LIST_SCAN`` of the caller's rows (a rare filter may answer a short page
   with a token to go on).
-- Push notification configs: kept and sent by ``a2a_push.Pusher`` (retries, dead letters).
+- Push notification configs: kept and sent by the coordinator's one sender
+  (``pushes.Pusher``, its A2A kind ``a2a_push.A2AKind``: retries, dead letters).
 - The extended card: not configured.
 """
 
@@ -57,8 +58,8 @@ from reach.core.trust import may_read
 from reach.errors import ReachError
 from reach.gateway import cancelling
 from reach.ports import TaskPage
-from reach.server import a2a_card, a2a_tasks
-from reach.server.a2a_push import PushConfigStore, Pusher
+from reach.server import a2a_card, a2a_tasks, outbound
+from reach.server.a2a_push import A2AKind, A2APushes, Pusher
 from reach.server.front import FrontDoor
 from reach.server.front_models import Headers
 from reach.server.front_problems import HttpProblem
@@ -122,11 +123,15 @@ class _Callers(DefaultServerCallContextBuilder):
 class A2ADoor:
     """The A2A endpoint of one front door: ``app`` is mounted at ``/a2a``."""
 
-    def __init__(self, front: FrontDoor, store: PushConfigStore) -> None:
+    def __init__(self, front: FrontDoor, pusher: Pusher) -> None:
         self.front = front
         self.services = front.services
-        self.pusher = Pusher(front.gateway, front.services.settings.a2a_push_private, store)
-        self.handler = ReachHandler(front, self.pusher)
+        s = front.services.settings
+        # The coordinator's sender (it owns and closes it); this door adds its kind.
+        self.pusher = pusher
+        pusher.kinds[A2AKind.name] = A2AKind(outbound.Allow.of(s.notify_allow,
+                                                               s.a2a_push_private))
+        self.handler = ReachHandler(front, A2APushes(pusher))
         self.dispatcher = JsonRpcDispatcher(self.handler, context_builder=_Callers(),
                                             enable_v0_3_compat=True)
         front.mount(PREFIX, self.app)
@@ -146,7 +151,6 @@ class A2ADoor:
                     return
             await send({"type": "lifespan.startup.complete"})
             await receive()
-            await self.pusher.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
         request = Request(scope, receive)
@@ -179,7 +183,7 @@ class A2ADoor:
 class ReachHandler(RequestHandler):
     """The SDK's request handler over Reach's gateway and store."""
 
-    def __init__(self, front: FrontDoor, pusher: Pusher) -> None:
+    def __init__(self, front: FrontDoor, pusher: A2APushes) -> None:
         self.front = front
         self.pusher = pusher
         self.gateway = front.gateway

@@ -2,12 +2,13 @@
 
 Every ``interval`` (the rules file's ``[alerts]``) ``tick`` reads what the coordinator already
 knows — dead letters, breakers, per-capability P95 and declared latencies, which agents are
-reachable — into plain readings (dead letters incrementally: only those new since the last
-evaluation are read), lets the pure ``reach.core.alerts.Evaluator`` decide, and
-for each transition: logs one line (logger ``reach.alerts``), publishes an ``alert`` event
-(so ``json_logs`` writes it as a JSON line and the admin feed sends a delta at once) and
-queues a webhook notification per target (``reach.server.alerts_out``). Reading costs a pass
-over the agents and the new dead letters; nothing here awaits while it reads.
+reachable, task notifications not delivered (the sender's letters) — into plain readings
+(dead letters incrementally: only those new since the last evaluation are read), lets the
+pure ``reach.core.alerts.Evaluator`` decide, and for each transition: logs one line (logger
+``reach.alerts``), publishes an ``alert`` event (so ``json_logs`` writes it as a JSON line
+and the admin feed sends a delta at once) and queues a webhook notification per target
+(``reach.server.alerts_out``). Reading costs a pass over the agents and the new dead
+letters; nothing here awaits while it reads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -37,8 +38,10 @@ class Alerting:
     """One coordinator's alert rules, their state and their webhooks."""
 
     def __init__(self, config: AlertConfig, gateway: Gateway, registry: Registry,
-                 clock: Clock, rng: random.Random, url: Callable[[], str]) -> None:
+                 clock: Clock, rng: random.Random, url: Callable[[], str],
+                 undelivered: Callable[[], Iterable[str]] = tuple) -> None:
         self.config = config
+        self.undelivered = undelivered  # the capabilities of the notifications not delivered
         self.gateway = gateway
         self.registry = registry
         self.clock = clock
@@ -124,6 +127,8 @@ class Alerting:
                 out[rule.name] = self.deaths.readings(rule, now)
             elif rule.kind == al.NO_AGENT:
                 out[rule.name] = al.agent_readings(rule, reachable)
+            elif rule.kind == al.UNDELIVERED:
+                out[rule.name] = al.undelivered_readings(rule, self.undelivered())
             elif rule.kind == al.BACKLOG_AGE:
                 oldest = {cap: age for cap, (_, age) in self.gateway.book.backlog.view(now).items()}
                 out[rule.name] = al.backlog_readings(rule, oldest, now)

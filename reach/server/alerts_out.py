@@ -3,10 +3,11 @@
 ``post`` never blocks and never grows memory without bound: past ``maxlen`` waiting
 notifications the oldest is dropped and counted (a dead receiver costs the coordinator one
 queue, never its loop). The worker sends one notification at a time, in order (a subject's
-``firing`` before its ``resolved``), and retries a connection error, a timeout, a 408, 425,
-429 or 5xx answer after a jittered backoff (``reach.core.backoff``, on the coordinator's
-clock), up to the webhook's ``attempts``; any other answer is final. Every outcome is
-counted (``stats``) and a notification given up on is logged.
+``firing`` before its ``resolved``), by the POST rules every notification of Reach shares
+(``reach.server.outbound``: a connection error, a timeout, a 408, 425, 429 or 5xx answer is
+retried after a jittered backoff, here on the coordinator's clock, up to the webhook's
+``attempts``; any other answer is final; no redirect is followed). Every outcome is counted
+(``stats``) and a notification given up on is logged.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import aiohttp
 from reach._version import __version__
 from reach.alert_rules import Webhook
 from reach.ports import Clock
+from reach.server.outbound import post
 
 log = logging.getLogger("reach.alerts")
-RETRYABLE = frozenset({408, 425, 429})
 
 
 @dataclass(slots=True)
@@ -85,26 +86,20 @@ class WebhookSender:
 
     async def _deliver(self, session: aiohttp.ClientSession, body: dict[str, Any]) -> None:
         data = json.dumps(body, default=str, ensure_ascii=False).encode()
-        hook, problem = self.hook, ""
-        for attempt in range(hook.attempts):
-            if attempt:
-                await self.clock.sleep(hook.backoff.delay(attempt - 1, self.rng))
+        hook, made = self.hook, 0
+
+        def tried() -> None:
+            nonlocal made
+            made += 1
             self.counts.attempts += 1
-            try:
-                async with session.post(hook.url, data=data, headers=self._headers,
-                                        timeout=aiohttp.ClientTimeout(total=hook.timeout),
-                                        allow_redirects=False) as response:
-                    await response.read()
-                    status = response.status
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-                continue
-            if 200 <= status < 300:
-                self.counts.delivered += 1
-                return
-            problem = f"HTTP {status}"
-            if status not in RETRYABLE and status < 500:
-                break  # the receiver refused this notification: trying again won't help
+        # The POST rules every notification shares (reach.server.outbound); the URL is the
+        # operator's own, so it is not screened as a caller's would be.
+        problem = await post(session, hook.url, data, self._headers, tries=hook.attempts,
+                             backoff=hook.backoff, timeout=hook.timeout, rng=self.rng,
+                             sleep=self.clock.sleep, tried=tried)
+        if problem is None:
+            self.counts.delivered += 1
+            return
         self.counts.failed += 1
         log.warning("alert webhook %s: gave up on %s %s after %d attempt(s): %s", hook.name,
-                    body.get("state"), body.get("id"), attempt + 1, problem)
+                    body.get("state"), body.get("id"), made, problem)

@@ -64,6 +64,7 @@ class CallerSession(Session):
         self._window: asyncio.Future[None] | None = None
         self._deferred: deque[tuple[float, _Deferred]] = deque()
         self._ack_timer: Timer | None = None
+        self._token: str | None = None
 
     async def run(self, hello: p.Hello) -> None:
         try:
@@ -73,6 +74,8 @@ class CallerSession(Session):
             await self.out.aclose()
             return
         self.caller = hello.caller
+        # The token it proved itself with: what its webhooks are signed with (reach.server.notify).
+        self._token = None if self.services.trust.open else hello.token
         s = self.services.settings
         self.out.post(p.dump(_Welcome(role="caller", heartbeat_interval=s.heartbeat_interval,
                                       max_frame_bytes=s.max_frame_bytes)))
@@ -153,11 +156,35 @@ class CallerSession(Session):
             f.max_retries, f.trace_id, f.parent_task_id, f.traceparent, f.intent, f.hedge,
             f.tags, f.fallback, queue_wait=f.queue_wait, call=f.defer_ack, notify=f.notify,
             then=f.then)
+        if f.notify is not None:  # its URL is checked before it is accepted (a look-up)
+            self._spawn(self._notified(f, request))
+            return
         routing = self.services.intent_routing
         if routing is not None and f.intent and not f.capability:
             self._spawn(self._route(f, request, routing))
         else:
             self._admit(f, request)
+
+    async def _notified(self, f: p.Submit, request: SubmitRequest) -> None:
+        try:
+            await self.services.notify.check(f.notify)
+        except ReachError as exc:
+            self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
+            return
+        routing = self.services.intent_routing
+        if routing is not None and f.intent and not f.capability:
+            await self._route(f, request, routing)
+        else:
+            self._admit(f, request)
+
+    async def _keep(self, f: p.Submit, task: Any, duplicate: bool) -> None:
+        """Keep the task's webhook in the store, then acknowledge the submit."""
+        try:
+            await self.services.notify.keep(task, duplicate, self._token)
+        except ReachError as exc:  # (the store failed: unavailable, not acknowledged)
+            self.out.post(error_frame(detailed(exc, f.capability), id=f.id))
+            return
+        self._acknowledge(f, task, duplicate, kept=True)
 
     async def _route(self, f: p.Submit, request: SubmitRequest, routing: Any) -> None:
         gateway = self.services.gateway
@@ -199,7 +226,7 @@ class CallerSession(Session):
         self._acknowledge(f, task, True)
 
     def _acknowledge(self, f: p.Submit, task: Any, duplicate: bool,
-                     commit: asyncio.Future[None] | None = None) -> None:
+                     commit: asyncio.Future[None] | None = None, kept: bool = False) -> None:
         dup = None if commit is None or commit.cancelled() else commit.exception()
         if isinstance(dup, DuplicateKey):  # another coordinator accepted the key first
             self._spawn(self._late_duplicate(f, dup.first_task_id))
@@ -212,6 +239,9 @@ class CallerSession(Session):
             # retries with the same key, on this coordinator or another)
             self.out.post(error_frame(Unavailable(f"task not accepted (the store failed: "
                                                   f"{why}); retry"), id=f.id))
+            return
+        if f.notify is not None and not kept:  # its webhook is kept before the ack
+            self._spawn(self._keep(f, task, duplicate))
             return
         if f.wait and task.terminal and not duplicate:
             # Done before its commit was: one frame both acknowledges and answers.

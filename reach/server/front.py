@@ -48,6 +48,7 @@ from reach.server.front_models import (
 from reach.server.front_openapi import document
 from reach.server.front_problems import HttpProblem, identify, loads, problem
 from reach.server.front_views import capabilities, health
+from reach.server.notify import bearer
 from reach.server.services import Services
 
 log = logging.getLogger("reach.front")
@@ -289,7 +290,12 @@ class FrontDoor:
                             traceparent=h.traceparent, intent=body.intent, hedge=body.hedge,
                             tags=body.tags, fallback=body.fallback,
                             queue_wait=body.queue_wait, notify=body.notify, then=body.then)
+        if body.notify is not None:  # checked before it is accepted, kept before the 202
+            await self.services.notify.check(body.notify)
         task, duplicate = await self.admit(req, self.chunks.sink)
+        if body.notify is not None:
+            await self.services.notify.keep(task, duplicate, bearer(
+                self.services.trust, request.headers.get("Authorization")))
         self._forget_when_done(task)
         env = task.envelope
         status_url = f"/v1/tasks/{env.task_id}"

@@ -70,6 +70,9 @@ class Services:
     node: Node | None = None
     # intent routing with the model extra (reach.server.intent_routing.ModelRouting), when on
     intent_routing: Any = None
+    # completion webhooks (reach.server.notify.Notify): a submit's ``notify`` is checked and
+    # kept by the doors that accept it
+    notify: Any = None
 
     @property
     def node_id(self) -> str:

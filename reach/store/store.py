@@ -21,7 +21,7 @@ from reach.core import chains
 from reach.core.intent_learn import Phrase
 from reach.core.tasks import TERMINAL, Task, TaskState
 from reach.ports import DuplicateKey
-from reach.store import listing, phrases, postgres, pushes
+from reach.store import listing, phrases, postgres, pushes, values
 from reach.store.engine import Fenced, GroupCommit, in_memory, make_engine
 from reach.store.lock import FileLock, sqlite_path
 from reach.store.postgres import is_postgres, unreachable
@@ -363,6 +363,11 @@ class Store(GroupCommit):
         found: list[pushes.Kept] = await self._run(pushes.adopt, self.engine, self.node_id,
                                                    limit, NODES.name)
         return found
+
+    async def kept_value(self, name: str, made: str) -> str:
+        """The value kept under ``name``, ``made`` kept when none is (reach.store.values)."""
+        value: str = await self._run(values.kept, self.engine, name, made)
+        return value
 
     async def save_agent(self, agent_id: str, name: str, version: str, capabilities: list[Any],
                          max_concurrency: int, now: float) -> None:

@@ -3,7 +3,7 @@
 Two tables: ``reach_agents`` (an agent's identity and last declaration; heartbeats stay in
 memory) and ``reach_tasks`` (every task: envelope, state, result or error, attempts, history);
 besides them ``reach_nodes`` (a cluster's nodes), ``reach_phrases`` (reach.store.phrases) and
-``reach_push_configs`` (reach.store.pushes).
+``reach_push_configs`` (reach.store.pushes) and ``reach_values`` (reach.store.values).
 Structured fields are stored as JSON text, so SQLite and PostgreSQL hold the same rows. The
 writer's statements (task insert and update, agents' upsert) are compiled once per dialect.
 """
@@ -25,6 +25,7 @@ from reach.core.keys import revision as key_revision
 from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
 from reach.store.phrases import PHRASES
 from reach.store.pushes import PUSHES
+from reach.store.values import VALUES
 
 
 class AgentRow(SQLModel, table=True):
@@ -116,7 +117,7 @@ def create_tables(engine: Engine, then: Callable[[Connection], None] | None = No
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
-        SQLModel.metadata.create_all(conn, [TASKS, AGENTS, NODES, PHRASES, PUSHES])
+        SQLModel.metadata.create_all(conn, [TASKS, AGENTS, NODES, PHRASES, PUSHES, VALUES])
         TRACE_INDEX.create(conn, checkfirst=True)
         have = {c["name"] for c in inspect(conn).get_columns(TASKS.name)}
         for name in ADDED_LATER:

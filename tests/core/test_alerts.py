@@ -125,7 +125,7 @@ def test_alert_views_and_summaries() -> None:
     assert al.summary(al.DEAD_LETTERS, "orders.*", None, 7, 5, 0).endswith("on orders.*")
     assert {k: al.UNITS[k] for k in al.KINDS} == {
         "dead_letters": "letters", "breaker_open": "s", "p95_latency": "ms",
-        "no_agent": "agents", "backlog_age": "s"}
+        "no_agent": "agents", "backlog_age": "s", "undelivered": "notifications"}
 
 
 def test_rule_filters_match_globs_and_empty_matches_all() -> None:

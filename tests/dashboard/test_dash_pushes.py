@@ -79,9 +79,10 @@ async def test_key_7_lists_them_oldest_first_and_reads_on_the_feeds_cadence() ->
         await pilot.press("7")
         await wait_until(lambda: len(shown(app)) == 2)
         assert shown(app) == [
-            ("7777777777", "orders.write", "hooks.acme.example", "HTTP 404", "25m01s ago"),
-            ("8888888888", "report.write", "crm.example.com:8443",
-             "ClientConnectorError('Cannot connect to host crm.exampl…", "4m01s ago")]
+            ("7777777777", "a2a", "orders.write", "hooks.acme.example", "HTTP 404",
+             "25m01s ago"),
+            ("8888888888", "a2a", "report.write", "crm.example.com:8443",
+             "ClientConnectorError('Cannot connect to host crm.…", "4m01s ago")]
         assert caption(app) == "2 undelivered push notifications"
         detail = str(app.query_one("#push-detail").render())
         assert "https://hooks.acme.example/a2a/done" in detail and "caller planner" in detail

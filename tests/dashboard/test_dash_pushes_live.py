@@ -1,7 +1,8 @@
 """The Pushes tab on a real coordinator (issue 28): a task's A2A push notification to a
 receiver that refuses it is listed; sent again from the dashboard while the receiver still
 refuses, it is reported back; sent again once the receiver takes it, it is delivered and its
-row goes. A coordinator without the A2A door shows one quiet line and is asked once."""
+row goes. A coordinator without the A2A door lists its task webhooks' letters, with their
+kind."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ pytest.importorskip("a2a", reason="needs the a2a extra")
 from a2a.types import a2a_pb2 as pb  # noqa: E402
 from a2a_door.conftest import FAST, call, send, worked  # noqa: E402
 from a2a_door.test_a2a_push import receiving  # noqa: E402
+from notify_rig import LOOPBACK, QUICK, free_port, working  # noqa: E402
 
 from dashboard import ReachDashboard  # noqa: E402
 from dashboard.feed import FeedConnection, connect  # noqa: E402
 from dashboard.screens import ConfirmScreen  # noqa: E402
 from dashboard.views.pushes import PushesView  # noqa: E402
 from dashboard.views.status import StatusLine  # noqa: E402
-from reach import Admin, Reach  # noqa: E402
+from reach import Admin, Client, Reach  # noqa: E402
 from reach.testing import wait_until  # noqa: E402
 
 SIZE = (120, 36)
@@ -75,7 +77,7 @@ async def test_a_dead_push_is_listed_replayed_into_a_refusal_then_delivered() ->
             await pilot.press("7")
             await wait_until(lambda: len(shown(app)) == 1)  # a 404 is not retried: dead
             [row] = shown(app)
-            assert row[:4] == (task_id[:10], "echo.run", host, "HTTP 404")
+            assert row[:5] == (task_id[:10], "a2a", "echo.run", host, "HTTP 404")
             status = app.query_one(StatusLine)
 
             await pilot.press("r")
@@ -97,19 +99,24 @@ async def test_a_dead_push_is_listed_replayed_into_a_refusal_then_delivered() ->
             assert await admin.push_dead_letters() == []
 
 
-async def test_a_coordinator_without_the_a2a_door_is_one_quiet_line() -> None:
-    async with Reach.start(http_port=None, admin_token=TOKEN) as reach:
+async def test_a_coordinator_without_the_a2a_door_lists_its_webhooks() -> None:
+    # (issue 31: every coordinator has its sender, which task webhooks use; before, this tab
+    # said "no A2A door" here)
+    url = f"http://127.0.0.1:{free_port()}/hook"  # nobody listens
+    async with Reach.start(**FAST, http_port=None, admin_token=TOKEN,
+                           notify_allow=LOOPBACK) as reach:
+        reach.pusher.backoff = QUICK
+        async with working(reach.url), Client.connect(reach.url, caller="planner") as client:
+            handle = await client.submit("echo.run", {}, notify=url)
+            await handle.result(timeout=5)
+        await asyncio.wait_for(reach.pusher.settled(), 5)
         sent: list[str] = []
         app = ReachDashboard(url=reach.url, token=TOKEN, connector=counting(sent))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(lambda: app.model.frames >= 1)
             await pilot.press("7")
-            await wait_until(lambda: "no A2A door" in caption(app))
-            frames = app.model.frames
-            await wait_until(lambda: app.model.frames >= frames + 2)  # two more seconds' ticks
-            await pilot.pause()
-            assert sent.count("push_dead_letters") == 1
-            assert caption(app) == "no A2A door: this coordinator sends no push notifications"
-            assert app.query_one(StatusLine).note == "" and app.link.state == "connected"
-            await pilot.press("R")
-            assert not isinstance(app.screen, ConfirmScreen) and "replay_pushes" not in sent
+            await wait_until(lambda: len(shown(app)) == 1)
+            [row] = shown(app)
+            assert row[:4] == (handle.task_id[:10], "webhook", "echo.run", url.split("/")[2])
+            assert caption(app) == "1 undelivered push notification"
+            assert "push_dead_letters" in sent and app.link.state == "connected"

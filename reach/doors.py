@@ -1,0 +1,52 @@
+"""Parts of a coordinator that ``Reach`` builds from its settings but that are not its core:
+the protocol doors on the HTTP port (MCP, A2A: each an extra, imported only when asked for),
+and the one sender of task notifications (A2A push notifications and completion webhooks,
+reach.server.pushes), which every coordinator has, whether or not the A2A door is on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reach.config import Settings
+from reach.core.trust import Trust
+from reach.gateway.gateway import Gateway
+from reach.ports import Clock
+from reach.server import outbound
+from reach.server.front import FrontDoor
+from reach.server.notify import Notify, WebhookKind
+from reach.server.pushes import Pusher
+from reach.store.store import Store
+
+
+def sender(s: Settings, gateway: Gateway, store: Store, trust: Trust, clock: Clock
+           ) -> tuple[Pusher, Notify]:
+    """The coordinator's sender, with the webhook kind (``notify`` on submit) added."""
+    pusher = Pusher(gateway, store)
+    kind = WebhookKind(outbound.Allow.of(s.notify_allow), trust, store, s.notify_secret,
+                       clock.wall)
+    return pusher, Notify(pusher, kind)
+
+
+def protocol_doors(s: Settings, front: FrontDoor | None, pusher: Pusher) -> tuple[Any, Any]:
+    """The MCP door and the A2A door (docs/mcp.md, docs/a2a.md), each None when off."""
+    mcp: Any = None
+    if s.mcp:
+        if front is None:
+            raise ValueError("mcp=True needs the HTTP port (http_port must not be None)")
+        try:
+            from reach.server.mcp_door import McpDoor  # the mcp extra, when asked for
+        except ImportError as exc:
+            raise ImportError(f"mcp=True needs the MCP SDK: pip install "
+                              f"'agent-reach[mcp]' ({exc})") from None
+        mcp = McpDoor(front)
+    a2a: Any = None
+    if s.a2a:
+        if front is None:
+            raise ValueError("a2a=True needs the HTTP port (http_port must not be None)")
+        try:
+            from reach.server.a2a_door import A2ADoor  # the a2a extra, when asked for
+        except ImportError as exc:
+            raise ImportError(f"a2a=True needs the A2A SDK: pip install "
+                              f"'agent-reach[a2a]' ({exc})") from None
+        a2a = A2ADoor(front, pusher)
+    return mcp, a2a
