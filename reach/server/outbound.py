@@ -10,7 +10,9 @@ given up (None: delivered).
 
 SSRF (OWASP's guidance, DESIGN.md "Trust at the boundary"): a URL a *caller* gives is checked
 by ``refusal`` when it is given and again before each try (its name may resolve elsewhere by
-then): http or https only, and every address its host resolves to must be public, unless the
+then), and its addresses once more as the connection is made (``session``'s
+``GuardedResolver``: a name that changes its answer in between cannot reach inside either):
+http or https only, and every address its host resolves to must be public, unless the
 operator's ``Allow`` names its network (``notify_allow``) or allows every private receiver
 (``a2a_push_private``). An alert webhook's URL is the operator's own and is not checked.
 """
@@ -18,6 +20,7 @@ operator's ``Allow`` names its network (``notify_allow``) or allows every privat
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import random
 import socket
@@ -26,10 +29,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 
 from reach.core.backoff import Backoff
 
-__all__ = ["MAX_BODY", "RETRIED", "Allow", "post", "refusal"]
+__all__ = ["MAX_BODY", "RETRIED", "Allow", "GuardedResolver", "post", "refusal", "session"]
 
 RETRIED = frozenset({408, 425, 429})  # and every 5xx
 MAX_BODY = 1 << 20  # bytes of one notification body
@@ -90,15 +95,50 @@ async def refusal(url: str, allow: Allow) -> str | None:
         why = "no answer in time" if isinstance(exc, TimeoutError) else exc
         return f"the host of {url[:200]!r} does not resolve ({why}); give a reachable one"
     for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        mapped = getattr(address, "ipv4_mapped", None)
-        if mapped is not None:
-            address = mapped
+        address = _address(str(info[4][0]))
         if _blocked(address) and not allow.admits(address):
             return (f"URL {url[:200]!r} resolves to {address}, a private, loopback or "
                     f"link-local address: give a public receiver, or ask the operator to "
                     f"name its network in notify_allow (reach serve --notify-allow CIDR)")
     return None
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as resolved (a scope id dropped), an IPv4-mapped one as its IPv4 self."""
+    address = ipaddress.ip_address(text.split("%", 1)[0])
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped if mapped is not None else address
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's own resolver, then the ``Allow`` rules on every address it found, when the
+    connection is made: a name that resolved to a public address when ``refusal`` looked and
+    to an inside one a moment later (DNS rebinding) still cannot reach inside. A refused name
+    is an ``OSError``, which aiohttp reports as a connection error."""
+
+    def __init__(self, allow: Allow) -> None:
+        self.allow = allow
+        self._inner = DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        for result in found:
+            address = _address(str(result["host"]))
+            if _blocked(address) and not self.allow.admits(address):
+                raise OSError(errno.EHOSTUNREACH, f"{host} resolves to {address} now, a "
+                              f"private, loopback or link-local address: not connected")
+        return found
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def session(allow: Allow) -> aiohttp.ClientSession:
+    """An HTTP client for caller-given URLs under ``allow`` (``GuardedResolver``)."""
+    if allow.everything:
+        return aiohttp.ClientSession()
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=GuardedResolver(allow)))
 
 
 class Refused(Exception):

@@ -92,7 +92,7 @@ class Pusher:
         self.delivered = 0
         self._count = 0
         self._sending: set[asyncio.Task[None]] = set()
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[outbound.Allow, aiohttp.ClientSession] = {}
 
     # ------------------------------------------------------------ configs
 
@@ -270,7 +270,7 @@ class Pusher:
             made += 1
         data, headers = await kind.request(push, task)
         reason = await outbound.post(
-            self._client(), push.url, data, headers, tries=TRIES, backoff=self.backoff,
+            self._client(kind.allow), push.url, data, headers, tries=TRIES, backoff=self.backoff,
             timeout=self.try_timeout, rng=self.rng, sleep=asyncio.sleep, allow=kind.allow,
             tried=tried)
         if reason is None:
@@ -352,10 +352,12 @@ class Pusher:
         while self._sending:
             await asyncio.gather(*list(self._sending), return_exceptions=True)
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
+    def _client(self, allow: outbound.Allow) -> aiohttp.ClientSession:
+        """The HTTP client of one kind's rules (each checks the addresses it connects to)."""
+        client = self._sessions.get(allow)
+        if client is None or client.closed:
+            client = self._sessions[allow] = outbound.session(allow)
+        return client
 
     async def close(self) -> None:
         """Give the deliveries under way ``close_grace`` seconds, cancel those left, and
@@ -368,5 +370,5 @@ class Pusher:
         for sending in list(self._sending):
             sending.cancel()
         await asyncio.gather(*list(self._sending), return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
+        for client in self._sessions.values():
+            await client.close()

@@ -7,11 +7,14 @@ the head's and a replay sends it again. Loopback receivers."""
 from __future__ import annotations
 
 import asyncio
+import random
+from typing import Any
 
 from aiohttp import web
 from notify_rig import FAST, LOOPBACK, QUICK, receiver, verifier, working
 
 from reach import Admin, Agent, Client, Reach
+from reach.server import outbound
 
 TOKEN = "notify-rules-adm1n"
 PLANNER = "planner-t0ken-0123456789"
@@ -116,3 +119,21 @@ async def test_a_result_past_the_body_bound_is_left_out_and_read_with_status() -
     assert len(delivery.body) < 1 << 20 and "result" not in body
     assert body["state"] == "succeeded" and "status()" in body["result_omitted"]
     assert view["result"] == {"text": big}  # the task keeps it
+
+
+async def test_a_name_that_turns_inward_after_the_check_is_not_connected() -> None:
+    """DNS rebinding: the URL's check and aiohttp's own look-up are two look-ups, and a name
+    may answer a public address to the first and an inside one to the second. The sender's
+    client checks the addresses again as it connects: ``localhost`` (loopback) is refused
+    there even when the check before the try is skipped, and admitted under an allow rule."""
+    async with receiver() as hook:
+        inside = hook.url.replace("127.0.0.1", "localhost")
+        rules: dict[str, Any] = dict(tries=2, backoff=QUICK, timeout=5.0,
+                                     rng=random.Random(1), sleep=asyncio.sleep)
+        async with outbound.session(outbound.Allow()) as guarded:
+            reason = await outbound.post(guarded, inside, b"{}", {}, **rules)  # no pre-check
+        assert reason is not None and "loopback" in reason and "not connected" in reason
+        assert hook.tries == 0  # refused before any byte left
+        async with outbound.session(outbound.Allow.of(LOOPBACK)) as admitted:
+            assert await outbound.post(admitted, inside, b"{}", {}, **rules) is None
+        assert hook.tries == 1
