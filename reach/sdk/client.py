@@ -244,9 +244,7 @@ class Client(Waiters):
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
             parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
-            fallback=fallback, queue_wait=queue_wait, notify=notify,
-            then=then if then is None or isinstance(then, str) else [
-                s if isinstance(s, str) else dict(s) for s in then]))
+            fallback=fallback, queue_wait=queue_wait, notify=notify, then=steps_arg(then)))
         return handle
 
     async def call(self, capability: str, params: dict[str, Any] | None = None, *,
@@ -256,9 +254,13 @@ class Client(Waiters):
                    trace_id: str | None = None, parent_task_id: str | None = None,
                    traceparent: str | None = None, hedge: bool | None = None,
                    fallback: dict[str, Any] | None = None, detail: bool = False,
-                   queue_wait: float | None = None) -> Any:
+                   queue_wait: float | None = None, notify: str | None = None,
+                   then: str | Sequence[str | Mapping[str, Any]] | None = None) -> Any:
         """Submit and wait for the result (``timeout`` bounds the whole call, retries included).
         ``detail=True`` returns an ``Answer`` (the value, and its ``Fallback`` if it is one).
+        ``then`` and ``notify`` as for ``submit``: a chain's call answers with its last step's
+        result (``timeout`` then bounds the wait for the whole chain; each step is given it as
+        its own deadline).
         A call fails fast: ``Rejected`` when every agent stays busy for the coordinator's
         short ``queue_wait``, ``Unavailable`` when none can take it now; ``queue_wait=S`` lets
         it wait up to S seconds for either (``submit`` waits until its deadline).
@@ -269,7 +271,7 @@ class Client(Waiters):
             capability, params or {}, idempotency_key=idempotency_key, priority=priority,
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
             parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
-            fallback=fallback, queue_wait=queue_wait)
+            fallback=fallback, queue_wait=queue_wait, notify=notify, then=steps_arg(then))
         await self._await_connected()
         await self._pace()
         req_id = next(self._ids)
@@ -346,3 +348,11 @@ class Client(Waiters):
         """Wait for the outcome of any task by id (for example, one submitted before a restart)."""
         handle = Handle(self, task_id, "", False, await self._subscribe(task_id))
         return await handle.result(timeout)
+
+
+def steps_arg(then: str | Sequence[str | Mapping[str, Any]] | None
+              ) -> str | list[str | dict[str, Any]] | None:
+    """``then`` as the submit frame carries it (a name, or a list of names and steps)."""
+    if then is None or isinstance(then, str):
+        return then
+    return [step if isinstance(step, str) else dict(step) for step in then]

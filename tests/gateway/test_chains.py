@@ -122,6 +122,20 @@ async def test_a_three_step_chain_across_two_agents_is_one_trace_ending_in_the_l
         handle.task_id, second["task_id"], third["task_id"]]  # one end each: a link is a note
 
 
+async def test_a_call_with_then_answers_with_the_chains_last_result(stack: Stack) -> None:
+    """``call`` (one frame each way, its ack folded into the answer) follows a chain as
+    ``submit``'s handle does; a step that fails is the call's error, naming the step."""
+    done = await stack.client.call("data.fetch", {"region": "north"},
+                                   then=["data.sum", "report.build"], timeout=5)
+    assert done == {"report": "north: 12", "in": {"region": "north", "total": 12}}
+    stack.broken = True
+    with pytest.raises(ReachError) as failed:
+        await stack.client.call("data.fetch", {"region": "south"}, then="report.build",
+                                timeout=5)
+    assert failed.value.message.startswith("step 2 of 2 (report.build): ")
+    assert failed.value.details["chain"]["step"] == 2
+
+
 async def test_a_map_takes_each_param_from_a_json_pointer(stack: Stack) -> None:
     handle = await stack.client.submit(
         "data.fetch", {"region": "west"}, idempotency_key="weekly",
