@@ -137,3 +137,15 @@ async def test_a_name_that_turns_inward_after_the_check_is_not_connected() -> No
         async with outbound.session(outbound.Allow.of(LOOPBACK)) as admitted:
             assert await outbound.post(admitted, inside, b"{}", {}, **rules) is None
         assert hook.tries == 1
+
+
+async def test_a_call_sends_its_webhook_too() -> None:
+    """``call`` folds its acknowledgement into the answer (one frame each way): its webhook
+    is kept and sent all the same, with the outcome the call answered."""
+    async with receiver() as hook, Reach.start(**FAST, notify_allow=LOOPBACK) as reach, \
+            working(reach.url):
+        async with Client.connect(reach.url, caller="planner") as client:
+            answer = await client.call("echo.run", {"a": 1}, notify=hook.url, timeout=5)
+            delivery = await hook.one()
+    assert delivery.json["state"] == "succeeded" and delivery.json["result"] == answer
+    assert hook.tries == 1
