@@ -24,7 +24,9 @@ def sender(s: Settings, gateway: Gateway, store: Store, trust: Trust, clock: Clo
     pusher = Pusher(gateway, store)
     kind = WebhookKind(outbound.Allow.of(s.notify_allow), trust, store, s.notify_secret,
                        clock.wall)
-    return pusher, Notify(pusher, kind)
+    notify = Notify(pusher, kind)
+    gateway.on_replay = notify.replayed  # a replayed dead letter tells its new end too
+    return pusher, notify
 
 
 def protocol_doors(s: Settings, front: FrontDoor | None, pusher: Pusher) -> tuple[Any, Any]:

@@ -39,6 +39,17 @@ EXPECTED: dict[str, list[str]] = {
         "report on orders: 42 rows",
         "stopped",
     ],
+    "webhooks-and-chains.ipynb": [
+        "chain result: {'title': 'Sales in east', 'text': '295 sold, best day 120'}",
+        "webhook: succeeded | signature valid: True | step 2 of 2",
+        "sales.analyze succeeded\n  report.build succeeded",
+        "chain failed: task_failed | step 2 of 2 (report.build)",
+        "webhook: dead | signature valid: True",
+        "dead letter: report.build | step 2",
+        "after the replay: {'title': 'Sales in west', 'text': '130 sold, best day 70'}",
+        "webhook again: succeeded | signature valid: True",
+        "stopped",
+    ],
 }
 
 

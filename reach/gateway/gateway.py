@@ -83,6 +83,7 @@ class Gateway(BookViews):
         self.accepting = True
         self.audit: Audit | None = None  # set by the wiring when an audit log is kept
         self.on_learned: Callable[[Phrase], None] | None = None  # the wiring keeps phrases
+        self.on_replay: Callable[[Task], None] | None = None  # the wiring re-arms webhooks
         registry.listen(self.agents_changed)
 
     async def submit(self, request: SubmitRequest) -> tuple[Task, bool]:
@@ -358,6 +359,8 @@ class Gateway(BookViews):
         self.budget.first(self.clock.wall())
         self.store.update(task)
         self.driver.begin(task)
+        if task.envelope.notify is not None and self.on_replay is not None:
+            self.on_replay(task)  # its new end is told as its first was (reach.server.notify)
 
     def cancel(self, task_id: str, by: str, reason: str = "") -> Task | None:
         """End a live task as ``cancelled`` (reach.gateway.cancelling); None if not live."""

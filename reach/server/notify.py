@@ -186,3 +186,23 @@ class Notify:
             raise Unavailable(f"task {task.task_id} accepted but its webhook not kept "
                               f"({exc!r}); submit again with the same idempotency key",
                               task_id=task.task_id) from None
+
+    def replayed(self, task: Task) -> None:
+        """A dead letter that had a webhook runs again (``Gateway.on_replay``): its new end is
+        told as its first was, and a chain's step tells its chain's new end, under its head's
+        id. The config is kept again in the background (an operator's replay is not held up
+        by the store); a step that ends before that is told all the same."""
+        url = task.envelope.notify
+        if url is not None:
+            self.pusher.later(self._rearm(url, task), task.task_id)
+
+    async def _rearm(self, url: str, task: Task) -> None:
+        link = task.envelope.link
+        owner: Task | None = task
+        if link is not None and link.head != task.task_id:
+            owner = await self.pusher.gateway.task(link.head)
+        try:  # (signed as the first was: the caller's one token, else the coordinator's)
+            await self.pusher.keep(self.kind.make(url, None), owner or task, checked=True)
+        except Exception as exc:  # the store failed: the task's own outcome is untouched
+            log.warning("the webhook of replayed task %s was not kept again: %r",
+                        task.task_id, exc)

@@ -223,6 +223,11 @@ class Pusher:
                 self._spawn(self._deliver(push, task, end), task.task_id)
         self.gateway.chains.follow(link, ended)
 
+    def later(self, job: Coroutine[Any, Any, None], task_id: str) -> None:
+        """Run ``job`` as one of the sender's own tasks: ``settled`` waits for it, ``close``
+        cuts it."""
+        self._spawn(job, task_id)
+
     def _spawn(self, delivery: Coroutine[Any, Any, None], task_id: str) -> None:
         sending = asyncio.get_running_loop().create_task(delivery, name=f"push-{task_id}")
         self._sending.add(sending)
