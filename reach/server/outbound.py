@@ -103,6 +103,17 @@ async def refusal(url: str, allow: Allow) -> str | None:
     return None
 
 
+def where(url: str) -> str:
+    """A receiver's URL as a log line shows it: its scheme, host and port, not its path or
+    query (a webhook URL's path is often its only secret, as a chat service's hooks are)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = "" if parts.port is None else f":{parts.port}"
+        return f"{parts.scheme}://{parts.hostname}{port}/…"
+    except ValueError:
+        return "(an unreadable URL)"
+
+
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """An address as resolved (a scope id dropped), an IPv4-mapped one as its IPv4 self."""
     address = ipaddress.ip_address(text.split("%", 1)[0])

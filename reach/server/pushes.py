@@ -282,7 +282,7 @@ class Pusher:
             self.delivered += 1
             return None
         log.warning("%s notification for task %s to %s not delivered after %d tries: %s",
-                    push.kind, task.task_id, push.url[:200], made, reason)
+                    push.kind, task.task_id, outbound.where(push.url), made, reason)
         return reason
 
     # ------------------------------------------------------------ dead letters
