@@ -5,6 +5,7 @@ reach.server.pushes), which every coordinator has, whether or not the A2A door i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reach.config import Settings
@@ -31,24 +32,25 @@ def sender(s: Settings, gateway: Gateway, store: Store, trust: Trust, clock: Clo
 
 def protocol_doors(s: Settings, front: FrontDoor | None, pusher: Pusher) -> tuple[Any, Any]:
     """The MCP door and the A2A door (docs/mcp.md, docs/a2a.md), each None when off."""
-    mcp: Any = None
-    if s.mcp:
-        if front is None:
-            raise ValueError("mcp=True needs the HTTP port (http_port must not be None)")
-        try:
-            from reach.server.mcp_door import McpDoor  # the mcp extra, when asked for
-        except ImportError as exc:
-            raise ImportError(f"mcp=True needs the MCP SDK: pip install "
-                              f"'agent-reach[mcp]' ({exc})") from None
-        mcp = McpDoor(front)
-    a2a: Any = None
-    if s.a2a:
-        if front is None:
-            raise ValueError("a2a=True needs the HTTP port (http_port must not be None)")
-        try:
-            from reach.server.a2a_door import A2ADoor  # the a2a extra, when asked for
-        except ImportError as exc:
-            raise ImportError(f"a2a=True needs the A2A SDK: pip install "
-                              f"'agent-reach[a2a]' ({exc})") from None
-        a2a = A2ADoor(front, pusher)
-    return mcp, a2a
+    def mcp(door: FrontDoor) -> Any:
+        from reach.server.mcp_door import McpDoor  # the mcp extra, when asked for
+        return McpDoor(door)
+
+    def a2a(door: FrontDoor) -> Any:
+        from reach.server.a2a_door import A2ADoor  # the a2a extra, when asked for
+        return A2ADoor(door, pusher)
+    return (_door("mcp", "MCP", front, mcp) if s.mcp else None,
+            _door("a2a", "A2A", front, a2a) if s.a2a else None)
+
+
+def _door(name: str, sdk: str, front: FrontDoor | None,
+          make: Callable[[FrontDoor], Any]) -> Any:
+    """One protocol door, its extra imported only now (``make``), with what to do when the
+    HTTP port is off or the extra is not installed."""
+    if front is None:
+        raise ValueError(f"{name}=True needs the HTTP port (http_port must not be None)")
+    try:
+        return make(front)
+    except ImportError as exc:
+        raise ImportError(f"{name}=True needs the {sdk} SDK: pip install "
+                          f"'agent-reach[{name}]' ({exc})") from None

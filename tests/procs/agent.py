@@ -17,12 +17,13 @@ import argparse
 import asyncio
 import os
 import random
-import signal
 import sys
 from pathlib import Path
 
 # Run from a checkout without installing: make ``import reach`` find this repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from running import serve_until_stopped  # noqa: E402 - this folder's
 
 from reach import Agent, Context  # noqa: E402
 
@@ -55,16 +56,7 @@ async def main() -> None:
         await asyncio.sleep(random.uniform(args.min_ms, args.max_ms) / 1000.0)
         return {"agent": args.name, "n": n, "pid": pid}
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await agent.connect(args.url)
-    print(f"ready {agent.agent_id}", flush=True)
-    try:
-        await stop.wait()
-    finally:
-        await agent.close(drain=1.0)
+    await serve_until_stopped(agent, args.url)
 
 
 if __name__ == "__main__":
