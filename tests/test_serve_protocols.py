@@ -16,7 +16,7 @@ import httpx2
 import pytest
 from subprocs import REPO, free_port
 
-from reach import Agent
+from reach import Agent, Reach, Settings
 
 pytest.importorskip("mcp", reason="needs the mcp extra")
 pytest.importorskip("a2a", reason="needs the a2a extra")
@@ -84,3 +84,9 @@ async def test_reach_serve_with_mcp_and_a2a_serves_both_on_the_rest_port(tmp_pat
         serve.wait(15)
         if serve.stdout is not None:
             serve.stdout.close()
+
+
+@pytest.mark.parametrize("door", ["mcp", "a2a"])
+def test_a_protocol_door_without_the_http_port_says_so(door: str) -> None:
+    with pytest.raises(ValueError, match=f"{door}=True needs the HTTP port"):
+        Reach(Settings(http_port=None, **{door: True}))
