@@ -77,6 +77,32 @@ async def test_a_head_that_ends_during_a_stop_has_its_next_step_started_on_resta
             await second.stop()
 
 
+async def test_a_finished_chain_answers_with_its_last_result_after_a_restart(
+        tmp_path: Path) -> None:
+    """A caller asking a chain's head for its outcome after the coordinator restarted gets
+    the last step's result: the steps are read back from the store (none is live)."""
+    db = tmp_path / "reach.db"
+    agent = Agent("doubler", reconnect_base=0.005, reconnect_cap=0.02)
+
+    @agent.capability("twice.run", params={"type": "object"}, idempotent=True)
+    async def twice(n: int) -> dict[str, int]:
+        return {"n": n * 2}
+
+    first = await Reach.start(store=f"sqlite:///{db}", **FAST)
+    await agent.connect(first.url)
+    async with Client.connect(first.url, caller="planner") as client:
+        handle = await client.submit("twice.run", {"n": 3}, then=["twice.run", "twice.run"])
+        assert await handle.result(timeout=5) == {"n": 24}
+    await agent.close()
+    await first.stop()
+    second = await Reach.start(store=f"sqlite:///{db}", **FAST)
+    try:
+        async with Client.connect(second.url, caller="planner") as client:
+            assert await client.result(handle.task_id, timeout=5) == {"n": 24}
+    finally:
+        await second.stop()
+
+
 # ---------------------------------------------------------------- the pure rules
 
 DOC = {"a": {"b/c": [10, {"d~e": True}]}, "": "empty key", "list": []}

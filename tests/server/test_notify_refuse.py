@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from notify_rig import FAST, LOOPBACK, working
 
-from reach import Client, InvalidParams, Reach
+from reach import Client, InvalidParams, Reach, Settings
 
 PRIVATE = ["http://127.0.0.1:9/hook", "http://10.0.0.1/hook", "http://169.254.169.254/x",
            "http://[::1]:9/hook", "http://192.168.1.20/hook", "http://localhost:9/hook"]
@@ -57,3 +57,17 @@ async def test_a_url_that_is_not_http_is_refused() -> None:
         status, problem = await _rest(reach, {"capability": "echo.run",
                                               "notify": "file:///etc/passwd"})
         assert (status, problem["code"]) == (422, "invalid_params")
+
+
+@pytest.mark.parametrize(("url", "why"), [("http://127.0.0.1:99999/hook", "cannot be read"),
+                                          ("http://:80/hook", "names no host")])
+async def test_a_url_that_names_no_receiver_is_refused(url: str, why: str) -> None:
+    async with Reach.start(**FAST, notify_allow=LOOPBACK) as reach:
+        async with Client.connect(reach.url, caller="planner") as client:
+            with pytest.raises(InvalidParams, match=why):
+                await client.submit("echo.run", {}, notify=url)
+
+
+def test_a_bad_network_in_notify_allow_is_named_at_start() -> None:
+    with pytest.raises(ValueError, match="notify_allow: 'ten-slash-eight' is not a network"):
+        Reach(Settings(notify_allow=["127.0.0.0/8", "ten-slash-eight"]))
