@@ -54,6 +54,12 @@ async def write(directory: Path) -> list[Path]:
                 await wait_for_waterfall(app)
             if key == "6":
                 await wait_for_phrases(app)
+            # Data that arrived after the first pause lays its table out again (its columns
+            # widen to their cells): wait until the app has handled that, not a fixed while,
+            # which a loaded machine outlasts (a picture with the columns still narrow).
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
             path = directory / name
             path.write_text(stable(app.export_screenshot(title=f"reach-dash — {name[:-4]}")))
             written.append(path)
