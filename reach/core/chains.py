@@ -110,15 +110,15 @@ def _name(capability: str, where: str) -> str:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def follow_of(notify: str | None, then: Any) -> tuple[str | None, tuple[Step, ...]]:
-    """A submit's webhook URL and chain steps, checked (``ValueError`` says what is wrong).
+def follow_of(notify: str | None, then: Any) -> tuple[Step, ...]:
+    """A submit's chain steps, its webhook URL checked too (``ValueError`` says what is wrong).
     The URL's shape only: where it may point is the coordinator's to judge (``notify_allow``)."""
     if notify is not None and (
             not isinstance(notify, str) or len(notify) > MAX_URL
             or _URL.fullmatch(notify) is None):
         raise ValueError(f"notify must be an http(s) URL of at most {MAX_URL} characters "
                          f"without spaces, e.g. https://example.com/hooks/reach")
-    return notify, steps_of(then)
+    return steps_of(then)
 
 
 def steps_json(steps: tuple[Step, ...]) -> list[str | dict[str, Any]]:

@@ -69,7 +69,7 @@ def follow(request: SubmitRequest) -> tuple[Step, ...]:
     """The chain steps a submit asks for, its webhook URL checked too (``InvalidParams``
     saying what is wrong). Asked only of a submit that has either."""
     try:
-        return chains.follow_of(request.notify, request.then)[1]
+        return chains.follow_of(request.notify, request.then)
     except ValueError as exc:
         raise InvalidParams(str(exc)) from None
 

@@ -46,9 +46,8 @@ from reach.server.front_models import (
     WaitQuery,
 )
 from reach.server.front_openapi import document
-from reach.server.front_problems import HttpProblem, identify, loads, problem
+from reach.server.front_problems import HttpProblem, bearer_token, identify, loads, problem
 from reach.server.front_views import capabilities, health
-from reach.server.notify import bearer
 from reach.server.services import Services
 
 log = logging.getLogger("reach.front")
@@ -294,8 +293,9 @@ class FrontDoor:
             await self.services.notify.check(body.notify)
         task, duplicate = await self.admit(req, self.chunks.sink)
         if body.notify is not None:
-            await self.services.notify.keep(task, duplicate, bearer(
-                self.services.trust, request.headers.get("Authorization")))
+            # (signed with the token it proved itself with, as the websocket door does)
+            await self.services.notify.keep(task, duplicate, None if self.services.trust.open
+                                            else bearer_token(request.headers.get("Authorization")))
         self._forget_when_done(task)
         env = task.envelope
         status_url = f"/v1/tasks/{env.task_id}"

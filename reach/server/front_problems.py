@@ -97,18 +97,23 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (None: no header); any other
+    shape is a 401."""
+    if authorization is None:
+        return None
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        raise HttpProblem(Unauthorized("the Authorization header must be 'Bearer <token>'"), 401)
+    return credentials.strip()
+
+
 def identify(trust: Trust, authorization: str | None, headers: Headers) -> str:
     """The caller a request speaks for, by the websocket's rules (core/trust.py): with
     tokens, ``Authorization: Bearer <token>`` names a principal, who calls under its own
     name (a ``*`` token may name any caller with ``X-Reach-Caller``); in open mode the
     caller is ``X-Reach-Caller`` (default ``http``) and a token is not needed."""
-    token = None
-    if authorization is not None:
-        scheme, _, credentials = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer" or not credentials.strip():
-            raise HttpProblem(Unauthorized(
-                "the Authorization header must be 'Bearer <token>'"), 401)
-        token = credentials.strip()
+    token = bearer_token(authorization)
     if trust.open:
         return headers.caller or OPEN_CALLER
     principal = (trust.tokens or {}).get(token or "")

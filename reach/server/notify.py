@@ -56,13 +56,6 @@ def fingerprint(token: str) -> str:
     return hashlib.sha256(b"reach-notify:" + token.encode()).hexdigest()[:32]
 
 
-def bearer(trust: Trust, authorization: str | None) -> str | None:
-    """The token a REST caller proved itself with (None in open mode: none is proved)."""
-    if trust.open or authorization is None:
-        return None
-    return authorization.strip().partition(" ")[2].strip() or None
-
-
 def sign(secret: str, timestamp: int, body: bytes) -> str:
     """The ``X-Reach-Signature`` value of ``body`` sent at ``timestamp``."""
     mac = hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256)
