@@ -208,6 +208,11 @@ class Dispatcher:
         for link, number in self.timed_out.pop(task_id, ()):
             link.cancel(task_id, number, tell=True)
 
+    def forget_timed_out(self, task_id: str) -> None:
+        """Another node owns the task now: forget its timed-out attempts without telling their
+        agents (the new owner's retry may join such a run through the agent's key cache)."""
+        self.timed_out.pop(task_id, None)
+
     def close(self, t: Try, kind: str, payload: Any) -> Ended:
         """The attempt ended as its link reported (``kind``, ``payload``): judge it and
         record it."""

@@ -41,6 +41,9 @@ class Following:
         self._futures: dict[str, asyncio.Future[Task]] = {}
         self._polls = Crew()
         self._polling: set[str] = set()  # the tasks a poll runs for
+        # What else this node forgets of a task it lets go (the gateway wires the dispatcher's
+        # timed-out attempts here: nothing of a task another node owns stays behind).
+        self.on_let_go: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         return len(self._watchers.keys() | self._futures.keys())
@@ -150,6 +153,8 @@ class Following:
         self.drivers.cancel_named({f"{kind}-{t}" for t in ids for kind in ("task", "fallback")})
         for task_id in ids:
             task = self.book.live.get(task_id)
+            if self.on_let_go is not None:
+                self.on_let_go(task_id)
             fut, watchers = self.book.hand_over(task_id)
             if task is not None:
                 self.book.unlive(task)

@@ -78,6 +78,7 @@ class Gateway(BookViews):
                              self.slots, self.dispatch, self.metrics, self.budget, self,
                              self._drivers)
         self.following = Following(store, self.book, clock, self._drivers, enabled=settings.cluster)
+        self.following.on_let_go = self.dispatch.forget_timed_out
         self.fallbacks = Fallbacks(settings, clock, self.metrics, self._drivers, self)
         self.chains = Chains(self)  # result chains (``then``): reach.gateway.chaining
         self.accepting = True

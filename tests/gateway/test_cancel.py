@@ -134,6 +134,30 @@ async def test_a_timed_out_idempotent_attempt_is_stopped_once_its_task_ends() ->
         await rig.close()
 
 
+async def test_a_task_let_go_after_a_timed_out_attempt_leaves_nothing_to_stop_here() -> None:
+    # Another node took the task over (a cluster's take-over): its timed-out run is the new
+    # owner's to join or stop; this node neither tells the agent nor keeps the attempt.
+    rig = Rig()
+    try:
+        seen: list[int] = []
+
+        def never_answers(work: Any) -> Any:
+            seen.append(work.attempt)
+            return None
+        _, link = rig.agent("a", never_answers, latency_ms=100, idempotent=True)
+        task = await rig.submit()
+        for _ in range(200):  # the first attempt times out, a retry runs
+            if len(seen) >= 2:
+                break
+            await rig.clock.advance(0.05)
+        assert seen[:2] == [1, 2]
+        assert rig.gateway.following.let_go([task.task_id]) == 1
+        assert task.task_id not in rig.gateway.dispatch.timed_out
+        assert link.cancelled == []
+    finally:
+        await rig.close()
+
+
 async def test_a_write_that_outlives_its_timeout_is_never_told_to_stop() -> None:
     # Cut in half, a write would leave half its effects: it is left to finish.
     rig = Rig()
