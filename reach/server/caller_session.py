@@ -112,29 +112,37 @@ class CallerSession(Session):
         return (len(self._work) >= MAX_SESSION_WORK or self._unacked >= SHARED_UNACKED
                 or self._loop_lag.lag > LAG_LIMIT)
 
-    async def _backlog(self) -> None:
+    def _waits(self) -> bool:
         # Each status/result answer may serialize up to a frame's worth of task: a peer asking
         # thousands at once would fill the loop's ready queue ahead of everyone else.
-        while len(self._work) >= MAX_SESSION_WORK:
-            await asyncio.wait(set(self._work), return_when=asyncio.FIRST_COMPLETED)
+        if len(self._work) >= MAX_SESSION_WORK:
+            return True
         # Submits read but not yet committed: past the window, read no more until half are.
         # A caller sending faster than the store commits would otherwise fill the loop with
         # its tasks, and every other peer's step would wait behind them. The window is
         # narrow only while other callers submit work too: alone, a caller competes with
         # nobody and pipelines as deep as it likes (bench/relay.py at 64 in flight).
-        gateway = self.services.gateway
-        contended = gateway.contended(self.caller)
+        contended = self.services.gateway.contended(self.caller)
+        self._limit = SHARED_UNACKED if contended else MAX_UNACKED
+        return self._unacked >= self._limit or (contended and self._heavy())
+
+    def _heavy(self) -> bool:
+        # The loop is behind, and this caller is one of those keeping it busy: read its next
+        # frames a little later (while other callers submit). A caller with a few calls in
+        # flight is never slowed.
+        return self._loop_lag.lag > LAG_LIMIT and \
+            self.services.gateway.caller_live.get(self.caller, 0) > HEAVY_CALLER
+
+    async def _backlog(self) -> None:
+        while len(self._work) >= MAX_SESSION_WORK:
+            await asyncio.wait(set(self._work), return_when=asyncio.FIRST_COMPLETED)
+        contended = self.services.gateway.contended(self.caller)
         self._limit = SHARED_UNACKED if contended else MAX_UNACKED
         if self._unacked >= self._limit:
             self._window = asyncio.get_running_loop().create_future()
             await self._window
-        # The loop is behind, other callers are submitting, and this caller is one of
-        # those keeping it busy: read its next frames a little later. A caller with a few
-        # calls in flight is never slowed.
-        meter = self._loop_lag
-        while contended and meter.lag > LAG_LIMIT and \
-                gateway.caller_live.get(self.caller, 0) > HEAVY_CALLER:
-            await asyncio.sleep(min(0.05, meter.lag))
+        while contended and self._heavy():
+            await asyncio.sleep(min(0.05, self._loop_lag.lag))
 
     def _committed(self) -> None:
         self._unacked -= 1

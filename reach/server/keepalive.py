@@ -23,10 +23,12 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
+from reach.wire.inbound import Inbound
+
 REASON = "keepalive ping timeout"
 
 
-class PacedKeepalive(ServerConnection):
+class PacedKeepalive(Inbound, ServerConnection):
     """A server connection whose keepalive waits out its own paused reading."""
 
     chunks = 0  # reads from the socket since it opened (one per ``data_received``)

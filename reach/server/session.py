@@ -8,14 +8,15 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from reach.errors import InvalidParams, ProtocolError, ReachError
 from reach.server.services import Services
 from reach.wire import protocol as p
+from reach.wire.inbound import YIELD_EVERY, Inbound
 from reach.wire.outbox import Outbox
 
 POLICY_VIOLATION = 1008
-YIELD_EVERY = 16  # frames one session reads before it lets the loop run others
 _Error = p.unchecked(p.Error)
 _WireError = p.unchecked(p.WireError)
 
@@ -92,33 +93,72 @@ class Session:
 
     async def _frames(self, on_frame: Callable[[Any], None],
                       parse: Callable[[str | bytes], Any] = p.parse) -> None:
-        """Read frames until the socket closes; a bad one is answered, not fatal."""
+        """Read frames until the socket closes; a bad one is answered, not fatal. On an
+        ``Inbound`` connection most frames are handed over as they arrive (``direct``); this
+        loop reads what queued meanwhile, and holds off (``_backlog``) before the next."""
+        ws = self.ws
+        inbound = ws if isinstance(ws, Inbound) else None
+        stop: Callable[[], None] = inbound.disarm if inbound is not None else lambda: None
+        failed: list[Exception] = []
+
+        def handle(raw: str | bytes) -> None:
+            try:
+                frame = parse(raw)
+            except (ProtocolError, InvalidParams) as exc:
+                # Echo the request id when there is one: the caller is waiting on it.
+                self.out.post(error_frame(exc, id=p.request_id(raw)))
+                return
+            try:
+                on_frame(frame)
+            except ReachError as exc:
+                self.out.post(error_frame(exc, id=getattr(frame, "id", None)))
+
+        def direct(raw: bytes) -> None:
+            try:
+                handle(raw)
+            except Exception as exc:  # a bug: it ends the session, as it would in the loop
+                failed.append(exc)
+                stop()
+                return
+            if self._held() and self._waits():
+                stop()
+
         read = 0
         try:
-            async for raw in self.ws:
+            while True:
+                if inbound is not None and not inbound.pending:
+                    if self._held():
+                        await self._backlog()
+                    await inbound.arm(direct)
+                    if failed:
+                        raise failed[0]
+                    if not inbound.pending and ws.protocol.state is State.OPEN:
+                        continue
+                raw = await ws.recv()
                 read += 1
                 if not read % YIELD_EVERY:
                     # Frames already buffered are read without a pause: one peer's burst
                     # must not hold the loop from every other connection.
                     await asyncio.sleep(0)
-                try:
-                    frame = parse(raw)
-                except (ProtocolError, InvalidParams) as exc:
-                    # Echo the request id when there is one: the caller is waiting on it.
-                    self.out.post(error_frame(exc, id=p.request_id(raw)))
-                    continue
-                try:
-                    on_frame(frame)
-                except ReachError as exc:
-                    self.out.post(error_frame(exc, id=getattr(frame, "id", None)))
+                if self._held():  # (since a frame handed over before this one)
+                    await self._backlog()
+                handle(raw)
                 if self._held():
                     await self._backlog()
         except ConnectionClosed:
             pass
+        finally:
+            if inbound is not None:
+                inbound.disarm()
 
     def _held(self) -> bool:
         """Whether ``_backlog`` may have to wait (a cheap test made after every frame)."""
         return False
+
+    def _waits(self) -> bool:
+        """Whether ``_backlog`` would wait now (asked only when ``_held``): a frame handed
+        over directly stops the handing over only then (``Inbound.disarm``)."""
+        return True
 
     async def _backlog(self) -> None:
         """Before the next frame: wait while this session's own work in progress is at its

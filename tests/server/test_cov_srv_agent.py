@@ -120,12 +120,15 @@ async def test_an_answer_racing_its_own_timeout_is_told_it_was_given_up(reach: R
     await boss.send(submit(1, "job.run", {}, max_retries=0))
     invoke = await peer.expect("invoke")
     delivery: Any = session.pending[(invoke["task_id"], invoke["attempt"])]
-    await answer(peer, invoke, "just too late")  # on its way to the session
-    frames: Any = session.ws.recv_messages.frames  # (websockets' queue of frames read)
-    async with asyncio.timeout(2):
-        while not len(frames):  # read from the socket; the session's turn is queued
-            await asyncio.sleep(0)
-    delivery.resolve("timeout")  # its deadline, in the same turn
+    ws: Any = session.ws
+    read = ws.data_received
+
+    def deadline_first(data: bytes) -> None:  # its deadline, in the turn the answer is read
+        ws.data_received = read
+        delivery.resolve("timeout")
+        read(data)
+    ws.data_received = deadline_first  # (the transport hands the socket's bytes to it)
+    await answer(peer, invoke, "just too late")
     told = await peer.expect("error", task_id=invoke["task_id"])
     assert told["error"]["code"] == "timeout" and "was given up" in told["error"]["message"]
     assert (invoke["task_id"], invoke["attempt"]) in session.given_up
