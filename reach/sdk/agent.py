@@ -51,6 +51,7 @@ from reach.sdk.endpoints import Endpoints, dial_any, spread_for
 from reach.sdk.handlers import Handler, inspect_handler
 from reach.sdk.opening import Opening
 from reach.sdk.serving import Serving
+from reach.wire import inbound
 from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
 
@@ -318,8 +319,7 @@ class Agent(Serving):
                 self._ready.set_result(None)
             self.online.set()
             try:
-                async for raw in ws:
-                    self._on_frame(raw)
+                await inbound.read(ws, self._on_frame)
             finally:
                 self._lost_connection()  # what came in on it is not answered on the next
                 beat.cancel()

@@ -36,6 +36,7 @@ from reach.sdk.opening import Opening
 from reach.sdk.streams import chunks
 from reach.sdk.submits import submit_frame
 from reach.sdk.waiters import Waiters
+from reach.wire import inbound
 from reach.wire import protocol as p
 from reach.wire.outbox import Outbox
 
@@ -137,8 +138,7 @@ class Client(Waiters):
             ws = self._ws
             assert ws is not None
             try:
-                async for raw in ws:
-                    self._on_frame(raw)
+                await inbound.read(ws, self._on_frame)
             except ConnectionClosed:
                 pass
             if self._closing:

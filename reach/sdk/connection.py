@@ -23,10 +23,16 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from reach.core.backoff import Backoff
 from reach.errors import ProtocolError, ReachError, Unavailable, from_wire
 from reach.wire import protocol as p
+from reach.wire.inbound import Inbound
 
 ANSWER_TIMEOUT = 10.0
 """Seconds to wait for the websocket handshake, and then for the answer to the first frame (a
 coordinator that accepts but never answers)."""
+
+
+class ClientInbound(Inbound, ClientConnection):
+    """An SDK's connection: frames from the coordinator are handed to the SDK's handler as
+    they arrive (reach.wire.inbound)."""
 
 
 async def dial(url: str, first: p.Register | p.Hello, *, max_frame_bytes: int,
@@ -40,7 +46,7 @@ async def dial(url: str, first: p.Register | p.Hello, *, max_frame_bytes: int,
     try:
         ws = await websockets.connect(url, max_size=max_frame_bytes, compression=None,
                                       ping_interval=None, open_timeout=ANSWER_TIMEOUT,
-                                      **where)
+                                      create_connection=ClientInbound, **where)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
         raise unreachable(url, exc) from exc
     try:
