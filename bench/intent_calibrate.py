@@ -67,29 +67,21 @@ def main() -> int:
     print("\nhow many suggestions a refusal lists (SUGGESTIONS), by the dev half's top-1 after "
           "one round of choices on it (bench/intent.py's learning pass, on dev):")
     for n in (2, 3, 4, 5, 6):
-        t, learned = after_round(n)
-        print(f"  {n}: top-1 {t.top1:.1%}, wrong {t.wrong_rate:.1%}, {learned} phrases learned")
+        t, learned, recall = after_round(n)
+        print(f"  {n}: top-1 {t.top1:.1%}, wrong {t.wrong_rate:.1%}, {learned} phrases learned "
+              f"(offered: {recall:.1%})")
     return 0
 
 
-def after_round(suggestions: int) -> tuple[Tally, int]:
-    """The dev half routed again after one round of choices on it, with ``suggestions``."""
-    from intent import taught  # bench/intent.py: the registry's catalogue with the phrases
-
-    from reach.core.intent_learn import Learned, Phrase, teaches
+def after_round(suggestions: int) -> tuple[Tally, int, float]:
+    """The dev half routed again after one round of choices on it, with ``suggestions``
+    (bench/intent.py's ``learning``), and its first pass's suggestion recall."""
+    from intent import learning  # bench/intent.py
 
     saved, intent.SUGGESTIONS = intent.SUGGESTIONS, suggestions
     try:
-        entries = catalogue()
-        dev = [c for c in cases() if c.split == DEV]
-        index, book = intent.build(entries), Learned()
-        for case in dev:
-            if case.expect is not None and teaches(intent.resolve(case.text, index),
-                                                   case.expect):
-                book.add(Phrase(case.text, case.expect, 0.0, "bench"))
-        learned = intent.build(taught(entries, book))
-        return evaluate(lambda text: intent.resolve(text, learned, book.route).capability,
-                        dev), len(book)
+        _, after, learned, recall = learning(DEV)
+        return after, learned, recall
     finally:
         intent.SUGGESTIONS = saved
 

@@ -43,5 +43,7 @@ def test_intent_bench_quick_prints_its_tables_and_targets() -> None:
     assert len(targets) == 10 and all(ln.endswith(("PASS", "MISS")) for ln in targets)
     assert sum("held-out" in ln for ln in targets) == 5
 
-    learning = _rows(lines, ["pass", "top-1", "wrong"])
-    assert [r[0] for r in learning] == ["first", "after"], proc.stdout
+    learning = _rows(lines, ["split", "pass", "top-1"])
+    assert [r[:2] for r in learning] == [["dev", "first"], ["dev", "after"],
+                                         ["held-out", "first"], ["held-out", "after"]]
+    assert all(r[-1].endswith("%") for r in learning if r[1] == "first"), proc.stdout

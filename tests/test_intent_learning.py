@@ -66,6 +66,23 @@ def test_only_a_capability_the_refusal_offered_is_learned() -> None:
         "refund.issue"
 
 
+def test_a_learned_phrase_lends_its_words_to_no_other_request() -> None:
+    # Routing another request stays as it was: the taught phrase's incidental word
+    # ("warehouse") does not become refund.issue's evidence against stock.query.
+    reg = _registry()
+    other = "units in stock at the warehouse"
+    assert by_intent(reg, other) == "stock.query"
+    text = "the customer sent the order back, sort out the money, warehouse said so"
+    with pytest.raises(NoRoute) as err:
+        by_intent(reg, text)
+    assert "refund.issue" in err.value.candidates
+    key = reg.intent_key
+    assert chosen(reg, text, "refund.issue", "c", 1.0) is not None
+    assert reg.intent_key == key  # nor is the index built again for it
+    assert by_intent(reg, text.upper()) == "refund.issue"
+    assert by_intent(reg, other) == "stock.query"
+
+
 def test_the_book_is_bounded_and_a_later_choice_replaces_an_earlier_one() -> None:
     book = Learned(limit=2)
     assert book.add(Phrase("one thing", "a.x", 1.0)) == []
@@ -142,7 +159,6 @@ async def test_a_choice_is_learned_kept_and_forgotten(tmp_path: Path) -> None:
             gone = await admin.forget_phrase(BLURRY.upper())
             assert gone["forgotten"] and gone["capability"] == "refund.issue"
             assert not (await admin.forget_phrase(BLURRY))["forgotten"]
-            # The other phrase still lends refund.issue words of this one: forget it too.
             assert (await admin.forget_phrase(text))["forgotten"]
         with pytest.raises(NoRoute):
             await client.call_intent(BLURRY, {})

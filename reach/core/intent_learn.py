@@ -4,8 +4,10 @@ capability it picked when intent routing refused to guess.
 When ``resolve`` abstains it lists the closest capabilities; a caller that then picks one
 (``Client.call_intent(text, choose=...)``, or a submit naming both the capability and the
 same intent text) teaches the coordinator that phrase. Next time the same words route
-straight there, and the phrase joins the capability's declared intents in the index, so
-near paraphrases gain evidence too.
+straight there. The phrase does not join the capability's declared intents: on the dev
+half of the labelled set that made requests that routed before ambiguous or wrong (a
+taught phrase's incidental words become a neighbour's evidence) and gave unseen
+paraphrases next to nothing (docs/benchmarks.md, "Intent routing", 2026-12-06).
 
 Only a choice among what the coordinator itself suggested is learned (``teaches``): a
 caller cannot teach "refund my order" → ``account.delete`` unless routing already thought
@@ -54,7 +56,7 @@ def teaches(decision: Decision, capability: str) -> bool:
 
 class Learned:
     """The learned phrases, by ``key``: bounded, oldest forgotten first. ``version`` moves on
-    every change (the intent index is rebuilt when it does)."""
+    every change."""
 
     __slots__ = ("_phrases", "limit", "version")
 
@@ -100,7 +102,7 @@ class Learned:
                 if capability is None or p.capability == capability]
 
     def by_capability(self) -> dict[str, list[str]]:
-        """capability → its learned phrases' texts, oldest first (the index's extra intents)."""
+        """capability → its learned phrases' texts, oldest first."""
         out: dict[str, list[str]] = {}
         for phrase in self._phrases.values():
             out.setdefault(phrase.capability, []).append(phrase.text)

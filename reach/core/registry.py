@@ -342,10 +342,10 @@ class Registry:
 
     def catalogue(self) -> list[intent.Entry]:
         """Every capability as intent routing sees it: the intents, tags and descriptions of
-        all the agents declaring it, merged (each once, in the order first declared), then
-        the phrases callers taught it (``learned``)."""
+        all the agents declaring it, merged (each once, in the order first declared). Phrases
+        callers taught (``learned``) route by their own words only: merged in, they made other
+        requests ambiguous or wrong and scarcely helped a paraphrase (docs/benchmarks.md)."""
         out = []
-        taught = self.learned.by_capability() if len(self.learned) else {}
         for cap, agents in self.index.items():
             phrases: dict[str, None] = {}
             tags: dict[str, None] = {}
@@ -356,15 +356,14 @@ class Registry:
                 tags.update(dict.fromkeys(spec.tags))
                 if spec.description:
                     texts[spec.description] = None
-            phrases.update(dict.fromkeys(taught.get(cap, ())))
             out.append(intent.Entry(cap, tuple(phrases), "\n".join(texts), tuple(tags)))
         return out
 
     @property
-    def intent_key(self) -> tuple[int, int]:
-        """What the intent index depends on: the catalogue's and the learned phrases'
-        versions."""
-        return self.catalogue_version, self.learned.version
+    def intent_key(self) -> int:
+        """What the intent index depends on: the catalogue's version (a learned phrase
+        changes no index)."""
+        return self.catalogue_version
 
     @property
     def intent_cache(self) -> intent.IndexCache:
