@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import intent_baseline as baseline  # noqa: E402
-from intent_set import DEV, HELD_OUT, Case, Tally, cases, catalogue, evaluate  # noqa: E402
+from intent_set import DEV, HELD_OUT, Case, Tally, cases, catalogue, evaluate, learning_row  # noqa: E402
 from report import check, header  # noqa: E402
 
 from reach.core import intent  # noqa: E402
@@ -144,11 +144,8 @@ def choices() -> dict[str, tuple[Tally, Tally, int, float]]:
     print(f"  {'-' * 9}  {'-' * 16}  {'-' * 6}  {'-' * 11}  {'-' * 7}  {'-' * 21}  {'-' * 7}  "
           f"{'-' * 7}")
     for split, (before, after, learned, reach) in out.items():
-        for name, t in (("first", before), ("after one round", after)):
-            extra = (f"  {'':>7}  {reach:>7.1%}" if name == "first"
-                     else f"  {learned:>7}  {'':>7}")
-            print(f"  {split:<9}  {name:<16}  {t.top1:>6.1%}  {t.wrong_rate:>11.1%}  "
-                  f"{t.abstain_rate:>7.1%}  {t.outside_abstained:>10} of {t.outside:<7}{extra}")
+        print(learning_row(split, "first", before, reach, None))
+        print(learning_row(split, "after one round", after, None, learned))
     print(f"  offered: of fitting phrasings, routed right or refused with the right one among "
           f"the candidates and (up to {intent.SUGGESTIONS}) suggestions")
     print("  the right capability among the k with the most evidence (no refusal), of fitting "

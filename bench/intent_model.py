@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from intent import synthetic  # noqa: E402
-from intent_set import DEV, HELD_OUT, Case, Tally, cases, catalogue, evaluate  # noqa: E402
+from intent_set import DEV, HELD_OUT, Case, Tally, cases, catalogue, evaluate, learning_row  # noqa: E402
 from report import check, header  # noqa: E402
 
 from reach.core import intent, intent_fusion  # noqa: E402
@@ -257,11 +257,8 @@ def learning(evidence: Evidence, every: list[Case], calibration: Calibration
 
         before = out[split, "first"] = evaluate(evidence.route(calibration), some)
         after = out[split, "after"] = evaluate(routed, some)
-        for name, t in (("first", before), ("after one round", after)):
-            extra = (f"  {'':>7}  {reach / before.fitting:>7.1%}" if name == "first"
-                     else f"  {len(book):>7}  {'':>7}")
-            print(f"  {split:<9}  {name:<16}  {t.top1:>6.1%}  {t.wrong_rate:>11.1%}  "
-                  f"{t.abstain_rate:>7.1%}  {t.outside_abstained:>10} of {t.outside:<7}{extra}")
+        print(learning_row(split, "first", before, reach / before.fitting, None))
+        print(learning_row(split, "after one round", after, None, len(book)))
     print(f"  offered: of fitting phrasings, routed right or refused with the right one among "
           f"the candidates and (up to {intent.SUGGESTIONS}) suggestions")
     return out

@@ -89,3 +89,13 @@ def evaluate(route: Callable[[str], str | None], some: Iterable[Case],
         if got != case.expect and failures is not None:
             failures.append((case, got))
     return tally
+
+
+def learning_row(split: str, name: str, t: Tally, offered: float | None,
+                 learned: int | None) -> str:
+    """One line of the benches' "learning from choices" table: a pass over one half (the
+    first pass shows the share offered, the second how many phrases were learned)."""
+    extra = (f"  {'':>7}  {offered:>7.1%}" if offered is not None
+             else f"  {learned if learned is not None else '':>7}  {'':>7}")
+    return (f"  {split:<9}  {name:<16}  {t.top1:>6.1%}  {t.wrong_rate:>11.1%}  "
+            f"{t.abstain_rate:>7.1%}  {t.outside_abstained:>10} of {t.outside:<7}{extra}")
