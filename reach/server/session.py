@@ -127,8 +127,9 @@ class Session:
         try:
             while True:
                 if inbound is not None and not inbound.pending:
-                    if self._held():
+                    if self._held() and self._waits():
                         await self._backlog()
+                        continue  # (frames that came meanwhile queued: they go first)
                     await inbound.arm(direct)
                     if failed:
                         raise failed[0]

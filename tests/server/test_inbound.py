@@ -7,14 +7,21 @@ websocket peers (tests/conformance/rawpeer.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from conformance.rawpeer import Peer, agent, answer, caller, submit
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
 
 from reach import Reach
+from reach.config import Settings
+from reach.server.keepalive import PacedKeepalive
+from reach.server.session import Session
 from reach.wire.inbound import YIELD_EVERY
 
 JOB = {"name": "job.run", "idempotent": True}
@@ -95,3 +102,59 @@ async def test_a_bug_while_handling_a_frame_ends_that_session_alone(
     await answer(peer, invoke, "fine")
     assert (await other.outcome(1))["result"] == "fine"
     await other.close()
+
+
+class Paced(Session):
+    """A session whose pacing the test holds (the hooks a caller session overrides)."""
+
+    def __init__(self, ws: Any) -> None:
+        super().__init__(cast(Any, SimpleNamespace(settings=Settings())), ws)
+        self.seen: list[str] = []
+        self.hold = False
+        self.release = asyncio.Event()
+
+    def _held(self) -> bool:
+        return self.hold
+
+    def _waits(self) -> bool:
+        return self.hold
+
+    async def _backlog(self) -> None:
+        await self.release.wait()
+        self.hold = False
+
+
+async def test_frames_that_come_while_a_session_holds_off_are_read_first_and_in_order(
+) -> None:
+    """A session that holds off (its backlog) after a frame handed over directly: the frames
+    that arrive meanwhile queue, and once it reads again they come before any later one."""
+    sessions: list[Paced] = []
+
+    async def handler(ws: Any) -> None:
+        session = Paced(ws)
+        sessions.append(session)
+        await session._frames(session.seen.append, parse=lambda raw: json.loads(raw)["n"])
+
+    async with serve(handler, "127.0.0.1", 0, create_connection=PacedKeepalive) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}") as ws:
+
+            async def seen(count: int) -> list[str]:
+                async with asyncio.timeout(2):
+                    while len(sessions[0].seen) < count:
+                        await asyncio.sleep(0.001)
+                return sessions[0].seen
+
+            await ws.send(json.dumps({"n": "a"}))
+            await seen(1)
+            sessions[0].hold = True  # its next frame makes it hold off
+            await ws.send(json.dumps({"n": "b"}))
+            await seen(2)
+            for n in "cde":  # while it waits: they queue
+                await ws.send(json.dumps({"n": n}))
+            await asyncio.sleep(0.05)
+            assert sessions[0].seen == ["a", "b"]
+            sessions[0].release.set()
+            await seen(5)
+            await ws.send(json.dumps({"n": "f"}))
+            assert await seen(6) == ["a", "b", "c", "d", "e", "f"]
