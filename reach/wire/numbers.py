@@ -154,8 +154,9 @@ def _ends_an_exponent(shapes: bytes) -> bool:
 
 def check_parsed(frame: Any, raw: str | bytes) -> None:
     """``check_frame`` for a frame decoded from ``raw``, walking its payload only when the
-    text has something that could be a number JSON cannot carry."""
-    if may_hold_nonfinite(raw):
+    text has something that could be a number JSON cannot carry. A kind of frame with no free
+    payload to look into (an invoke, an ack, a welcome) is not searched at all."""
+    if frame.type in _LOOKED_INTO and may_hold_nonfinite(raw):
         check_frame(frame)
 
 
