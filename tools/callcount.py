@@ -30,6 +30,7 @@ import os
 import pstats
 import sys
 import tempfile
+import time
 from collections import Counter
 from typing import Any
 
@@ -77,8 +78,10 @@ async def child(url: str, calls: int, inflight: int) -> None:
 
 # The parent: the coordinator, counted ---------------------------------------------------------
 
-async def measure(store: str, calls: int, inflight: int) -> pstats.Stats:
-    """Profile the coordinator over ``calls`` calls at ``inflight`` in flight."""
+async def measure(store: str, calls: int, inflight: int, profiled: bool = True
+                  ) -> pstats.Stats | float:
+    """Profile the coordinator over ``calls`` calls at ``inflight`` in flight; or, not
+    ``profiled``, the coordinator process's CPU seconds over them (no profiler slowing it)."""
     from reach import Reach
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,10 +100,13 @@ async def measure(store: str, calls: int, inflight: int) -> pstats.Stats:
                     raise SystemExit("callcount: the child did not get ready (see stderr)")
                 gc.collect()
                 profile = cProfile.Profile()
-                profile.enable()
+                cpu = time.process_time()
+                if profiled:
+                    profile.enable()
                 proc.stdin.write(b"go\n")
                 line = await asyncio.wait_for(proc.stdout.readline(), 300)
                 profile.disable()
+                cpu = time.process_time() - cpu
                 if line.strip() != b"done":
                     raise SystemExit("callcount: the child stopped before it was done")
                 proc.stdin.write(b"bye\n")
@@ -109,7 +115,7 @@ async def measure(store: str, calls: int, inflight: int) -> pstats.Stats:
                 if proc.returncode is None:
                     proc.kill()
                     await proc.wait()
-    return pstats.Stats(profile)
+    return pstats.Stats(profile) if profiled else cpu
 
 
 def per_call(stats: pstats.Stats, calls: int) -> float:
@@ -143,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=0,
                         help="also list the N functions and modules with the most calls")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--cpu", action="store_true",
+                        help="no profiler: the coordinator's CPU µs per call instead of a count "
+                             "(noisy on a shared machine; under valgrind's callgrind, run at two "
+                             "--calls and take the difference of the instruction totals: "
+                             "docs/performance.md)")
     parser.add_argument("--child", nargs=3, metavar=("URL", "CALLS", "INFLIGHT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -151,8 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(child(url, int(n), int(k)))
         return 0
     result: dict[str, Any] = {"store": args.store, "calls": args.calls, "per_call": {}}
+    if args.cpu:
+        for k in args.inflight:
+            cpu = asyncio.run(measure(args.store, args.calls, k, profiled=False))
+            print(f"{args.store}: {cpu / args.calls * 1e6:8.1f} CPU µs per call at {k} in flight "
+                  f"({args.calls} calls)")
+        return 0
     for k in args.inflight:
         stats = asyncio.run(measure(args.store, args.calls, k))
+        assert isinstance(stats, pstats.Stats)
         result["per_call"][str(k)] = round(per_call(stats, args.calls), 1)
         if args.top:
             result.setdefault("top", {})[str(k)] = top(stats, args.calls, args.top)
