@@ -261,7 +261,29 @@ def learning(evidence: Evidence, every: list[Case], calibration: Calibration
         print(learning_row(split, "after one round", after, None, len(book)))
     print(f"  offered: of fitting phrasings, routed right or refused with the right one among "
           f"the candidates and (up to {intent.SUGGESTIONS}) suggestions")
+    print("  the right capability among the k with the best fused score (no refusal), of "
+          "fitting phrasings:")
+    for split in (DEV, HELD_OUT):
+        shares = "  ".join(f"k={k} {share:.1%}" for k, share
+                           in enumerate(ranked(evidence, every, split, calibration), 1))
+        print(f"    {split:<9}  {shares}")
     return out
+
+
+def ranked(evidence: Evidence, every: list[Case], split: str, calibration: Calibration,
+           most: int = 6) -> list[float]:
+    """Of ``split``'s phrasings a capability fits, the share whose capability is among the
+    ``k`` best by fused score (``intent_fusion.fused``, no refusal), for k = 1..``most``:
+    the ceiling of top-1 (k=1) that no refusal threshold can raise."""
+    some = [c for c in every if c.split == split and c.expect is not None]
+    within = [0] * most
+    for case in some:
+        row = evidence.rows[case.text]
+        names = [] if row is None else [n for n, _ in intent_fusion.fused(*row, calibration)]
+        if case.expect in names[:most]:
+            for k in range(names.index(case.expect), most):
+                within[k] += 1
+    return [n / len(some) for n in within] if some else [0.0] * most
 
 
 def chinese(text: str) -> bool:
