@@ -5,6 +5,7 @@ made in the coordinator's process per synchronous call, not seconds.
     python tools/callcount.py                       # SQLite file store, 1 and 16 in flight
     python tools/callcount.py --store memory --calls 2000 --inflight 1 64
     python tools/callcount.py --top 25              # ... and where the calls go
+    python tools/callcount.py --inflight 64 --agents 32   # what a fleet of 32 adds
     python tools/callcount.py --json
 
 A real coordinator (``Reach.start`` with a SQLite file in a temporary directory, or the
@@ -40,16 +41,17 @@ PAYLOAD = {"region": "east", "quarter": "Q3", "rows": list(range(20)), "note": "
 
 # The child: an agent and a caller -------------------------------------------------------------
 
-async def child(url: str, calls: int, inflight: int) -> None:
+async def child(url: str, calls: int, inflight: int, agents: int = 1) -> None:
     from reach import Agent, Client
 
-    agent = Agent("echo", max_concurrency=max(64, inflight))
+    fleet = [Agent("echo" if agents == 1 else f"echo-{i}", max_concurrency=max(64, inflight))
+             for i in range(agents)]
+    for agent in fleet:
+        @agent.capability("echo.run", idempotent=True, latency_ms=200)
+        async def echo(**params: Any) -> dict[str, Any]:
+            return params
 
-    @agent.capability("echo.run", idempotent=True, latency_ms=200)
-    async def echo(**params: Any) -> dict[str, Any]:
-        return params
-
-    await agent.connect(url)
+        await agent.connect(url)
     client = await Client.connect(url, caller="counter")
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -73,13 +75,14 @@ async def child(url: str, calls: int, inflight: int) -> None:
     print("done", flush=True)
     await reader.readline()
     await client.close()
-    await agent.close(drain=0)
+    for agent in fleet:
+        await agent.close(drain=0)
 
 
 # The parent: the coordinator, counted ---------------------------------------------------------
 
-async def measure(store: str, calls: int, inflight: int, profiled: bool = True
-                  ) -> pstats.Stats | float:
+async def measure(store: str, calls: int, inflight: int, profiled: bool = True,
+                  agents: int = 1) -> pstats.Stats | float:
     """Profile the coordinator over ``calls`` calls at ``inflight`` in flight; or, not
     ``profiled``, the coordinator process's CPU seconds over them (no profiler slowing it)."""
     from reach import Reach
@@ -93,6 +96,7 @@ async def measure(store: str, calls: int, inflight: int, profiled: bool = True
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, __file__, "--child", reach.url, str(calls), str(inflight),
+                "--agents", str(agents),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
             assert proc.stdin is not None and proc.stdout is not None
             try:
@@ -154,22 +158,25 @@ def main(argv: list[str] | None = None) -> int:
                              "(noisy on a shared machine; under valgrind's callgrind, run at two "
                              "--calls and take the difference of the instruction totals: "
                              "docs/performance.md)")
+    parser.add_argument("--agents", type=int, default=1,
+                        help="echo agents serving the capability (default 1; 32: what fleet "
+                             "size costs a call)")
     parser.add_argument("--child", nargs=3, metavar=("URL", "CALLS", "INFLIGHT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         url, n, k = args.child
-        asyncio.run(child(url, int(n), int(k)))
+        asyncio.run(child(url, int(n), int(k), args.agents))
         return 0
     result: dict[str, Any] = {"store": args.store, "calls": args.calls, "per_call": {}}
     if args.cpu:
         for k in args.inflight:
-            cpu = asyncio.run(measure(args.store, args.calls, k, profiled=False))
+            cpu = asyncio.run(measure(args.store, args.calls, k, False, args.agents))
             print(f"{args.store}: {cpu / args.calls * 1e6:8.1f} CPU µs per call at {k} in flight "
                   f"({args.calls} calls)")
         return 0
     for k in args.inflight:
-        stats = asyncio.run(measure(args.store, args.calls, k))
+        stats = asyncio.run(measure(args.store, args.calls, k, agents=args.agents))
         assert isinstance(stats, pstats.Stats)
         result["per_call"][str(k)] = round(per_call(stats, args.calls), 1)
         if args.top:
