@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 from reach.cluster.peers import Peers
 from reach.core.metrics import combine
 from reach.core.tasks import TaskState
+from reach.gateway import admission
 from reach.gateway.events import DEAD_LETTER
 from reach.gateway.gateway import Gateway
 from reach.server.channel import Channel
@@ -252,7 +253,10 @@ class ClusterNode:
                     elif self.gateway.book.outcome(task.task_id) is None:
                         self.gateway.resume(task)
                     self.gateway.following.taken_over(task.task_id)
-                self.gateway.chains.carry_on([t for t in tasks if t.terminal])
+                stranded = [t for t in tasks if t.terminal]
+                if stranded:  # (their next steps' agents may have declared on the dead node)
+                    admission.learn(self.gateway.known, await self.store.declared())
+                    self.gateway.chains.carry_on(stranded)
                 await self._adopt()
                 self.taken_over += len(tasks)
                 log.warning("node %s took over %d task(s) of node %s", self.node_id,
