@@ -15,6 +15,11 @@ and callers' connections so that they move to another node, refuses new ones, an
 peer links. When the database answers again it joins anew, under the same node id, and carries
 on as a fresh node: the tasks still owned by it are resumed, the rest were taken over.
 
+A chain step that succeeded on a node that died (or stopped) before its next step started is
+taken over with the unfinished tasks (``Nodes.take_over``), and the survivor starts that next
+step (``Chains.carry_on``): the chain goes on, under the step's derived idempotency key, so a
+second start anywhere (another survivor, the dead node restarted) is the same task.
+
 What else a dead node held goes with its tasks: ``after_take_over`` (the A2A door's push
 sender, ``Pusher.adopt``) takes up its push notification configs once its tasks are here.
 """
@@ -32,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 from reach.cluster.peers import Peers
 from reach.core.metrics import combine
 from reach.core.tasks import TaskState
+from reach.gateway import admission
 from reach.gateway.events import DEAD_LETTER
 from reach.gateway.gateway import Gateway
 from reach.server.channel import Channel
@@ -117,7 +123,8 @@ class ClusterNode:
             await asyncio.gather(self._task, return_exceptions=True)
         if not self.fenced:
             try:
-                await self.nodes.leave()
+                await self.store.flush()  # (the drained tasks' ends: what ``leave`` reads)
+                await self.nodes.leave(self._since())
             except Exception as exc:  # the database is gone: the lease runs out by itself
                 log.warning("node %s could not leave the cluster: %r", self.node_id, exc)
 
@@ -237,18 +244,29 @@ class ClusterNode:
         self._look_for_orphans = bool(orphans)  # look again until none is left
         for dead in orphans:
             while True:
-                tasks = await self.nodes.take_over(dead, self.node_id)
+                tasks = await self.nodes.take_over(dead, self.node_id, since=self._since())
                 if not tasks:
                     break
                 for task in tasks:
-                    if self.gateway.book.outcome(task.task_id) is None:
+                    if task.terminal:  # a stranded chain step: kept, for its followers here
+                        self.gateway.book.restore(task)
+                    elif self.gateway.book.outcome(task.task_id) is None:
                         self.gateway.resume(task)
                     self.gateway.following.taken_over(task.task_id)
+                stranded = [t for t in tasks if t.terminal]
+                if stranded:  # (their next steps' agents may have declared on the dead node)
+                    admission.learn(self.gateway.known, await self.store.declared())
+                    self.gateway.chains.carry_on(stranded)
                 await self._adopt()
                 self.taken_over += len(tasks)
                 log.warning("node %s took over %d task(s) of node %s", self.node_id,
                             len(tasks), dead)
         await self._adopt()
+
+    def _since(self) -> float:
+        """From when a dead node's stranded chain steps are carried on: as a restart's
+        ``Chains.resume``, those whose derived keys are still remembered."""
+        return self.gateway.clock.wall() - self.gateway.settings.idempotency_ttl
 
     async def _adopt(self) -> None:
         if self.after_take_over is not None:

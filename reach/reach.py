@@ -27,11 +27,11 @@ from reach.adapters.base import Adapter
 from reach.alert_rules import AlertConfig, load_alerts
 from reach.cluster.node import Node
 from reach.config import Settings
-from reach.core import names
 from reach.core.liveness import LivenessPolicy, StallGuard
 from reach.core.registry import Registry
 from reach.core.routing import Router
 from reach.core.trust import Trust
+from reach.gateway import admission
 from reach.gateway.audit import Audit
 from reach.gateway.clock import LoopClock
 from reach.gateway.events import log_json
@@ -191,12 +191,7 @@ class Reach(OperatorSurface):
         await self.store.open()
         await self.identities.load()
         await self.ops.phrases.load()
-        for name, caps in (await self.store.declared()).items():
-            for cap in caps:
-                try:
-                    self.gateway.known.setdefault(names.normalize(cap), set()).add(name)
-                except ValueError:
-                    continue
+        admission.learn(self.gateway.known, await self.store.declared())
         now = self.clock.wall()
         for task in await self.store.dead(s.dead_letters_max, now - s.dead_letter_retention):
             if not self.ops.discarded.settled(task):  # a discarded one stays out of the list

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from reach.config import Settings
-from reach.core import chains, reasons
+from reach.core import chains, names, reasons
 from reach.core import intent as intents
 from reach.core import intent_learn as learning
 from reach.core import tags as tagging
@@ -218,3 +218,16 @@ class Submitters:
         """Whether a caller other than ``caller`` submitted work in the last ``within`` s."""
         other = self._last[1] if self._last[0][0] == caller else self._last[0]
         return other[0] is not None and other[1] >= now - within
+
+
+def learn(known: dict[str, set[str]], declared: dict[str, list[str]]) -> None:
+    """Add what agents declared when they last registered (the store's agents: name →
+    capability names) to ``known`` (capability → the agents that ever declared it), so that
+    a capability whose agents are not connected here yet is waited for, not ``no_route``:
+    at start, and before a cluster's node carries on a dead node's chains."""
+    for name, caps in declared.items():
+        for cap in caps:
+            try:
+                known.setdefault(names.normalize(cap), set()).add(name)
+            except ValueError:  # (a name an older version let in)
+                continue

@@ -17,7 +17,8 @@ it out:
   names its step in its error ("step 2 of 3 (report.build): ...", details ``chain``).
 - ``follow``: whoever waits on a task that passed its result on waits on the next step.
 - ``resume``: at start, the chain tasks that succeeded and whose next step was never created
-  start it (its derived key makes that idempotent).
+  start it (its derived key makes that idempotent); ``carry_on`` does it for the ones a
+  cluster's node took over from a dead node (reach.membership).
 """
 
 from __future__ import annotations
@@ -260,15 +261,24 @@ class Chains:
         """Start the next step of every chain task (created since ``since``: idempotency
         keys live that long) that succeeded without one (a crash came in between). How
         many were started."""
+        started = self.carry_on(await self.gateway.store.chained(since))
+        if started:
+            log.info("resumed %d chain(s) whose next step had not started", started)
+        return started
+
+    def carry_on(self, tasks: list[Task]) -> int:
+        """Start the next step of each of ``tasks`` that succeeded with steps left and has
+        no note of a next step or of a stop (as read from the store, or as kept here): how
+        many were started. The step's derived key makes a second start, here or on another
+        node, the same task (its note then names the first)."""
         started = 0
-        for stored in await self.gateway.store.chained(since):
+        for stored in tasks:
             task = self.gateway.find(stored.task_id) or stored
-            if task.envelope.then and chains.next_of(task.history) is None and \
+            if task.state is S.SUCCEEDED and task.envelope.then and \
+                    chains.next_of(task.history) is None and \
                     chains.stop_of(task.history) is None:
                 self._next(task)
                 started += 1
-        if started:
-            log.info("resumed %d chain(s) whose next step had not started", started)
         return started
 
     async def stop(self) -> None:

@@ -7,7 +7,11 @@ task. ``renew`` answers False once the lease was lost (it ran out, or another no
 removed the row): from then on the node must stop acknowledging work (it is fenced), since a
 survivor may be taking its tasks over. ``take_over`` moves a dead node's unfinished tasks to
 the caller with ``SELECT .. FOR UPDATE SKIP LOCKED`` in batches, so survivors racing for one
-dead node each get a disjoint share and no task twice.
+dead node each get a disjoint share and no task twice; then, the same way, its stranded chain
+steps: chain tasks that succeeded with no note of a next step or of why none started (the
+node died, or stopped, while the next step's submit was refused for a while), whose chains
+the survivor carries on (reach.gateway.chaining). A dead node's row stays until both are
+moved, so that it is still found.
 """
 
 from __future__ import annotations
@@ -19,15 +23,22 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from reach.core import chains
 from reach.core.tasks import TERMINAL, Task
 from reach.store.postgres import unreachable
 from reach.store.store import Store
-from reach.store.tables import NODES, TASKS, task_from_row
+from reach.store.tables import CHAINED, NODES, TASKS, task_from_row
 
 _NOW = "extract(epoch from clock_timestamp())"
 # the terminal states as an SQL list (an enum's own values, never input), spelled as the
 # owner index's predicate is, so the planner can use that partial index
 _DONE = "(" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL)) + ")"
+# A node's stranded chain steps (see the module's docstring), created since :since (what a
+# restart's ``Chains.resume`` looks at: the derived keys of older ones have expired); with
+# ``owner = ..``, read through the chain index (``CHAINED`` spelled as its predicate is).
+_STRANDED = (f"{CHAINED} AND created_at >= :since AND history NOT LIKE :noted_next "
+             f"AND history NOT LIKE :noted_stop")
+_NOTES = {"noted_next": f"%{chains.NEXT}%", "noted_stop": f"%{chains.STOPPED}%"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +121,22 @@ class Nodes:
         from when the last good renewal was sent: never later than the database's end)."""
         return (time.monotonic() if now is None else now) < self.valid_until
 
-    async def leave(self) -> None:
-        """Remove this node's row (a graceful stop): its unfinished tasks are the others'
-        to take over at once, with no lease to wait out."""
-        await self._call(f"DELETE FROM {NODES.name} WHERE node_id = :n", n=self._me())
+    async def leave(self, since: float = 0.0) -> None:
+        """End this node's lease now (a graceful stop): its unfinished tasks are the others'
+        to take over at once, with no lease to wait out. The row goes, unless the node owns
+        stranded chain steps (created since ``since``: a next step refused while it
+        drained): then it stays, expired, for a survivor to find them by and remove."""
+        me = self._me()
+
+        def q() -> None:
+            with self.store.engine.begin() as conn:
+                conn.execute(text(
+                    f"DELETE FROM {NODES.name} WHERE node_id = :n AND NOT EXISTS (SELECT 1 "
+                    f"FROM {TASKS.name} WHERE owner = :n AND {_STRANDED})"),
+                    {"n": me, "since": since, **_NOTES})
+                conn.execute(text(f"UPDATE {NODES.name} SET lease_until = {_NOW} "
+                                  f"WHERE node_id = :n"), {"n": me})
+        await self.store._run(q)
 
     def _me(self) -> str:
         if self.node_id is None:
@@ -136,20 +159,26 @@ class Nodes:
         return [Node(r.node_id, r.url, r.started_at, r.lease_until, r.metrics) for r in rows]
 
     async def orphan_owners(self) -> list[str]:
-        """Owners of unfinished tasks that have no live lease (their row expired or gone):
-        the nodes whose tasks are waiting to be taken over."""
+        """Owners of unfinished tasks that have no live lease (their row expired or gone),
+        and the nodes whose row is there with its lease run out (they may have left
+        stranded chain steps, and ``take_over`` removes the row once nothing is left): the
+        nodes whose tasks are waiting to be taken over."""
         rows = await self._call(
-            f"SELECT DISTINCT t.owner FROM {TASKS.name} t WHERE t.owner IS NOT NULL AND "
+            f"SELECT t.owner FROM {TASKS.name} t WHERE t.owner IS NOT NULL AND "
             f"t.state NOT IN {_DONE} AND NOT EXISTS (SELECT 1 FROM {NODES.name} n WHERE "
-            f"n.node_id = t.owner AND n.lease_until > {_NOW}) ORDER BY 1")
+            f"n.node_id = t.owner AND n.lease_until > {_NOW}) UNION SELECT node_id FROM "
+            f"{NODES.name} WHERE lease_until <= {_NOW} ORDER BY 1")
         return [r[0] for r in rows]
 
-    async def take_over(self, dead_node_id: str, me: str, limit: int = 500) -> list[Task]:
+    async def take_over(self, dead_node_id: str, me: str, limit: int = 500,
+                        since: float = 0.0) -> list[Task]:
         """Move up to ``limit`` of a dead node's unfinished tasks to ``me``, oldest first, and
-        return them to resume. Nothing while ``dead_node_id`` still holds a live lease, or
-        once ``me`` holds none (a fenced node takes nothing). Rows another survivor is moving
-        are skipped (SKIP LOCKED), so racing survivors get disjoint shares; call again until
-        it returns nothing. The dead node's row goes once it has nothing left."""
+        return them to resume; once those are all moved, its stranded chain steps created
+        since ``since`` (terminal: their chains are to carry on). Nothing while
+        ``dead_node_id`` still holds a live lease, or once ``me`` holds none (a fenced node
+        takes nothing). Rows another survivor is moving are skipped (SKIP LOCKED), so racing
+        survivors get disjoint shares; call again until it returns nothing. The dead node's
+        row goes once it has nothing left."""
         def q() -> list[Any]:
             with self.store.engine.begin() as conn:
                 alive = {r[0] for r in conn.execute(text(
@@ -162,6 +191,13 @@ class Nodes:
                     f"FROM {TASKS.name} WHERE owner = :d AND state NOT IN {_DONE} "
                     f"ORDER BY created_at LIMIT :n FOR UPDATE SKIP LOCKED) RETURNING *"),
                     {"m": me, "d": dead_node_id, "n": limit}))
+                if len(rows) < limit:
+                    rows += conn.execute(text(
+                        f"UPDATE {TASKS.name} SET owner = :m WHERE task_id IN (SELECT task_id "
+                        f"FROM {TASKS.name} WHERE owner = :d AND {_STRANDED} ORDER BY "
+                        f"created_at LIMIT :n FOR UPDATE SKIP LOCKED) RETURNING *"),
+                        {"m": me, "d": dead_node_id, "n": limit - len(rows), "since": since,
+                         **_NOTES})
                 if len(rows) < limit:
                     conn.execute(text(f"DELETE FROM {NODES.name} WHERE node_id = :d AND "
                                       f"lease_until <= {_NOW}"), {"d": dead_node_id})

@@ -93,6 +93,13 @@ TRACE_INDEX = Index("ix_reach_tasks_trace_id", TASKS.c.trace_id)
 # PostgreSQL a partial index holds just the unfinished rows. Not in the table's metadata:
 # SQLite, with one coordinator and no owners, is not made to maintain it on every change.
 OWNER_INDEX = "ix_reach_tasks_owner_unfinished"
+# A dead node's chain steps that succeeded, whose next step it may not have started, are read
+# by owner too (a survivor carries their chains on, reach.store.nodes): a partial index of the
+# succeeded tasks with steps after them. ``follow`` never changes after the insert, and
+# ``state`` is indexed already, so it costs no HOT update; a query names ``CHAINED`` verbatim
+# (literals, not parameters) for the planner to match the predicate.
+CHAIN_INDEX = "ix_reach_tasks_owner_chained"
+CHAINED = "state = 'succeeded' AND follow LIKE '%\"then\"%'"
 # One caller's tasks (A2A ListTasks) are read by reach.store.listing's CALLER_INDEX, made
 # only when the A2A door starts: a coordinator that never lists does not maintain it.
 _TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
@@ -108,8 +115,9 @@ SCHEMA_LOCK = 0x7265616368
 def create_tables(engine: Engine, then: Callable[[Connection], None] | None = None) -> None:
     """Create the tables, and the trace index, where they do not exist yet; add the columns
     of ``ADDED_LATER`` to a task table made before them, and ``node`` to a push config table
-    (each is nullable, so old rows read as before), then (PostgreSQL) the owner index; then
-    ``then(connection)``, in the same transaction (the key index, ``postgres.create_key_index``).
+    (each is nullable, so old rows read as before), then (PostgreSQL) the owner and chain
+    indexes; then ``then(connection)``, in the same transaction (the key index,
+    ``postgres.create_key_index``).
 
     One transaction; on PostgreSQL it first takes the advisory lock ``SCHEMA_LOCK``, held
     until it commits: of several coordinators opening one database at once, one makes the
@@ -129,6 +137,8 @@ def create_tables(engine: Engine, then: Callable[[Connection], None] | None = No
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"CREATE INDEX IF NOT EXISTS {OWNER_INDEX} ON {TASKS.name} "
                               f"(owner, created_at) WHERE state NOT IN ({_TERMINAL_SQL})"))
+            conn.execute(text(f"CREATE INDEX IF NOT EXISTS {CHAIN_INDEX} ON {TASKS.name} "
+                              f"(owner, created_at) WHERE {CHAINED}"))
         if then is not None:
             then(conn)
 
