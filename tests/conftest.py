@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from pg import pg_database, pg_url, store_url  # noqa: F401 (fixtures, used by name)
+from pg import open_store, pg_database, pg_url, store_url  # noqa: F401 (fixtures, used by name)
 from subprocs import Proc, spawner
 
 # Subprocesses started by tests import the package from this checkout.

@@ -3,15 +3,16 @@
 The server is the one on loopback (``REACH_PG_URL``, default
 ``postgresql://postgres@127.0.0.1:5432/postgres``; .ci/run starts it). ``pg_url`` gives a test
 the session's database with the store's tables emptied; ``store_url`` runs a test twice, on a
-SQLite file and on PostgreSQL. Without a server (or without psycopg) the PostgreSQL tests
+SQLite file and on PostgreSQL; ``open_store`` opens stores on ``pg_url`` (a cluster's nodes). Without a server (or without psycopg) the PostgreSQL tests
 skip, saying why, except where ``REACH_REQUIRE_SERVICES`` is set (CI): there they fail.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,20 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'store.db'}"
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+@pytest.fixture
+async def open_store(pg_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """``await open_store(node_id=...)``: a Store on the test's database, closed at the end."""
+    from reach.store.store import Store
+
+    stores: list[Store] = []
+
+    async def make(**kw: Any) -> Store:
+        store = Store(pg_url, **kw)
+        await store.open()
+        stores.append(store)
+        return store
+    yield make
+    for store in stores:
+        await store.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -156,21 +156,6 @@ def succeeded_step(created: float, then: bool = True, note: str = "") -> Task:
     if note:
         task.history.append((TaskState.SUCCEEDED.value, created + 0.5, note))
     return task
-
-
-@pytest.fixture
-async def open_store(pg_url: str) -> AsyncIterator[Callable[..., Any]]:
-    """``await open_store(node_id=...)``: a Store on the test's database, closed at the end."""
-    stores: list[Store] = []
-
-    async def make(**kw: Any) -> Store:
-        store = Store(pg_url, **kw)
-        await store.open()
-        stores.append(store)
-        return store
-    yield make
-    for store in stores:
-        await store.close()
 
 
 async def write(store: Store, *tasks: Task) -> None:

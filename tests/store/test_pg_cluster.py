@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,21 +22,6 @@ def task(key: str | None = None, created: float = 1.0) -> Task:
     return new_task(Envelope(task_id=tid, trace_id=tid, capability="x.y", params={"k": key},
                              caller="c", idempotency_key=key or f"c/{tid}",
                              created_at=created), created)
-
-
-@pytest.fixture
-async def open_store(pg_url: str) -> AsyncIterator[Callable[..., Any]]:
-    """``await open_store(node_id=...)``: a Store on the test's database, closed at the end."""
-    stores: list[Store] = []
-
-    async def make(**kw: Any) -> Store:
-        store = Store(pg_url, **kw)
-        await store.open()
-        stores.append(store)
-        return store
-    yield make
-    for store in stores:
-        await store.close()
 
 
 # ------------------------------------------------------------------ owners
