@@ -44,17 +44,23 @@ _SHAPES = bytes(ord("0") if chr(b).isdigit() and b < 128 else ord("e") if chr(b)
 _EXPONENTS = (b"0e000", b"0e+000")
 _LONG = b"0" * 210
 _ZERO, _END = ord("0"), ord(" ")
+_isfinite = math.isfinite
 RULE = ("a number is NaN, Infinity or out of a double's range (such as 1e400), which JSON "
         "cannot carry (it would arrive as null); send a finite number, or the value as a string")
 
 
 def finite(value: Any) -> bool:
-    """Whether a decoded JSON value holds only finite numbers (at any depth)."""
+    """Whether a decoded JSON value holds only finite numbers (at any depth).
+
+    A list that starts with a number is summed first, in C: one NaN or infinity makes the sum
+    non-finite, so a finite sum clears the whole list (an embedding of 384 floats: 2 µs instead
+    of 25). A sum that overflows, or a list that is not all numbers, is looked at element by
+    element as any other container."""
     t = type(value)
     if t is dict:
         stack = list(value.values())
     elif t is list:
-        stack = list(value)
+        stack = [value]
     elif t is float:
         return bool(value - value == 0.0)  # inf - inf and nan - nan are nan
     else:
@@ -66,6 +72,12 @@ def finite(value: Any) -> bool:
         if t is dict:
             extend(v.values())
         elif t is list:
+            if v and (type(v[0]) is float or type(v[0]) is int):
+                try:
+                    if _isfinite(sum(v)):
+                        continue
+                except (TypeError, OverflowError):  # not all numbers; an int past a double
+                    pass
             extend(v)
         elif t is float and v - v != 0.0:
             return False

@@ -26,7 +26,7 @@ from pydantic_core import from_json
 
 from reach import Agent, Client, ProtocolError, Reach, TaskFailed
 from reach.wire import peer
-from reach.wire.numbers import finite, may_hold_nonfinite
+from reach.wire.numbers import finite, may_hold_nonfinite, nonfinite_path
 
 CAP = [{"name": "num.take", "latency_ms": 200,
         "params": {"type": "object", "properties": {"x": {"type": "number"}}}}]
@@ -221,3 +221,23 @@ def test_an_exponent_inside_a_hex_id_is_not_taken_for_a_number() -> None:
     assert not may_hold_nonfinite(b'{"task_id": "3e412"}')
     for text in ('[3e412]', '{"x": 3e412}', '{"x": 3E+412 }', '3e412', '[1, 2e300,3]'):
         assert may_hold_nonfinite(text) and may_hold_nonfinite(text.encode()), text
+
+
+_JSONISH = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-10**400, max_value=10**400),
+              st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e308, -1e308]),
+              st.text(max_size=3)),
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=3), inner,
+                                                                max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=500, deadline=None)
+@example([1e308, 1e308]).via("a sum that overflows, of finite numbers")
+@example([1, 10**400, float("nan")]).via("an int past a double before a NaN")
+@example([1.5, "x", float("inf")]).via("numbers first, then a string, then an infinity")
+@example({"e": [0.5] * 384 + [float("-inf")]}).via("an embedding with one infinity last")
+@given(_JSONISH)
+def test_finite_finds_every_nan_and_infinity_at_any_depth(value: Any) -> None:
+    """The quick test the doors and both SDKs use agrees with a walk of every number."""
+    assert finite(value) is (nonfinite_path(value) is None)
