@@ -222,8 +222,11 @@ class Router:
     def _ready(self, capability: str, groups: list[Group], found: _Found) -> list[AgentRecord]:
         """Ready agents to choose from: all of them when few, else a drawn handful."""
         shelves = [g for g in groups if g.ready.items]
-        total = sum(len(g.ready.items) for g in shelves)
-        if total + len(found.extra) <= self.exact + len(found.exclude):
+        sizes = [len(g.ready.items) for g in shelves]
+        total = sum(sizes)
+        extra = found.extra
+        n_extra = len(extra)
+        if total + n_extra <= self.exact + len(found.exclude):
             return self._every(shelves, found)
         # (Two when some are warming, so that thinning has a choice to make.)
         want = 1 if self.strategy in ("random", "round_robin") and not found.warming \
@@ -232,35 +235,40 @@ class Router:
         if self.strategy == "round_robin":
             cursor = self._turn.get(capability, 0)
             self._turn[capability] = cursor + 1
+        # The shelves' sizes are counted once, and again only after a miss (a drawn agent
+        # that moved shelves, or joined ``extra``): a pick from a fleet draws twice.
+        total += n_extra
         drawn: list[AgentRecord] = []
-        misses = 0
-        extra = found.extra
-        total += len(extra)
-        while len(drawn) < want:
-            if not total:
-                break
+        got = misses = 0
+        rand = self.rng.random
+        while got < want and total:
             if cursor is None:
-                at = int(self.rng.random() * total)  # (randrange: 3 calls more)
+                at = int(rand() * total)  # (randrange: 3 calls more)
             else:
                 at, cursor = cursor % total, cursor + 1
-            if at < len(extra):
+            if at < n_extra:
                 drawn.append(extra[at])
+                got += 1
                 continue
-            at -= len(extra)
-            for group in shelves:
-                if at < len(group.ready.items):
-                    record = group.ready.items[at]
-                    if found.check(group, record):
-                        drawn.append(record)
-                    else:  # it may have moved shelves, or joined ``extra``: count them again
-                        misses += 1
-                        total = sum(len(g.ready.items) for g in shelves) + len(extra)
+            at -= n_extra
+            for group, size in zip(shelves, sizes, strict=True):
+                if at >= size:
+                    at -= size
+                    continue
+                record = group.ready.items[at]
+                if found.check(group, record):
+                    drawn.append(record)
+                    got += 1
                     break
-                at -= len(group.ready.items)
-            # Excluded or stale agents keep being drawn: past a few, score everyone (which
-            # also re-shelves every stale one, so this stays rare).
-            if misses > 4 + 2 * len(found.exclude):
-                return drawn + [r for r in self._every(shelves, found) if r not in drawn]
+                misses += 1
+                # Excluded or stale agents keep being drawn: past a few, score everyone
+                # (which also re-shelves every stale one, so this stays rare).
+                if misses > 4 + 2 * len(found.exclude):
+                    return drawn + [r for r in self._every(shelves, found) if r not in drawn]
+                n_extra = len(extra)
+                sizes = [len(g.ready.items) for g in shelves]
+                total = sum(sizes) + n_extra
+                break
         return drawn
 
     @staticmethod

@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_routing_mutants import CAP, GOOD, NOW, agent, by_id
+from test_routing_mutants import CAP, GOOD, NOW, agent, by_id, schema_of
 
 from reach.core.agents import AgentRecord, Declared
 from reach.core.routing import Router, Saturated
@@ -179,3 +179,35 @@ def test_weighted_trusts_an_agent_without_a_record_like_one_with_a_clean_record(
     assert {router.pick(CAP, GOOD, "c", declaring, NOW).agent_id for _ in range(10)} == {"p"}
     proven.capabilities[CAP].spec.weight = 40.0
     assert {router.pick(CAP, GOOD, "c", declaring, NOW).agent_id for _ in range(10)} == {"n"}
+
+
+# ------------------------------------------------------------------ a draw that finds a stale agent
+
+
+class _Scripted(random.Random):
+    """A source whose ``random()`` returns the given draws in order."""
+
+    def __init__(self, *draws: float) -> None:
+        super().__init__(0)
+        self._draws = list(draws)
+
+    def random(self) -> float:
+        return self._draws.pop(0)
+
+
+@pytest.mark.parametrize(("second_draw", "chosen"), [(0.0, "stale"), (0.9, "other")])
+def test_an_agent_found_past_its_breakers_wait_is_drawn_from_at_once(
+        second_draw: float, chosen: str) -> None:
+    """Past ``exact``, a drawn agent whose breaker opened without a re-shelve (and whose wait
+    is over) is moved aside, and it may carry the half-open probe: the next draw of the same
+    pick counts it among the candidates, beside the agents of every group, with each shelf
+    counted again. Uniform over the two left: a draw under 1/2 takes the one found stale, a
+    draw over it the other group's agent."""
+    stale = agent("stale", schema=schema_of(0))
+    other = agent("other", schema=schema_of(1))
+    declaring = Declared.of(CAP, by_id(stale, other))
+    assert len(declaring.groups) == 2
+    for _ in range(5):
+        stale.breaker.record(False, NOW - 1000)  # not announced: it still sits on ``ready``
+    router = Router(strategy="random", exact=0, rng=_Scripted(0.0, second_draw))
+    assert router.pick(CAP, GOOD, "x", declaring, NOW).agent_id == chosen
