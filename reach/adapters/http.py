@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from pydantic_core import to_json
 from yarl import URL
 
 from reach._version import __version__
@@ -234,7 +234,7 @@ class HttpAgent(Adapter):
             if route.query_names:
                 query = query_pairs({k: params[k] for k in route.query_names if k in params})
                 params = {k: v for k, v in params.items() if k not in route.query_names}
-            body = json.dumps(params, separators=(",", ":")).encode()
+            body = to_json(params)  # UTF-8, as JSON over HTTP is
         url = self._base + path
         try:
             async with session.request(route.method, url, params=query, data=body,

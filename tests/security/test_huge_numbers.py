@@ -26,7 +26,7 @@ from pydantic_core import from_json
 
 from reach import Agent, Client, ProtocolError, Reach, TaskFailed
 from reach.wire import peer
-from reach.wire.numbers import finite, may_hold_nonfinite, nonfinite_path
+from reach.wire.numbers import finite, loads_finite, may_hold_nonfinite, nonfinite_path
 
 CAP = [{"name": "num.take", "latency_ms": 200,
         "params": {"type": "object", "properties": {"x": {"type": "number"}}}}]
@@ -241,3 +241,27 @@ _JSONISH = st.recursive(
 def test_finite_finds_every_nan_and_infinity_at_any_depth(value: Any) -> None:
     """The quick test the doors and both SDKs use agrees with a walk of every number."""
     assert finite(value) is (nonfinite_path(value) is None)
+
+
+@settings(max_examples=300, deadline=None)
+@example('{"price": 1e400}').via("past a double: read as an infinity by both parsers")
+@example('\ufeff{"a": 1}').via("a byte-order mark, which only json.loads reads")
+@example('"\\ud800"').via("a lone surrogate, which only json.loads reads")
+@given(_JSONISH.map(json.dumps))
+def test_an_adapters_answer_is_read_as_json_reads_it_unless_it_holds_nan_or_infinity(
+        text: str) -> None:
+    """What an HTTP or command agent answers is read as ``json.loads`` reads it, and refused
+    with the rule's words when it holds a number JSON cannot carry (the fast parser is only a
+    shortcut to the same answer)."""
+    for given in (text, text.encode()):
+        try:
+            expected = json.loads(given)
+        except ValueError:  # not JSON to json.loads either (a str that starts with a BOM)
+            with pytest.raises(ValueError):
+                loads_finite(given)
+            continue
+        if nonfinite_path(expected) is None:
+            assert loads_finite(given) == expected
+        else:
+            with pytest.raises(ValueError, match="JSON cannot carry|out of a double's range"):
+                loads_finite(given)
