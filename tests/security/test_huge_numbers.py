@@ -253,15 +253,15 @@ def test_an_adapters_answer_is_read_as_json_reads_it_unless_it_holds_nan_or_infi
     """What an HTTP or command agent answers is read as ``json.loads`` reads it, and refused
     with the rule's words when it holds a number JSON cannot carry (the fast parser is only a
     shortcut to the same answer)."""
-    for given in (text, text.encode()):
+    for form in (text, text.encode()):
         try:
-            expected = json.loads(given)
+            expected = json.loads(form)
         except ValueError:  # not JSON to json.loads either (a str that starts with a BOM)
             with pytest.raises(ValueError):
-                loads_finite(given)
+                loads_finite(form)
             continue
         if nonfinite_path(expected) is None:
-            assert loads_finite(given) == expected
+            assert loads_finite(form) == expected
         else:
             with pytest.raises(ValueError, match="JSON cannot carry|out of a double's range"):
-                loads_finite(given)
+                loads_finite(form)
