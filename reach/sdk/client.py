@@ -272,15 +272,20 @@ class Client(Waiters):
             timeout=timeout, max_retries=max_retries, trace_id=trace_id,
             parent_task_id=parent_task_id, traceparent=traceparent, hedge=hedge, tags=tags,
             fallback=fallback, queue_wait=queue_wait, notify=notify, then=steps_arg(then))
-        await self._await_connected()
-        await self._pace()
+        if not self._connected.is_set():
+            await self._await_connected()
+        loop = asyncio.get_running_loop()
+        if self._pacer.wait(loop.time()) > 0:
+            await self._pace()
         req_id = next(self._ids)
-        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        outcome: asyncio.Future[Any] = loop.create_future()
         outcome.add_done_callback(consume)
         self._outcomes[req_id] = ("", outcome)
         try:
             self._send(self._submit_frame(req_id, request, defer_ack=True))
-            async with asyncio.timeout(None if timeout is None else timeout + OUTCOME_GRACE):
+            if timeout is None:  # (no deadline: no timeout scope to enter and leave)
+                return answer_of(await outcome, detail)
+            async with asyncio.timeout(timeout + OUTCOME_GRACE):
                 return answer_of(await outcome, detail)
         except ReachError:
             raise  # the task's own error (a remote timeout included), not our wait's

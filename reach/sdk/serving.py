@@ -229,8 +229,7 @@ class Serving:
             self._work.add(work)
             self._by_key[key] = work
             self._sharing[key] = {(f.task_id, f.attempt)}
-            work.add_done_callback(self._work.discard)
-            work.add_done_callback(lambda w: self._cancelled_early(w, f, conn, outcome))
+            work.add_done_callback(lambda w: self._ended(w, f, conn, outcome))
             running = outcome
         handler = self.handlers.get(f.capability) or self._by_normalized(f.capability)
         if handler is not None and not handler.spec.idempotent:
@@ -260,9 +259,11 @@ class Serving:
                 work.cancel()
             return
 
-    def _cancelled_early(self, work: asyncio.Task[None], f: p.Invoke, conn: int,
-                         outcome: asyncio.Future[Outcome]) -> None:
-        """A task cancelled before its first step never ran ``_execute``'s cleanup."""
+    def _ended(self, work: asyncio.Task[None], f: p.Invoke, conn: int,
+               outcome: asyncio.Future[Outcome]) -> None:
+        """A handler's task is over. One cancelled before its first step never ran
+        ``_execute``'s cleanup: it is done here."""
+        self._work.discard(work)
         if not work.cancelled() or outcome.done():
             return
         key = (f.caller, f.idempotency_key)
