@@ -356,6 +356,7 @@ AnyFrame = Annotated[
     Field(discriminator="type"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyFrame)
+_VALIDATE_JSON = _ADAPTER.validator.validate_json  # (the adapter's own method only forwards)
 
 def parse(raw: str | bytes) -> Any:
     """Decode one frame; raise ``ProtocolError`` saying precisely what is wrong with it (or
@@ -369,7 +370,7 @@ def parse(raw: str | bytes) -> Any:
         # Not an object: validating it would only build the whole value to report it.
         raise not_an_object(raw)
     try:
-        frame = _ADAPTER.validate_json(raw)
+        frame = _VALIDATE_JSON(raw)
     except ValidationError as exc:
         raise explain(raw, exc) from None
     check_parsed(frame, raw)  # NaN, Infinity or 1e400 in a free payload: JSON cannot carry them
