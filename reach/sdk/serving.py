@@ -261,8 +261,7 @@ class Serving:
 
     def _ended(self, work: asyncio.Task[None], f: p.Invoke, conn: int,
                outcome: asyncio.Future[Outcome]) -> None:
-        """A handler's task is over. One cancelled before its first step never ran
-        ``_execute``'s cleanup: it is done here."""
+        """A handler's task is over (one cancelled before its first step: cleaned up here)."""
         self._work.discard(work)
         if not work.cancelled() or outcome.done():
             return
