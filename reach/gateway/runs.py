@@ -207,7 +207,7 @@ class Run:
         if w.ticket is not None:
             w.ticket.cancel()  # (out of time: no later wake is spent on it)
             env = self.life.task.envelope
-            self.driver.slots.leave(env.capability, env.caller)
+            self.driver.slots.leave(env.capability, env.caller, w.ticket.woken)
         if w.waker is not None:
             self.driver.off_agents(w.waker, self.life.task.envelope.capability)
 

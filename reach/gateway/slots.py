@@ -29,7 +29,7 @@ class Ticket:
     """A waiter's place in the queue: woken once (``set``: its ``wake`` is called) or given
     up (``cancel``: its ``stop``, if any, is called instead). Either way it is then done."""
 
-    __slots__ = ("_wake", "_stop", "_done", "_count")
+    __slots__ = ("_wake", "_stop", "_done", "_count", "woken")
 
     def __init__(self, wake: Callable[[], None], stop: Callable[[], None] | None = None,
                  count: list[int] | None = None) -> None:
@@ -37,6 +37,7 @@ class Ticket:
         self._stop = stop
         self._done = False
         self._count = count  # its capability's count of live tickets (SlotQueue.waiting)
+        self.woken = False  # ended by ``set``: a slot opened for it
 
     def done(self) -> bool:
         return self._done
@@ -49,6 +50,7 @@ class Ticket:
     def set(self) -> None:
         if not self._done:
             self._finish()
+            self.woken = True
             self._wake()
 
     def cancel(self) -> None:
@@ -102,6 +104,10 @@ class SlotQueue:
         # capability → caller → its waiters not yet back (``leave``): a woken one counts
         # until it has taken its slot, so newcomers cannot take the slot it was woken for
         self._callers: dict[str, dict[str, int]] = {}
+        # capability → caller → its waiters woken for a slot and not yet back: the slot is
+        # theirs for that turn, not a newcomer's of the same caller (which would run ahead of
+        # its own caller's older work)
+        self._woken: dict[str, dict[str, int]] = {}
         self._seq = 0
 
     def enter(self, capability: str, priority: int, since: float, caller: str,
@@ -124,13 +130,14 @@ class SlotQueue:
             heapq.heapify(heap)
         return ticket
 
-    def leave(self, capability: str, caller: str) -> None:
-        """A waiter of ``caller`` is back (woken, given up or out of time)."""
-        callers = self._callers.get(capability)
-        if callers is not None:
-            counts.drop(callers, caller)
-            if not callers:
-                del self._callers[capability]
+    def leave(self, capability: str, caller: str, woken: bool = False) -> None:
+        """A waiter of ``caller`` is back (``woken``, given up or out of time)."""
+        for table in (self._callers, self._woken) if woken else (self._callers,):
+            callers = table.get(capability)
+            if callers is not None:
+                counts.drop(callers, caller)
+                if not callers:
+                    del table[capability]
 
     async def wait(self, capability: str, priority: int, since: float, limit: float,
                    caller: str = "") -> None:
@@ -149,11 +156,14 @@ class SlotQueue:
             await expires(self.clock, fut, limit)  # leaves ``fut`` done whichever way it ends
         finally:
             ticket.cancel()  # (out of time: no later wake is spent on it)
-            self.leave(capability, caller)
+            self.leave(capability, caller, ticket.woken)
 
     def yields_to(self, capability: str, caller: str, usage: Callable[[str], int]) -> bool:
         """Whether a newcomer of ``caller`` must queue behind waiters of a less busy caller
         instead of taking a free slot first (costs as many callers as are waiting)."""
+        woken = self._woken.get(capability)
+        if woken and caller in woken:  # its own older waiter was just given a slot
+            return True
         callers = self._callers.get(capability)
         if not callers:
             return False
@@ -185,6 +195,7 @@ class SlotQueue:
                 pool = [caller for caller in heaps if use[caller] == least]
             best = min(pool, key=lambda caller: heaps[caller][0][:3])
             heapq.heappop(heaps[best])[3].set()
+            counts.add(self._woken.setdefault(cap, {}), best)
 
     def capabilities(self) -> list[str]:
         """The capabilities that have (or recently had) waiters."""
@@ -201,3 +212,4 @@ class SlotQueue:
                 for waiter in heap:
                     waiter[3].cancel()
         self._heaps.clear()
+        self._woken.clear()

@@ -8,6 +8,7 @@ A real ``Gateway`` on fakes and a ``ManualClock`` (test_decisions' rig): every w
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -232,5 +233,30 @@ async def test_the_door_refuses_once_the_longest_waiting_task_waited_past_max_ba
         await rig.clock.settle()
         assert waiting.state is S.RUNNING
         assert (await rig.submit()).state is S.QUEUED
+    finally:
+        await rig.close()
+
+
+async def test_a_callers_new_task_does_not_take_the_slot_opened_for_its_own_older_one() -> None:
+    # The backlog drill across a kill -9 once ran k24 before k05: a submit handled in the same
+    # loop turn as the result that freed the one slot, just before it, picked after the woken
+    # waiter was given that slot and before it came to take it. A caller's own work runs in
+    # the order it came (at the same priority); the new one waits for the next slot.
+    rig = Rig()
+    try:
+        _, link = rig.agent("a", None, max_concurrency=1)
+        first = await rig.submit(params={"n": 0})
+        second = await rig.submit(params={"n": 1})
+        assert second.state is S.QUEUED
+        third = asyncio.ensure_future(rig.gateway.submit(SubmitRequest("x.work", {"n": 2},
+                                                                       "tester")))
+        link.finish(first.task_id, "ok", {"n": 0})  # the slot opens: ``second`` is woken
+        await rig.clock.settle()
+        await third
+        while len(link.delivered) < 3:
+            work = link.delivered[-1]
+            link.finish(work.task_id, "ok", work.params)
+            await rig.clock.settle()
+        assert [w.params["n"] for w in link.delivered] == [0, 1, 2]
     finally:
         await rig.close()
