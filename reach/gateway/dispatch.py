@@ -326,7 +326,9 @@ class Dispatcher:
         first = loop.create_task(self.attempt(task, record, deadline, kept))
         pending: dict[asyncio.Task[Ended], AgentRecord] = {first: record}
         try:
-            if not await within(self.clock, first, after):
+            # (a task answered in the agent session's own step is over before ``first``, its
+            # bookkeeping, is: no hedge goes out for it, nor is one counted)
+            if not await within(self.clock, first, after) and not task.terminal:
                 other = self._hedge_target(task, record)
                 if other is not None and self.budget.spend(self.clock.wall()):
                     self.metrics.retried(task.envelope.capability, None)
