@@ -159,8 +159,9 @@ class SlotQueue:
             self.leave(capability, caller, ticket.woken)
 
     def yields_to(self, capability: str, caller: str, usage: Callable[[str], int]) -> bool:
-        """Whether a newcomer of ``caller`` must queue behind waiters of a less busy caller
-        instead of taking a free slot first (costs as many callers as are waiting)."""
+        """Whether a newcomer of ``caller`` must queue instead of taking a free slot first:
+        behind waiters of a less busy caller (costs as many callers as are waiting), or
+        behind its own caller's waiter woken for that slot and not yet back."""
         woken = self._woken.get(capability)
         if woken and caller in woken:  # its own older waiter was just given a slot
             return True
