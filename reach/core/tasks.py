@@ -38,6 +38,9 @@ class TaskState(enum.StrEnum):
 
 
 S = TaskState
+# Each state's text: what a transition records in the history and the store writes, read here
+# by a dict lookup (an enum's ``.value`` is two Python calls, several times per task).
+VALUE: dict[TaskState, str] = {s: s.value for s in TaskState}
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.DEAD, S.CANCELLED})
 _ACTIVE = (S.QUEUED, S.DISPATCHED, S.RUNNING, S.RETRYING)
 
@@ -238,7 +241,7 @@ class Task:
             raise InvalidTransition(f"{self.task_id}: {self.state.value} -> {dst.value}")
         self.state = dst
         self.updated_at = now
-        self.history.append((dst.value, now, note))
+        self.history.append((VALUE[dst], now, note))
 
     def view(self) -> dict[str, Any]:
         """The JSON-able status a caller or operator sees (a chain's task: with ``chain``,
@@ -259,7 +262,10 @@ class Task:
         return out
 
 
+_PENDING = S.PENDING.value
+
+
 def new_task(envelope: Envelope, now: float) -> Task:
     task = Task(envelope=envelope, updated_at=now)
-    task.history.append((S.PENDING.value, now, "accepted"))
+    task.history.append((_PENDING, now, "accepted"))
     return task

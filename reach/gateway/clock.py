@@ -14,7 +14,7 @@ from reach.ports import Clock, Timer
 class LoopClock:
     """``ports.Clock`` on the running event loop; ``wall`` is injectable
     (``Reach.start(clock=)``). On the hot path (several reads per call): ``wall`` is the
-    wall-time function itself, ``now`` the loop's own ``time``, bound at first use."""
+    wall-time function itself, ``now`` the loop's own clock, bound at first use."""
 
     __slots__ = ("wall", "now", "_loop")
 
@@ -29,7 +29,11 @@ class LoopClock:
         loop = self._loop
         if loop is None or loop.is_closed():
             loop = self._loop = asyncio.get_running_loop()
-            self.now = loop.time
+            # asyncio's own loops tell the time by ``time.monotonic`` through a Python method:
+            # read it directly (one C call instead of two calls, ~9 reads a call). Any other
+            # loop (uvloop, a test's) keeps its own ``time``.
+            plain = getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time
+            self.now = time.monotonic if plain else loop.time
         return loop
 
     def _first_now(self) -> float:

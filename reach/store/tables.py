@@ -22,7 +22,7 @@ from sqlmodel import Field, SQLModel
 
 from reach.core.chains import Link, steps_of
 from reach.core.keys import revision as key_revision
-from reach.core.tasks import TERMINAL, Attempt, Envelope, Task, TaskState
+from reach.core.tasks import TERMINAL, VALUE, Attempt, Envelope, Task, TaskState
 from reach.store.phrases import PHRASES
 from reach.store.pushes import PUSHES
 from reach.store.values import VALUES
@@ -231,7 +231,7 @@ def task_row(task: Task) -> dict[str, Any]:
 def task_changes(task: Task) -> dict[str, Any]:
     """The columns that change after a task is created (its state and what it gathered)."""
     return {
-        "state": task.state.value,
+        "state": VALUE[task.state],
         "result": None if task.result is None else dumps(task.result),
         "error": None if task.error is None else dumps(task.error),
         "attempts": dumps([a.to_dict() for a in task.attempts]),

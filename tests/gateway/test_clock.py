@@ -92,3 +92,29 @@ async def test_expires_cancels_an_owned_future_at_the_limit_and_wakes_in_one_tur
     waiting.cancel()  # cancelled from outside: that is not an expiry
     await asyncio.sleep(0)
     assert waiting.cancelled()
+
+
+def test_loop_clock_reads_the_time_its_loop_keeps_timers_by() -> None:
+    """``now`` is the time base of ``call_at``: on asyncio's own loop that is the monotonic
+    clock, and a loop that keeps another time (uvloop's, a test's) is read through its own
+    ``time``, so a deadline set from ``now`` fires when the loop says it is due."""
+
+    class Shifted(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return super().time() + 1000.0
+
+    for loop in (asyncio.SelectorEventLoop(), Shifted()):
+        async def read() -> tuple[float, float, float]:
+            clock = LoopClock()
+            before = asyncio.get_running_loop().time()
+            now = clock.now()
+            fired = asyncio.get_running_loop().create_future()
+            clock.call_at(clock.now() + 0.001, lambda f=fired: f.set_result(clock.now()))
+            return before, now, await fired
+
+        try:
+            before, now, fired_at = loop.run_until_complete(read())
+        finally:
+            loop.close()
+        assert before <= now < before + 1.0  # the same base: not 1,000 s apart
+        assert fired_at >= now + 0.001
