@@ -91,10 +91,13 @@ def schema_text(schema: Any) -> str:
 class Validator:
     """A compiled params schema; hashable by identity, shared through the compile cache."""
 
-    __slots__ = ("_func", "_run")
+    __slots__ = ("_func", "_run", "any_object")
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., Any], any_object: bool = False) -> None:
         self._func = func
+        # The schema takes every JSON object (``{}``, ``{"type": "object"}``: what an SDK
+        # declares for ``**params``), so a dict needs no run of the generated code.
+        self.any_object = any_object
         # One per validator, reset per check: checks run one at a time, on the loop's thread,
         # and a check of small params (the common case) then costs no allocation and no clock.
         self._run = Run(FORMATS)
@@ -125,6 +128,8 @@ def check(validator: Validator, params: Any, *, max_seconds: float = MAX_CHECK_S
 
     ``max_seconds`` of ``clock`` (this thread's CPU time; a test passes a fake one) is the
     check's budget."""
+    if validator.any_object and type(params) is dict:
+        return None
     try:
         validator(params, max_seconds=max_seconds, clock=clock)
     except fastjsonschema.JsonSchemaValueException as exc:
@@ -160,6 +165,9 @@ def violation(validator: Validator, value: Any, *, max_seconds: float = MAX_CHEC
 # --- compiling ------------------------------------------------------------------------------
 
 
+_ANY_OBJECT = frozenset({"{}", '{"type":"object"}'})  # (as ``schema_text`` writes them)
+
+
 @lru_cache(maxsize=4096)
 def _compile(text: str, max_depth: int) -> Validator:
     schema = json.loads(text)
@@ -179,7 +187,7 @@ def _compile(text: str, max_depth: int) -> Validator:
     leftover = [k for k, v in namespace["REGEX_PATTERNS"].items() if not isinstance(v, Pattern)]
     if leftover:  # fail closed if fastjsonschema compiled a regex we did not route to RE2
         raise SchemaError(f"params schema uses unsupported regexes: {leftover!r}")
-    return Validator(namespace[resolver.get_scope_name()])
+    return Validator(namespace[resolver.get_scope_name()], text in _ANY_OBJECT)
 
 
 def _audit(schema: Any, max_depth: int) -> None:
