@@ -3,7 +3,10 @@ prefixes, keys by age and a task's whole row back after a reopen."""
 
 from __future__ import annotations
 
+from sqlalchemy import text
+
 from reach.core.tasks import Attempt, Envelope, Outcome, Task, TaskState, new_task
+from reach.store.connect import make_engine
 from reach.store.store import Store
 
 
@@ -84,3 +87,27 @@ async def test_a_task_id_twice_fails_its_group_and_is_no_key_duplicate(store_url
         assert {t.task_id for t in await store.unfinished()} == {"same", "next"}
     finally:
         await store.close()
+
+
+async def test_what_a_task_has_not_got_is_stored_as_sql_null(store_url: str) -> None:
+    """No result yet, no error, no tags, no parent: SQL NULL in the row (what the store's own
+    ``IS NULL`` reads and an operator's query expect), not a text or a JSON ``null``."""
+    store = Store(store_url)
+    await store.open()
+    try:
+        bare = new_task(Envelope(task_id="bare", trace_id="tr", capability="x.y", params={},
+                                 caller="c", idempotency_key="c/bare", created_at=1.0), 1.0)
+        await store.insert(bare)
+        await store.flush()
+    finally:
+        await store.close()
+    engine = make_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(text(
+                "SELECT task_id FROM reach_tasks WHERE result IS NULL AND error IS NULL "
+                "AND tags IS NULL AND parent_task_id IS NULL AND timeout IS NULL "
+                "AND traceparent IS NULL AND follow IS NULL AND owner IS NULL")).all()
+    finally:
+        engine.dispose()
+    assert [r[0] for r in row] == ["bare"]
