@@ -93,7 +93,7 @@ class Validator:
 
     __slots__ = ("_func", "_run", "any_object")
 
-    def __init__(self, func: Callable[..., Any], any_object: bool = False) -> None:
+    def __init__(self, func: Callable[..., Any], any_object: bool) -> None:
         self._func = func
         # The schema takes every JSON object (``{}``, ``{"type": "object"}``: what an SDK
         # declares for ``**params``), so a dict needs no run of the generated code.
