@@ -212,6 +212,7 @@ async def test_ctrl_c_while_an_agent_attaches_stops_quietly_and_exits_0(
                               "--agents", agents, "--log-level", "WARNING")
     await coord.wait_for("open mode")  # started; now waiting on the attach
     coord.send(signal.SIGINT)
-    assert coord.popen.wait(timeout=15) == 0
+    rc = coord.popen.wait(timeout=15)
     out = coord.output()
+    assert rc == 0, out  # (rc 2 is a StartFailed: its one line says which)
     assert "Traceback" not in out and "listening on" not in out
