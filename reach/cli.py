@@ -328,11 +328,6 @@ async def _serve(settings: Settings, adapters: Sequence[Any] = ()) -> None:
                  f"{', '.join(view['capabilities'])}")
     except BaseException as exc:
         await reach.stop()
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            # Ctrl-C while attaching is a stop, whatever the attach's own error became (a
-            # cancelled request can surface as a client or timeout error): exit 0, not rc 2.
-            raise asyncio.CancelledError from None
         if isinstance(exc, ValueError):  # attach's refusal (its message names the agent)
             raise StartFailed(str(exc)) from None
         raise
