@@ -264,9 +264,11 @@ async def test_a_taken_over_nodes_backlog_keeps_its_order(pg_url: str,
     one-slot agent: the first running, four waiting with priorities that put them out of
     submit order. B is cut off from the database and fences itself; A takes its tasks over,
     the agent moves to A, and the four run there in the order B would have run them (highest
-    priority first), each once; the running one is joined, not run again."""
-    a = await node(stack, pg_url, "node-a")
-    b = await node(stack, pg_url, "node-b")
+    priority first), each once; the running one is joined, not run again. Aging is all but
+    off on both nodes (a level per 100 s, not per 20 ms): the submits are awaited one by one,
+    and on a slow host an older task one level lower would rightly overtake a newer one."""
+    a = await node(stack, pg_url, "node-a", priority_aging=0.01)
+    b = await node(stack, pg_url, "node-b", priority_aging=0.01)
     gate, runs = asyncio.Event(), []
     agent = one_slot(gate, runs)
     await stack.enter_async_context(agent.connect([b.url, a.url], prefer="first"))
