@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reach.core.chains import Link, Step
 from reach.core.tasks import (
     TERMINAL,
     TRANSITIONS,
@@ -257,3 +259,68 @@ def test_task_view_merges_envelope_state_attempts_and_history():
         {"state": "dispatched", "at": 2.0, "note": "to inv"},
         {"state": "succeeded", "at": 3.0, "note": ""},
     ]
+
+
+# ------------------------------------------------------------------ where an outcome goes
+
+THEN = (Step("report.write"), Step("mail.send", {"to": "/owner"}))
+THEN_JSON = ["report.write", {"capability": "mail.send", "map": {"to": "/owner"}}]
+ENVELOPE_KEYS = {"task_id", "trace_id", "capability", "params", "caller", "idempotency_key",
+                 "priority", "timeout", "max_retries", "created_at", "parent_task_id",
+                 "traceparent"}
+VIEW_KEYS = ENVELOPE_KEYS | {"state", "result", "error", "attempts", "history", "updated_at",
+                             "fallback"}
+
+
+def test_a_task_that_only_answers_its_caller_shows_nothing_else() -> None:
+    """No webhook, no chain: the stored ``follow`` column is empty and neither the envelope's
+    dict nor the status a caller reads has a ``notify``, ``then`` or ``chain`` key."""
+    task = new_task(envelope(), now=1.0)
+    assert task.envelope.follow() == {}
+    assert set(task.envelope.to_dict()) == ENVELOPE_KEYS
+    assert set(task.view()) == VIEW_KEYS
+
+
+@pytest.mark.parametrize(("notify", "then", "link", "follow"), [
+    ("https://hooks.example/reach", (), None, {"notify": "https://hooks.example/reach"}),
+    (None, THEN, None, {"then": THEN_JSON}),
+    (None, (), Link("t0", 2, 3), {"chain": {"head": "t0", "step": 2, "of": 3}}),
+    ("https://hooks.example/reach", THEN, Link("t0", 1, 3),
+     {"notify": "https://hooks.example/reach", "then": THEN_JSON,
+      "chain": {"head": "t0", "step": 1, "of": 3}}),
+], ids=["webhook", "chain-head", "chain-step", "all-three"])
+def test_where_an_outcome_goes_besides_its_caller_is_stored_and_shown(
+        notify: str | None, then: tuple[Step, ...], link: Link | None,
+        follow: dict[str, Any]) -> None:
+    """Each of a webhook URL, the chain's steps after a task and its place in a chain is in
+    what the store keeps (``follow``) and in the envelope's dict, alone or together."""
+    env = envelope()
+    env.notify, env.then, env.link = notify, then, link
+    assert env.follow() == follow
+    assert env.to_dict() == {**envelope().to_dict(), **follow}
+
+
+def test_a_chain_head_shows_its_place_and_the_step_its_success_started() -> None:
+    """A head (steps after it, no link of its own) is step 1 of them all; once its success
+    started the next step, its status names that step's task."""
+    env = envelope("head")
+    env.then = THEN
+    task = new_task(env, now=1.0)
+    assert task.view()["chain"] == {"head": "head", "step": 1, "of": 3}
+    task.move(S.DISPATCHED, now=2.0)
+    task.move(S.SUCCEEDED, now=3.0)
+    task.history.append(("succeeded", 3.0, "then: next step is task step-2"))
+    view = task.view()
+    assert view["chain"] == {"head": "head", "step": 1, "of": 3, "next": "step-2"}
+    assert view["then"] == THEN_JSON and "notify" not in view
+
+
+def test_a_chain_step_shows_its_own_place_and_a_webhook_task_shows_no_chain() -> None:
+    env = envelope("step-2")
+    env.link = Link("head", 2, 3)
+    assert new_task(env, now=1.0).view()["chain"] == {"head": "head", "step": 2, "of": 3}
+    hooked = envelope("hooked")
+    hooked.notify = "https://hooks.example/reach"
+    view = new_task(hooked, now=1.0).view()
+    assert view["notify"] == "https://hooks.example/reach"
+    assert set(view) == VIEW_KEYS | {"notify"}

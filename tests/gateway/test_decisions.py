@@ -20,6 +20,7 @@ from reach.core.registry import Registry
 from reach.core.resilience import BreakerState, LatencyWindow
 from reach.core.routing import Router
 from reach.core.tasks import Outcome, SubmitRequest, Task, TaskState
+from reach.errors import ReachError
 from reach.gateway.gateway import Gateway
 from reach.ports import Work
 from reach.testing import FakeAgentLink, ManualClock, MemoryStore
@@ -369,6 +370,28 @@ def resumed(rig: Rig, agent: AgentRecord, *, idempotent: bool = False,
     task.attempts.append(Attempt(1, agent.agent_id, agent.name, now, instance=instance))
     rig.gateway.resume(task)
     return task
+
+
+async def test_a_submit_waits_for_its_agent_to_come_back_where_a_call_fails_at_once() -> None:
+    """A plain submit (``SubmitRequest`` without ``call``) made while the capability's only
+    agent is away is accepted and waits for it; a call in the same moment is refused at once
+    (it asked for an answer, not a place in line), and the submit runs once the agent is
+    back."""
+    rig = Rig()
+    try:
+        a, _ = rig.agent("a", ok)
+        rig.registry.disconnected(a, rig.clock.wall())
+        with pytest.raises(ReachError) as refused:
+            await rig.submit(call=True)
+        assert refused.value.code == "unavailable", refused.value
+        task = await rig.submit()
+        await rig.clock.advance(1.0)
+        assert not task.terminal and not task.attempts
+        rig.agent("a", ok)  # back under its identity
+        await rig.clock.advance(0.5)
+        assert task.state is S.SUCCEEDED and outcomes(task) == [("a", Outcome.OK)]
+    finally:
+        await rig.close()
 
 
 async def test_a_resumed_task_goes_back_to_the_agent_that_was_running_it(rig: Rig) -> None:
