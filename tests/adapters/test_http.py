@@ -140,7 +140,9 @@ async def test_500_is_retried_opens_the_breaker_and_recovery_closes_it() -> None
 
 async def test_a_hang_times_out_aborts_the_request_and_the_loop_keeps_going() -> None:
     async with serving() as svc, Reach.start(**FAST) as reach:
-        await reach.attach(agent(svc, {"slow.run": {"path": "/hang", "latency_ms": 250}}))
+        # declared 2 s: it must still hang when the fast call is done (at 250 ms a slow
+        # host's hang had timed out before the ``not slow.done()`` check)
+        await reach.attach(agent(svc, {"slow.run": {"path": "/hang", "latency_ms": 2000}}))
         ws = Agent("ws-fast")
 
         @ws.capability("fast.run", latency_ms=500)
@@ -149,7 +151,7 @@ async def test_a_hang_times_out_aborts_the_request_and_the_loop_keeps_going() ->
 
         async with ws.connect(reach.url), Client.connect(reach.url) as client:
             await wait_until(lambda: len(reach.agents()) == 2)
-            slow = asyncio.ensure_future(client.call("slow.run", {}))  # times out at 300 ms
+            slow = asyncio.ensure_future(client.call("slow.run", {}))  # times out at 2.4 s
             await wait_until(lambda: len(svc.calls("/hang")) == 1)
             assert await client.call("fast.run", {}) == "fast"  # meanwhile
             assert not slow.done()

@@ -71,12 +71,14 @@ async def test_slow_calls_fill_their_share_and_fast_calls_are_never_rejected(
     finally:
         release.set()
 
-    # Control: one tier (both declared 1 s), one pool: the slow calls take every slot.
+    # Control: one tier (both declared 40 s), one pool: the slow calls take every slot.
+    # (Declared at 1 s, the held calls timed out after 1.2 s and gave their slots back, so
+    # a host that took that long to reach the fast call saw it run.)
     release2 = asyncio.Event()
     running2: list[str] = []
     await cluster.add_agent("one-pool", {f"{c}2": fn for c, fn in
                                          handlers(release2, running2).items()},
-                            max_concurrency=4, idempotent=True, latency_ms=1000)
+                            max_concurrency=4, idempotent=True, latency_ms=40_000)
     try:
         slow2 = [asyncio.create_task(client.call(f"{SLOW}2", {"n": i})) for i in range(4)]
         await wait_until(lambda: len(running2) == 4)

@@ -13,6 +13,8 @@ import aiohttp
 import pytest
 from front.conftest import Front, open_front
 
+from reach import Agent
+
 PROBLEM = "application/problem+json"
 
 
@@ -142,13 +144,30 @@ async def test_declared_but_offline_is_503_with_retry_after(front: Front) -> Non
 
 
 async def test_past_the_callers_task_limit_is_429_with_retry_after() -> None:
+    # The first task is held open until the second was answered (a 0.3 s sleep was over
+    # before the second call on a slow host, which then succeeded).
     async for front in open_front(max_caller_tasks=1):
-        slow = asyncio.ensure_future(front.post("/v1/call/slow.run", {"seconds": 0.3}))
-        await asyncio.sleep(0.1)
-        _, body, r = await front.post("/v1/call/echo.run", {})
-        is_problem(r, body, 429, "rejected")
-        assert r.headers["Retry-After"] == "1" and "max_caller_tasks" in body["detail"]
-        assert (await slow)[0] == 200
+        started, release = asyncio.Event(), asyncio.Event()
+        holder = Agent("holder", reconnect_base=0.02)
+
+        @holder.capability("hold.run", latency_ms=60_000)
+        async def hold() -> dict[str, bool]:
+            started.set()
+            await release.wait()
+            return {"held": True}
+
+        await holder.connect(front.reach.url)
+        try:
+            slow = asyncio.ensure_future(front.post("/v1/call/hold.run", {}))
+            await asyncio.wait_for(started.wait(), 5)
+            _, body, r = await front.post("/v1/call/echo.run", {})
+            is_problem(r, body, 429, "rejected")
+            assert r.headers["Retry-After"] == "1" and "max_caller_tasks" in body["detail"]
+            release.set()
+            assert (await slow)[0] == 200
+        finally:
+            release.set()
+            await holder.close()
 
 
 async def test_a_stopping_coordinator_answers_503() -> None:
@@ -165,7 +184,8 @@ async def test_a_call_waiting_when_the_coordinator_stops_gets_503_not_a_hang() -
     async for front in open_front(drain_timeout=0.1):
         call = asyncio.ensure_future(front.post("/v1/call/slow.run", {"seconds": 5}))
         async with front.http.post(front.url + "/v1/tasks", json={
-                "capability": "text.generate", "params": {"n": 100, "pause": 0.05}}) as r:
+                "capability": "text.generate", "params": {"n": 100, "pause": 0.05},
+                "timeout": 30}) as r:  # (not its 0.6 s, which a slow host's stream outlives)
             accepted = await r.json()
         async with front.http.get(front.url + accepted["stream_url"]) as stream:
             await stream.content.readline()  # the stream has begun

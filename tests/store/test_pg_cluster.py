@@ -51,8 +51,9 @@ async def test_leases_live_expire_renew_and_leave(open_store: Callable[..., Any]
     store = await open_store()
     a, b = Nodes(store), Nodes(store)
     await a.join("a", "ws://a", lease_s=30)
-    await b.join("b", "ws://b", lease_s=0.05)
+    await b.join("b", "ws://b", lease_s=30)  # (a short lease here: a slow host expires it)
     assert [n.node_id for n in await a.live()] == ["a", "b"]
+    await b.join("b", "ws://b", lease_s=0.05)  # b's last renewal, then silence
     await asyncio.sleep(0.08)  # b's lease (in the database's clock) runs out
     assert [n.node_id for n in await a.live()] == ["a"]
     assert [n.node_id for n in await a.expired()] == ["b"]
@@ -69,8 +70,9 @@ async def test_a_lost_lease_fences_the_store_until_it_joins_again(
         open_store: Callable[..., Any]) -> None:
     store = await open_store(node_id="b")
     nodes = Nodes(store)
-    await nodes.join("b", "ws://b", lease_s=0.05)
+    await nodes.join("b", "ws://b", lease_s=30)  # (a short lease here: a slow host loses it)
     assert nodes.holds() and not nodes.holds(now=nodes.valid_until)
+    await nodes.join("b", "ws://b", lease_s=0.05)  # its last renewal, then silence
     await asyncio.sleep(0.08)
     assert not nodes.holds()  # by this machine's clock too
     assert await nodes.renew() is False
