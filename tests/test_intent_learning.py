@@ -13,7 +13,9 @@ import aiohttp
 import pytest
 
 from reach import Admin, NoRoute
-from reach.core.intent_learn import Learned, Phrase
+from reach.core.intent import Decision
+from reach.core.intent import Outcome as IntentOutcome
+from reach.core.intent_learn import Learned, Phrase, teaches
 from reach.core.liveness import LivenessPolicy
 from reach.core.registry import Registry
 from reach.gateway.admission import by_intent, chosen
@@ -94,6 +96,50 @@ def test_the_book_is_bounded_and_a_later_choice_replaces_an_earlier_one() -> Non
     assert book.route("one thing") is None and book.route("THREE") == "a.x"
     assert book.remove("three!") is not None and book.route("three") is None
     assert book.remove("never learned") is None
+
+
+def test_a_request_without_words_or_longer_than_500_characters_is_not_learned() -> None:
+    """A phrase must have words to match again, and is at most 500 characters long
+    (``MAX_PHRASE``): a longer request is routed as usual but not learned."""
+    book = Learned()
+    assert book.add(Phrase("?! ...", "a.x", 1.0)) == [] and len(book) == 0
+    assert book.add(Phrase("w" * 501, "a.x", 1.0)) == [] and len(book) == 0
+    assert book.add(Phrase("w" * 500, "a.x", 1.0)) == [] and book.route("W" * 500) == "a.x"
+
+
+def test_a_choice_made_again_is_the_newest_and_the_oldest_goes_first() -> None:
+    book = Learned(limit=2)
+    book.add(Phrase("first", "a.x", 1.0))
+    book.add(Phrase("second", "a.x", 2.0))
+    book.add(Phrase("First!", "b.x", 3.0))  # chosen again: now the newest
+    dropped = book.add(Phrase("third", "a.x", 4.0))
+    assert [p.text for p in dropped] == ["second"]
+    assert [(p.text, p.capability) for p in book.phrases()] == [("First!", "b.x"),
+                                                                 ("third", "a.x")]
+
+
+def test_a_coordinator_keeps_ten_thousand_phrases() -> None:
+    book = Learned()
+    for n in range(10_000):
+        assert book.add(Phrase(f"phrase {n}", "a.x", float(n))) == []
+    assert [p.text for p in book.add(Phrase("one more", "a.x", 1e4))] == ["phrase 0"]
+    assert len(book) == 10_000 and book.route("phrase 1") == "a.x"
+
+
+@pytest.mark.parametrize(("decision", "taught"), [
+    (Decision(IntentOutcome.AMBIGUOUS, candidates=("refund.issue", "returns.rate")), True),
+    (Decision(IntentOutcome.WEAK, suggestions=("refund.issue",)), True),
+    (Decision(IntentOutcome.WEAK, candidates=("refund.issue",),
+              suggestions=("stock.query",)), True),
+    (Decision(IntentOutcome.WEAK, suggestions=("stock.query",)), False),  # not offered
+    (Decision(IntentOutcome.MATCH, capability="stock.query",
+              suggestions=("refund.issue",)), False),  # routing went somewhere already
+    (Decision(IntentOutcome.EMPTY), False),
+], ids=["a-candidate", "a-suggestion", "a-candidate-beside-a-suggestion", "not-offered",
+        "routed-already", "no-words"])
+def test_only_a_choice_among_what_a_refusal_offered_teaches(decision: Decision,
+                                                            taught: bool) -> None:
+    assert bool(teaches(decision, "refund.issue")) is taught
 
 
 async def _returns(month: str = "this") -> str:

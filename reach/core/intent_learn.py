@@ -55,15 +55,13 @@ def teaches(decision: Decision, capability: str) -> bool:
 
 
 class Learned:
-    """The learned phrases, by ``key``: bounded, oldest forgotten first. ``version`` moves on
-    every change."""
+    """The learned phrases, by ``key``: bounded, oldest forgotten first."""
 
-    __slots__ = ("_phrases", "limit", "version")
+    __slots__ = ("_phrases", "limit")
 
     def __init__(self, limit: int = LIMIT) -> None:
         self._phrases: OrderedDict[str, Phrase] = OrderedDict()
         self.limit = limit
-        self.version = 0
 
     def __len__(self) -> int:
         return len(self._phrases)
@@ -83,7 +81,6 @@ class Learned:
             return []
         self._phrases.pop(k, None)
         self._phrases[k] = phrase
-        self.version += 1
         dropped = []
         while len(self._phrases) > self.limit:
             dropped.append(self._phrases.popitem(last=False)[1])
@@ -91,20 +88,10 @@ class Learned:
 
     def remove(self, text: str) -> Phrase | None:
         """Forget the phrase for this request (by its ``key``); None when none was learned."""
-        found = self._phrases.pop(key(text), None)
-        if found is not None:
-            self.version += 1
-        return found
+        return self._phrases.pop(key(text), None)
 
     def phrases(self, capability: str | None = None) -> list[Phrase]:
         """Every learned phrase (of ``capability``, when given), oldest first."""
         return [p for p in self._phrases.values()
                 if capability is None or p.capability == capability]
-
-    def by_capability(self) -> dict[str, list[str]]:
-        """capability → its learned phrases' texts, oldest first."""
-        out: dict[str, list[str]] = {}
-        for phrase in self._phrases.values():
-            out.setdefault(phrase.capability, []).append(phrase.text)
-        return out
 

@@ -90,6 +90,18 @@ def test_lateness_within_the_slack_is_on_time() -> None:
     assert f.expire(5.0, 5.0 + LAG_SLACK / 2) == TIMEOUT
 
 
+def test_the_slack_is_five_milliseconds_and_an_ack_at_its_edge_is_on_time() -> None:
+    """An ack 5 ms after the send (``LAG_SLACK``) leaves the completion deadline where it
+    was; one 8 ms after restarts the completion clock from the ack, and a timer 8 ms late
+    waits once more."""
+    assert fly(completion=1.0).ack(0.005) is None
+    late = fly(completion=1.0)
+    assert late.ack(0.008) == pytest.approx(1.008) and late.done_at == pytest.approx(1.008)
+    stalled = fly()
+    stalled.ack(0.0)
+    assert stalled.expire(5.0, 5.008) == pytest.approx(5.016)
+
+
 class AnyOrder(RuleBasedStateMachine):
     """Acks, timers (early, on time, late) and time passing in any order: the attempt is
     never given up before its deadline, never as undelivered unless idempotent and never
