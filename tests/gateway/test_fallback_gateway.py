@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_decisions import Rig, fault, ok
+from test_decisions import Rig, fault, ok, resumed
 
 from reach.core import fallback as fb
 from reach.core.tasks import SubmitRequest, TaskState
@@ -134,6 +134,23 @@ async def test_a_fallback_capability_with_time_left_answers(rig: Rig) -> None:
     other = rig.gateway.find(task.fallback["task_id"])
     assert other is not None and other.envelope.fallback is False
     assert other.envelope.trace_id == task.envelope.trace_id
+
+
+async def test_a_fallback_capability_waits_for_its_agent_as_a_submit_would(rig: Rig) -> None:
+    """A task read back from the store after a restart is a submit, not a call: when it
+    falls back to another capability whose agent is away, that call waits for the agent
+    (as its own submit would have) instead of being refused at once."""
+    a, _ = rig.agent("a", fault, fallback={"capability": "y.work"})
+    a.instance = "p1"
+    b, _ = rig.agent("b", ok, capability="y.work")
+    rig.registry.disconnected(b, rig.clock.wall())
+    task = resumed(rig, a)  # its agent faults: dead, so it falls back
+    await rig.clock.advance(1.0)
+    assert not task.terminal, task.history
+    rig.agent("b", ok, capability="y.work")  # back under its identity
+    await rig.outcome(task)
+    assert task.state is S.SUCCEEDED and task.result == {"echo": {}}
+    assert task.fallback is not None and task.fallback["capability"] == "y.work"
 
 
 async def test_the_plan_of_a_request(rig: Rig) -> None:
