@@ -19,7 +19,9 @@ from collections import deque
 from typing import Any
 
 from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
+from websockets.protocol import CLIENT, State
+
+from reach.wire.framing import frame
 
 log = logging.getLogger("reach.outbox")
 SLOW_READER = 1008  # the close code for a peer whose unread frames passed the limit
@@ -39,6 +41,7 @@ class Outbox:
         self._task = asyncio.get_running_loop().create_task(self._pump(), name=name)
         self.closed = False
         self.overflowed = False
+        self._masked = ws.protocol.side is CLIENT  # a client masks what it sends
 
     def post(self, text: str) -> bool:
         """Send one frame now if the socket can take it, else queue it; False once closed.
@@ -48,9 +51,8 @@ class Outbox:
         if self.closed:
             return False
         if not self._queue and self._writable():
-            ws = self.ws
-            ws.protocol.send_text(text.encode())
-            ws.transport.write(b"".join(ws.protocol.data_to_send()))
+            # Framed here (reach.wire.framing): the frame websockets' send_text would build.
+            self.ws.transport.write(frame(text.encode(), self._masked))
             return True
         self._queue.append(text)
         self._queued += len(text)
