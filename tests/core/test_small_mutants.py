@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from reach.core import counts
-from reach.core.keys import in_scope, scoped_key, unscoped_key
-from reach.core.liveness import Liveness, LivenessPolicy, deadline, judge
+from reach.core.keys import in_scope, revised, revision, scoped_key, unscoped_key
+from reach.core.liveness import Liveness, LivenessPolicy, StallGuard, deadline, judge
 from reach.core.tasks import (
     TERMINAL,
     Attempt,
@@ -183,6 +183,28 @@ def test_a_key_is_in_scope_for_its_own_caller_or_as_the_tasks_own_id():
     assert not in_scope("alice", "alicek", "t-1")  # a prefix needs the "/"
     assert in_scope("bob", "t-1", "t-1")  # a task submitted without a key
     assert not in_scope("bob", "t-1", "t-2")
+
+
+def test_only_replays_with_new_params_revise_the_key_agents_see() -> None:
+    """A dead letter replayed with new params travels as ``<key>~N``, N the number of such
+    replays in its history; a replay as it was, or a note that only mentions new params,
+    changes nothing."""
+    history = [("pending", 1.0, "accepted"),
+               ("pending", 2.0, "replayed by ops"),  # as it was
+               ("pending", 3.0, "replayed by ops with new params and timeout 5 s"),
+               ("dead", 4.0, "agent said: try again with new params"),  # not a replay
+               ("pending", 5.0, "replayed by python with new params")]
+    assert revision(history[:3]) == 1
+    assert revision(history) == 2
+    assert revision(history[:2]) == 0
+    assert revised("amy/k", revision(history)) == "amy/k~2"
+
+
+def test_a_tick_exactly_a_period_late_is_on_time_and_the_patience_is_inclusive() -> None:
+    guard = StallGuard(period=0.5, patience=1.0)
+    assert guard.may_judge(due=1.0, now=1.5)  # exactly one period late: on time
+    assert not guard.may_judge(due=2.0, now=2.75)  # late: wait, from 2.75
+    assert guard.may_judge(due=3.0, now=3.75)  # waited exactly the patience: judge
 
 
 # ------------------------------------------------------------------ trust
