@@ -43,7 +43,6 @@ YIELD_EVERY = 16  # messages one read hands over before the rest wait a turn of 
 
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
 _OPEN, _CONNECTING = State.OPEN, State.CONNECTING
-_ITS_OWN = (0x70, 0, 0, None)  # (as ``find`` gives it) the rest is for websockets to read
 
 
 class Inbound(Connection):
@@ -110,16 +109,18 @@ class Inbound(Connection):
                                     default=math.inf)
         at, size = 0, len(data)
         while at < size:
-            found = find(data, at) if protocol.state is _OPEN else _ITS_OWN
+            if protocol.state is not _OPEN:  # closing: the close handshake is websockets'
+                self._to_websockets(data[at:])
+                return
+            found = find(data, at)
             if found is None:  # its length has not come yet
                 self._rest, self._need = bytearray(data[at:]), size - at + 1
                 return
             first, start, end, key = found
             if end - start > limit or (key is None) is masked or first & 0x70:
-                # Too big, masked the wrong way, reserved bits, or not open: websockets
-                # refuses it (from its header alone) and reads the rest of this connection.
-                self._fast = False
-                super().data_received(data[at:])
+                # Too big, masked the wrong way, or reserved bits: websockets refuses it
+                # (from its header alone).
+                self._to_websockets(data[at:])
                 return
             if end > size:  # wait for the rest of the frame (at most ``limit`` bytes)
                 self._rest, self._need = bytearray(data[at:]), end - at
@@ -154,11 +155,15 @@ class Inbound(Connection):
         if end + 4 < len(seen):
             self._fast = False
 
+    def _to_websockets(self, data: bytes) -> None:
+        """websockets reads ``data``, and every byte after it on this connection."""
+        self._fast = False
+        super().data_received(data)
+
     def eof_received(self) -> None:
         if self._rest is not None:  # websockets finds the stream cut mid-frame, as before
-            self._fast = False
             data, self._rest = bytes(self._rest), None
-            super().data_received(data)
+            self._to_websockets(data)
         super().eof_received()
 
     def process_event(self, event: Any) -> None:
