@@ -110,3 +110,51 @@ def test_nonsense_constants_are_refused(bad: dict[str, float]) -> None:
     values = dict(weight=0.5, half=1.0, zero=0.8, floor=0.4, gap=0.1, suggest=0.2) | bad
     with pytest.raises(ValueError):
         Calibration(**values)
+
+
+@pytest.mark.parametrize("edge", [dict(weight=0.0), dict(weight=1.0), dict(zero=-1.0),
+                                  dict(zero=0.999)])
+def test_constants_at_their_edges_are_accepted(edge: dict[str, float]) -> None:
+    values = dict(weight=0.5, half=1.0, zero=0.8, floor=0.4, gap=0.1, suggest=0.2) | edge
+    assert Calibration(**values) == Calibration(**values)
+
+
+@pytest.mark.parametrize("bad", [dict(zero=-1.5), dict(zero=1.5), dict(half=-1.0)])
+def test_constants_past_their_edges_are_refused(bad: dict[str, float]) -> None:
+    values = dict(weight=0.5, half=1.0, zero=0.8, floor=0.4, gap=0.1, suggest=0.2) | bad
+    with pytest.raises(ValueError):
+        Calibration(**values)
+
+
+# Numbers that are exact in binary, so a score can sit exactly on a threshold: lexical 1.0
+# counts 0.5 × 1 / (1 + 1) = 0.25; a cosine of 1.0 counts 0.5 × (1 - 0.5) / 0.5 = 0.5.
+EXACT = Calibration(weight=0.5, half=1.0, zero=0.5, floor=0.75, gap=0.5, suggest=0.25)
+
+
+def test_a_score_exactly_on_the_floor_and_a_lead_exactly_the_gap_are_routed() -> None:
+    # a: 0.25 + 0.5 = 0.75, the floor; b: 0.25 + 0 = 0.25, exactly 0.5 behind.
+    decision = decide({"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 0.5}, EXACT)
+    assert decision.outcome is Outcome.MATCH and decision.capability == "a"
+    # ... and b, exactly on ``suggest``, is suggested.
+    assert decision.suggestions == ("a", "b")
+
+
+def test_a_hair_under_the_floor_or_the_gap_is_refused() -> None:
+    below_floor = decide({"a": 1.0}, {"a": 0.999}, EXACT)
+    assert below_floor.outcome is Outcome.WEAK
+    short_lead = decide({"a": 1.0, "b": 1.0}, {"a": 1.0, "b": 0.501}, EXACT)
+    assert short_lead.outcome is Outcome.AMBIGUOUS
+    assert short_lead.candidates == ("a", "b")
+
+
+def test_shown_scores_are_rounded_to_four_places() -> None:
+    # 0.5 × 1 / (1 + 2) = 0.1666…
+    decision = decide({"a": 1.0}, {}, Calibration(weight=0.5, half=2.0, zero=0.5, floor=0.9,
+                                                  gap=0.1, suggest=0.1))
+    assert decision.scores == (("a", 0.1667),)
+
+
+def test_many_ties_come_out_in_name_order_whatever_order_they_came_in() -> None:
+    names = [f"cap.{c}" for c in "hgfedcba"]
+    assert [n for n, _ in fused({}, {n: 0.9 for n in names}, EVEN)] == sorted(names)
+    assert [n for n, _ in fused({n: 1.0 for n in names}, {}, EVEN)] == sorted(names)
