@@ -89,6 +89,12 @@ def features(text: str) -> dict[str, float]:
     codes ("q3") or ``~`` and a prefix; Chinese ones are n-grams of its characters. No two
     kinds can yield the same feature (a prefix starts with ``~``, a code holds a digit, an
     n-gram with a grammatical character is never one of the content's)."""
+    return _features(text, None)
+
+
+def _features(text: str, said: dict[str, str] | None) -> dict[str, float]:
+    """``features``; and when ``said`` is given, each English feature → the first word that
+    gave it, put there (``words``: one place says which words count and what they yield)."""
     out: dict[str, float] = {}
     add = out.__setitem__
 
@@ -97,11 +103,16 @@ def features(text: str) -> dict[str, float]:
         if word in _STOP or word.isdigit() or len(word) < 2:
             continue
         if not word.isalpha():
-            add(word, WORD)  # a code such as "q3" or "x200": as it is
+            add(word, WORD)  # a code such as "q3" or "x200": as it is (so ``said`` as well)
             continue
-        add(stem(word), WORD)
+        root = stem(word)
+        add(root, WORD)
+        if said is not None:
+            said.setdefault(root, word)
         if len(word) >= 5:
             add("~" + word[:4], PREFIX)
+            if said is not None:
+                said.setdefault("~" + word[:4], word)
     for run in _CJK.findall(folded):
         # Grammatical characters interrupt words ("报个价", "开个票"): the n-grams of the run
         # without them count in full, those that hold one count ``FUNCTION``.
@@ -120,25 +131,14 @@ def features(text: str) -> dict[str, float]:
     return out
 
 
-
 def words(text: str) -> dict[str, str]:
     """Each feature of ``text`` (as ``features`` finds it) → the words a person would
     recognise it by: an English stem or prefix → the word as written (folded), a Chinese
     n-gram → itself. Only for explaining a decision (``intent.Decision.why``), never on the
     routing path."""
     out: dict[str, str] = {}
-    folded = fold(text)
-    for word in _LATIN.findall(folded):
-        if word in _STOP or word.isdigit() or len(word) < 2:
-            continue
-        if not word.isalpha():
-            out.setdefault(word, word)
-            continue
-        out.setdefault(stem(word), word)
-        if len(word) >= 5:
-            out.setdefault("~" + word[:4], word)
-    for feat in features(text):
-        out.setdefault(feat, feat)
+    for feature in _features(text, out):
+        out.setdefault(feature, feature)  # the rest, codes and Chinese n-grams: themselves
     return out
 
 

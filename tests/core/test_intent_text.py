@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reach.core.intent_text import features, fold, stem
+from reach.core.intent_text import features, fold, phrase_key, stem, words
 
 
 def test_fold_makes_full_width_ascii_lowercase_and_control_characters_spaces() -> None:
@@ -114,3 +114,37 @@ def test_japanese_and_korean_are_cut_like_chinese() -> None:
 def test_only_punctuation_symbols_or_spaces_have_no_features() -> None:
     for text in ("", "   ", "？？？", "!!! ... ---", "\x00\x01\x02", "😀😀", "1234 5678"):
         assert features(text) == {}, text
+
+
+def test_words_name_each_feature_by_the_first_word_as_written_that_gave_it() -> None:
+    # "refund" and "~refu" from "refunds" (the first), not from "refunding"; a code as it is;
+    # stop words, numbers and single letters give nothing, as in ``features``.
+    said = words("The REFUNDS, refunding and Q3 for order 7781, a x")
+    assert said == {"refund": "refunds", "~refu": "refunds", "q3": "q3", "order": "order",
+                    "~orde": "order"}
+    assert said.keys() == features("The REFUNDS, refunding and Q3 for order 7781, a x").keys()
+
+
+def test_words_name_a_chinese_n_gram_by_itself_and_cover_every_feature_of_mixed_text() -> None:
+    text = "查一下 invoices 退货率"
+    said = words(text)
+    assert said.keys() == features(text).keys()
+    assert said["invoic"] == "invoices" and said["~invo"] == "invoices"
+    assert all(said[f] == f for f in features("查一下 退货率"))
+
+
+def test_words_of_nothing_to_say_are_empty() -> None:
+    assert words("the a 42 !!") == {}
+
+
+@pytest.mark.parametrize(("one", "other"), [
+    ("Stock level?", "stock  level"), ("ＳＴＯＣＫ　ＬＥＶＥＬ", "stock level"),
+    ("  退货率？ ", "退货率"), ("sku-881/q3", "sku 881 q3")])
+def test_a_phrase_key_ignores_case_width_punctuation_and_spacing(one: str, other: str) -> None:
+    assert phrase_key(one) == phrase_key(other) == " ".join(phrase_key(other).split())
+
+
+def test_a_phrase_key_keeps_words_and_their_order() -> None:
+    assert phrase_key("Stock level?") == "stock level"
+    assert phrase_key("level stock") != phrase_key("stock level")
+    assert phrase_key("?!") == ""
