@@ -85,11 +85,10 @@ class Index:
 
     names: tuple[str, ...]
     postings: dict[str, list[tuple[int, float]]]
-    numbers: dict[str, int] = field(default_factory=dict, compare=False)
+    numbers: dict[str, int] = field(init=False, default_factory=dict)  # from names
 
     def __post_init__(self) -> None:
-        if not self.numbers:
-            self.numbers.update((name, n) for n, name in enumerate(self.names))
+        self.numbers.update((name, n) for n, name in enumerate(self.names))
 
     def __len__(self) -> int:
         return len(self.names)
@@ -173,15 +172,16 @@ def resolve(text: str, index: Index,
     if not top or top[0][1] < FLOOR:
         return Decision(Outcome.WEAK, suggestions=suggestions, scores=shown,
                         why=explain(text, wanted, index, suggestions))
-    best, runner = top[0], top[1] if len(top) > 1 else ("", 0.0)
-    if runner[0]:
-        own, other = distinct(wanted, index, index.numbers[best[0]], index.numbers[runner[0]])
+    best = top[0][0]
+    if len(top) > 1:
+        runner = top[1][0]
+        own, other = distinct(wanted, index, index.numbers[best], index.numbers[runner])
         if own < LEAD or other > own * (1 - MARGIN):
-            candidates = (best[0], runner[0])
+            candidates = (best, runner)
             return Decision(Outcome.AMBIGUOUS, candidates=candidates, suggestions=suggestions,
                             scores=shown, why=explain(text, wanted, index, tuple(
                                 dict.fromkeys(candidates + suggestions))))
-    return Decision(Outcome.MATCH, capability=best[0], suggestions=suggestions, scores=shown)
+    return Decision(Outcome.MATCH, capability=best, suggestions=suggestions, scores=shown)
 
 
 def distinct(wanted: dict[str, float], index: Index, best: int, runner: int

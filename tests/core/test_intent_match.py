@@ -17,6 +17,7 @@ from reach.core.intent import (
     IndexCache,
     Outcome,
     build,
+    distinct,
     rarity,
     resolve,
     score,
@@ -312,3 +313,77 @@ def test_a_failed_registration_changes_nothing() -> None:
 def test_the_module_constants_are_what_the_docs_say() -> None:
     assert (intent.MAX_TEXT, intent.FLOOR, intent.LEAD, intent.MARGIN) == (2000, 2.4, 1.0, 1.0)
     assert (intent.SUGGEST, intent.SUGGESTIONS) == (0.25, 4)
+
+
+def test_a_refusal_shows_at_most_four_words_per_capability_strongest_first() -> None:
+    index = Index(("a",), {w: [(0, s)] for w, s in
+                           (("aa", 0.1), ("bb", 0.2), ("cc", 0.3), ("dd", 0.4), ("ee", 0.5))})
+    decision = resolve("aa bb cc dd ee", index)
+    assert decision.outcome is Outcome.WEAK  # 1.5 of evidence, under the floor
+    assert decision.why == (("a", ("ee", "dd", "cc", "bb")),)
+    assert intent.WHY_WORDS == 4
+
+
+def test_a_word_s_strength_is_its_own_weight_times_its_weight_in_the_index() -> None:
+    # "ww" (a word: 1.0) × 0.3 = 0.3 against 税 (one character: 0.5) × 0.9 = 0.45.
+    decision = resolve("ww 税", Index(("a",), {"ww": [(0, 0.3)], "税": [(0, 0.9)]}))
+    assert decision.why == (("a", ("税", "ww")),)
+
+
+def test_decisions_are_equal_by_what_was_decided_not_by_scores_or_why() -> None:
+    assert Decision(Outcome.WEAK, scores=(("a", 0.3),), why=(("a", ("ww",)),)) == \
+        Decision(Outcome.WEAK)
+    assert Decision(Outcome.MATCH, "a") != Decision(Outcome.MATCH, "a", learned=True)
+    routed = resolve("ww", _index(a=FLOOR))
+    assert routed.capability == "a" and routed.learned is False
+
+
+def test_a_learned_phrase_routes_first_while_its_capability_is_in_the_index() -> None:
+    asked: list[str] = []
+
+    def learned(text: str) -> str | None:
+        asked.append(text)
+        return {"ww": "b", "gone": "z"}.get(text)
+
+    index = _index(a=FLOOR + 1, b=0.3)  # by evidence: ambiguous between a and b
+    taught = resolve("ww", index, learned)
+    assert taught == Decision(Outcome.MATCH, capability="b", learned=True)
+    assert taught.scores == () and taught.suggestions == ()
+    # A capability no longer in the index, or no phrase: the evidence decides, as without.
+    assert resolve("gone", index, learned) == resolve("gone", index)
+    assert resolve("gone", index, learned).learned is False
+    assert resolve("ww ww", index, learned) == resolve("ww ww", index)
+    assert asked == ["ww", "gone", "gone", "ww ww"]
+    # Too long is refused before anything is looked up.
+    assert resolve("w" * (intent.MAX_TEXT + 1), index, learned).outcome is Outcome.TOO_LONG
+    assert len(asked) == 4
+
+
+def test_distinct_evidence_is_what_only_one_of_the_two_has_times_the_request_s_weight() -> None:
+    index = _two((1.0, 0.5), (0.8, 0.25))
+    # "ww" both have; "xx" (a's: 0.5) and "yy" (b's: 0.25) count, each times its own weight.
+    assert distinct({"ww": 1.0, "xx": 2.0, "yy": 4.0}, index, 0, 1) == (1.0, 1.0)
+    assert distinct({"ww": 1.0, "xx": 2.0, "yy": 4.0}, index, 1, 0) == (1.0, 1.0)
+    assert distinct({"xx": 0.5, "yy": 2.0}, index, 0, 1) == (0.25, 0.5)
+    assert distinct({"ww": 3.0}, index, 0, 1) == (0.0, 0.0)
+
+
+def test_the_cache_says_whether_it_built_and_for_which_key() -> None:
+    cache = IndexCache()
+    assert cache.built is False
+    assert cache.key not in (None, 0, 1, "", ())  # no key equals it before the first build
+    calls: list[int] = []
+
+    def catalogue(entries: list[Entry]) -> list[Entry]:
+        calls.append(len(entries))
+        return entries
+
+    # Stale is fine, but there is nothing yet: it builds.
+    first = cache.get(1, lambda: catalogue(FIELD), stale_ok=True)
+    assert cache.built is True and cache.key == 1 and calls == [7] and len(first) == 7
+    # A new key with stale_ok: the index held, nothing built, the key unchanged.
+    assert cache.get(2, lambda: catalogue(FIELD[:2]), stale_ok=True) is first
+    assert cache.key == 1 and calls == [7]
+    # Without it: built for the new key.
+    second = cache.get(2, lambda: catalogue(FIELD[:2]))
+    assert len(second) == 2 and cache.key == 2 and calls == [7, 2]
