@@ -7,6 +7,7 @@ their documented values, one unit either side.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -114,6 +115,47 @@ def test_each_check_gets_a_fresh_budget() -> None:
     check(v, list(range(200)), clock=fresh)
     check(v, list(range(54)), clock=fresh)
     assert fresh.reads == 0  # 201 + 55 steps, but in two checks
+
+
+class Paused(Ticks):
+    """A fake CPU clock whose reads listed in ``at`` (1 = the first) each find that a full
+    garbage collection just ran and took ``pause`` seconds of this thread's CPU."""
+
+    def __init__(self, at: tuple[int, ...], pause: float = 0.5) -> None:
+        super().__init__()
+        self.at, self.pause = at, pause
+
+    def __call__(self) -> float:
+        if self.reads + 1 in self.at:
+            gc.collect()
+            self.now += self.pause
+        return super().__call__()
+
+
+def test_a_full_garbage_collection_inside_a_check_is_not_its_cost() -> None:
+    """A 0.5 s full collection at the second look would refuse params that fit (the
+    coordinator's pause in docs/adapters.md is 40-95 ms, against a 20 ms budget): the check
+    gets its budget again from that look, and the params pass."""
+    v = compile_schema(LIST_OF_INTS)
+    params = list(range(21 * 256 - 1))  # 21 looks: 20 ticks, within a budget of 20 ticks
+    assert check(v, params, max_seconds=20 / 1024, clock=Paused(at=(2,))) is None
+    assert violation(v, params, max_seconds=20 / 1024, clock=Paused(at=(2,))) is None
+    # Without a collection, the same pause is the check's own, and refused.
+    assert check(v, params, max_seconds=20 / 1024, clock=Ticks(0.5)) is not None
+
+
+def test_a_check_gets_its_budget_again_once_not_at_every_collection() -> None:
+    """So a check costs at most twice its budget, whatever the collector does."""
+    v = compile_schema(LIST_OF_INTS)
+    reason = check(v, list(range(21 * 256 - 1)), max_seconds=20 / 1024,
+                   clock=Paused(at=(2, 3)))
+    assert reason is not None and "too costly" in reason
+    # The second budget runs from the look that found the collection (the second), 20 ticks:
+    # to the 22nd look, exactly at its deadline; one look more is refused.
+    assert check(v, list(range(22 * 256 - 1)), max_seconds=20 / 1024,
+                 clock=Paused(at=(2,))) is None
+    assert check(v, list(range(23 * 256 - 1)), max_seconds=20 / 1024,
+                 clock=Paused(at=(2,))) is not None
 
 
 def test_violation_is_budgeted_like_check() -> None:
