@@ -61,7 +61,12 @@ async def test_a_streamable_http_server_s_list_changed_updates_the_capabilities(
 
     from reach import Agent
 
-    async with Reach.start(**FAST, mcp=True) as upstream, Reach.start(**FAST) as reach:
+    # Liveness is not under test. The attached server's beats are the downstream
+    # coordinator's own health checks, in this same process: a clean-clone CI run stood
+    # still for 1.09 s, past the 1 s (two beats) after which "up" is suspected, and the
+    # first call was refused as unavailable. Suspected after 10 beats here.
+    slack = dict(FAST, suspect_after=10, offline_after=20)
+    async with Reach.start(**slack, mcp=True) as upstream, Reach.start(**slack) as reach:
         assert upstream.mcp_url is not None
         first = Agent("first", reconnect_base=0.02)
 
@@ -75,7 +80,7 @@ async def test_a_streamable_http_server_s_list_changed_updates_the_capabilities(
             async with Client.connect(reach.url, "tester") as client:
                 assert await client.call("up.hello.say", {"name": "a"}) == {"hello": "a"}
                 await second.connect(upstream.url)
-                for _ in range(200):  # the update arrives within the debounce and a round trip
+                for _ in range(1000):  # the update arrives within the debounce and a round trip
                     if "up.echo.run" in reach.registry.index:
                         break
                     await asyncio.sleep(0.01)
