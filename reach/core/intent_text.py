@@ -110,9 +110,10 @@ def _features(text: str, said: dict[str, str] | None) -> dict[str, float]:
         if said is not None:
             said.setdefault(root, word)
         if len(word) >= 5:
-            add("~" + word[:4], PREFIX)
+            prefix = "~" + word[:4]
+            add(prefix, PREFIX)
             if said is not None:
-                said.setdefault("~" + word[:4], word)
+                said.setdefault(prefix, word)
     for run in _CJK.findall(folded):
         # Grammatical characters interrupt words ("报个价", "开个票"): the n-grams of the run
         # without them count in full, those that hold one count ``FUNCTION``.
